@@ -1,0 +1,3 @@
+from lockwarden.cli import main
+
+raise SystemExit(main())

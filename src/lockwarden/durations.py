@@ -1,0 +1,39 @@
+"""The one duration parser and formatter: "90s", "15m", "2h", "1h30m", "2d", "0"."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+class DurationError(ValueError):
+    pass
+
+
+def parse_duration(text: object) -> float:
+    """Seconds in a duration string; raise DurationError with a hint on anything else."""
+    if isinstance(text, bool) or not isinstance(text, str):
+        raise DurationError(f'{text!r} is not a duration; use a string such as "15m"')
+    compact = text.strip().lower().replace(" ", "")
+    if compact == "0":
+        return 0.0
+    if not compact or _PART.sub("", compact) != "":
+        raise DurationError(f'"{text}" is not a duration; use e.g. "15m"')
+    return sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(compact))
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form: 45s, 7m05s, 2h01m, 3d04h."""
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"

@@ -1,0 +1,81 @@
+"""The explicit registry of lock formats, and `auto`, which picks one by looking."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import replace
+
+from lockwarden.formats.base import Format, lstat_or_none
+from lockwarden.formats.kernel import KernelLockFile
+from lockwarden.formats.owner_record import PREFERRED_RECORDS, OwnerRecord
+from lockwarden.formats.pidfile import Pidfile
+from lockwarden.model import Claim
+
+FORMATS: dict[str, Format] = {
+    "owner-record": OwnerRecord(),
+    "pidfile": Pidfile(),
+    "kernel": KernelLockFile(),
+}
+
+AUTO = "auto"
+# Most specific first: the first format whose detect() says yes is the one used.
+AUTO_ORDER: tuple[str, ...] = ("pidfile", "owner-record", "kernel")
+STORE_LOCK_NAMES = ("LOCK", "lock", ".lock")
+LOCKISH_SUFFIXES = (".lock", ".lck", ".lockdir")
+
+
+def format_names() -> list[str]:
+    return [AUTO, *FORMATS]
+
+
+def store_lock_path(path: str) -> str:
+    """A store directory given where its lock was meant: `STORE` -> `STORE/LOCK`.
+
+    A directory is itself a lock only when its name says so (`LOCK`, `*.lock`, ...) or it holds
+    an owner record; any other directory is a store, and its lock is `STORE/LOCK` (absent or not).
+    """
+    status = lstat_or_none(path)
+    if status is None or not stat.S_ISDIR(status.st_mode) or _looks_like_lock_directory(path):
+        return path
+    for name in STORE_LOCK_NAMES:
+        if lstat_or_none(os.path.join(path, name)) is not None:
+            return os.path.join(path, name)
+    return os.path.join(path, STORE_LOCK_NAMES[0])
+
+
+def _looks_like_lock_directory(path: str) -> bool:
+    name = os.path.basename(path.rstrip("/"))
+    if name in STORE_LOCK_NAMES or name.lower().endswith(LOCKISH_SUFFIXES):
+        return True
+    return any(
+        lstat_or_none(os.path.join(path, record)) is not None for record in PREFERRED_RECORDS
+    )
+
+
+def choose_format(path: str) -> str | None:
+    """The name of the format `auto` picks for this path, or None when nothing is there."""
+    status = lstat_or_none(path)
+    if status is None:
+        return None
+    for name in AUTO_ORDER:
+        if FORMATS[name].detect(path, status):
+            return name
+    return None
+
+
+def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
+    """Read one lock with the named format, or with the one `auto` picks (and say which)."""
+    if format_name != AUTO:
+        return FORMATS[format_name].read(path, pid_max)
+    path = store_lock_path(path)
+    chosen = choose_format(path)
+    if chosen is None:
+        present = lstat_or_none(path) is not None
+        problem = f"{path} is not a layout any format recognises" if present else None
+        return Claim(
+            format=AUTO, path=path, present=present, existence_is_lock=False, problem=problem
+        )
+    claim = FORMATS[chosen].read(path, pid_max)
+    picked = f"format auto picked {chosen}: {FORMATS[chosen].summary}"
+    return replace(claim, note=f"{claim.note}; {picked}" if claim.note else picked)

@@ -1,0 +1,138 @@
+"""What every format shares: the Format protocol and the helpers that build a Claim."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Protocol
+
+from lockwarden.formats.record import Record, RecordProblem, parse_record
+from lockwarden.model import Claim, InodeKey
+from lockwarden.safe_read import UnsafeRecord, read_record
+
+
+class Format(Protocol):
+    """A lock layout: recognises its files and reads them into a Claim, knowing no policy."""
+
+    name: str
+    summary: str
+
+    def detect(self, path: str, status: os.stat_result) -> bool:
+        """True when `path` (already lstat-ed) looks like this format; only cheap checks."""
+        ...
+
+    def read(self, path: str, pid_max: int) -> Claim:
+        """What the lock's files say now. Never takes, changes or removes anything."""
+        ...
+
+
+def key_of(status: os.stat_result) -> InodeKey:
+    return (status.st_dev, status.st_ino)
+
+
+def mtime_of(status: os.stat_result) -> datetime:
+    return datetime.fromtimestamp(status.st_mtime, UTC)
+
+
+def lstat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+
+
+def absent(format_name: str, path: str, existence_is_lock: bool) -> Claim:
+    return Claim(format=format_name, path=path, present=False, existence_is_lock=existence_is_lock)
+
+
+def claim_from_record_file(
+    format_name: str,
+    path: str,
+    pid_max: int,
+    *,
+    existence_is_lock: bool,
+    keys: tuple[InodeKey, ...],
+    kernel_style: Callable[[Record], bool] = lambda record: False,
+) -> Claim:
+    """Read a record file safely and turn it into a Claim; an unsafe one becomes a problem.
+
+    `kernel_style(record)` says when, for this record, only a kernel lock counts.
+    """
+    try:
+        data, status = read_record(path)
+    except FileNotFoundError:
+        return absent(format_name, path, existence_is_lock)
+    except UnsafeRecord as error:
+        return Claim(
+            format=format_name,
+            path=path,
+            present=True,
+            existence_is_lock=existence_is_lock,
+            keys=keys,
+            problem=str(error),
+        )
+    all_keys = keys if key_of(status) in keys else (*keys, key_of(status))
+    try:
+        record = parse_record(data, pid_max)
+    except RecordProblem as error:
+        return Claim(
+            format=format_name,
+            path=path,
+            present=True,
+            existence_is_lock=existence_is_lock,
+            keys=all_keys,
+            created_at=mtime_of(status),
+            problem=f"{path}: {error}",
+            record_path=path,
+            owner_uid=status.st_uid,
+        )
+    return claim_from_record(
+        format_name,
+        path,
+        record,
+        existence_is_lock=existence_is_lock and not kernel_style(record),
+        keys=all_keys,
+        created_at=mtime_of(status),
+        record_path=path,
+        owner_uid=status.st_uid,
+    )
+
+
+def claim_from_record(
+    format_name: str,
+    path: str,
+    record: Record,
+    *,
+    existence_is_lock: bool,
+    keys: tuple[InodeKey, ...],
+    created_at: datetime | None,
+    record_path: str | None,
+    owner_uid: int | None,
+) -> Claim:
+    return Claim(
+        format=format_name,
+        path=path,
+        present=True,
+        existence_is_lock=existence_is_lock,
+        keys=keys,
+        pid=record.pid,
+        role=record.role,
+        host=record.host,
+        user=record.user,
+        started_at=record.started_at,
+        start_ticks=record.start_ticks,
+        boot_id=record.boot_id,
+        pid_namespace=record.pid_namespace,
+        created_at=created_at,
+        extra=record.extra,
+        record_path=record_path,
+        owner_uid=owner_uid,
+    )
+
+
+def is_regular(status: os.stat_result) -> bool:
+    return stat.S_ISREG(status.st_mode)

@@ -1,0 +1,48 @@
+"""Any file held with flock, POSIX (fcntl/lockf) or OFD locks, with nothing recorded in it.
+
+The file itself proves nothing: flock(1), py-filelock and portalocker leave it in place. Only
+the kernel's lock table says whether it is held, so this format reads no content at all.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from lockwarden.formats.base import absent, key_of
+from lockwarden.model import Claim
+
+NAME = "kernel"
+
+
+class KernelLockFile:
+    name = NAME
+    summary = "a file held with flock, fcntl/lockf or OFD locks; its content is ignored"
+
+    def detect(self, path: str, status: os.stat_result) -> bool:
+        return stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)
+
+    def read(self, path: str, pid_max: int) -> Claim:
+        try:
+            status = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return absent(NAME, path, existence_is_lock=False)
+        except OSError as error:
+            return Claim(
+                format=NAME,
+                path=path,
+                present=True,
+                existence_is_lock=False,
+                problem=f"{path}: {error.strerror}",
+            )
+        if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)):
+            return Claim(
+                format=NAME,
+                path=path,
+                present=True,
+                existence_is_lock=False,
+                problem=f"{path} is not a regular file or directory",
+            )
+        return Claim(
+            format=NAME, path=path, present=True, existence_is_lock=False, keys=(key_of(status),)
+        )

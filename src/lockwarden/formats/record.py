@@ -1,0 +1,171 @@
+"""Turn the text of an owner record into typed fields, once, refusing anything untrustworthy.
+
+Accepted: a JSON object (`pid`, `role`, `host`/`hostname`, `startedAt`/`started_at`/
+`acquired_at`, plus lockwarden's own `boot_id`, `start_ticks`, `pid_namespace`), `key=value`
+lines (`pid=N\\nacquired_at=RFC3339\\n`), or a bare PID. Anything ambiguous (duplicate keys,
+NaN, a PID that is not a plain integer in range) becomes a `problem`, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+MAX_PID_DIGITS = 10
+MAX_TEXT = 256
+
+PID_KEYS = ("pid", "PID", "owner_pid", "ownerPid")
+ROLE_KEYS = ("role", "owner", "purpose", "operation")
+HOST_KEYS = ("host", "hostname", "node")
+TIME_KEYS = ("startedAt", "started_at", "acquired_at", "acquiredAt", "created_at", "createdAt")
+
+
+class RecordProblem(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Record:
+    pid: int | None = None
+    role: str | None = None
+    host: str | None = None
+    user: str | None = None
+    started_at: datetime | None = None
+    boot_id: str | None = None
+    start_ticks: int | None = None
+    pid_namespace: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    style: str = "empty"
+
+
+def parse_record(data: bytes, pid_max: int) -> Record:
+    """Parse record bytes; raise RecordProblem with a one-sentence reason."""
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError as error:
+        raise RecordProblem(f"the record is not valid UTF-8 (byte {error.start})") from error
+    if not text:
+        return Record()
+    if text.startswith("{"):
+        return _from_mapping(_load_json(text), pid_max, "json")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if all("=" in line for line in lines):
+        return _from_mapping(_key_values(lines), pid_max, "key-value")
+    if len(lines) == 1:
+        return Record(pid=parse_pid(lines[0], pid_max), style="bare")
+    raise RecordProblem("the record is neither JSON, key=value lines nor a bare PID")
+
+
+def _load_json(text: str) -> dict[str, Any]:
+    def refuse_constant(name: str) -> None:
+        raise RecordProblem(f"the record contains {name}, which is not JSON")
+
+    def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        duplicates = sorted({key for key in keys if keys.count(key) > 1})
+        if duplicates:
+            raise RecordProblem(f"the record repeats the key {duplicates[0]!r}")
+        return dict(pairs)
+
+    try:
+        value = json.loads(text, parse_constant=refuse_constant, object_pairs_hook=unique_pairs)
+    except RecursionError as error:
+        raise RecordProblem("the record is nested too deeply") from error
+    except (json.JSONDecodeError, ValueError) as error:
+        if isinstance(error, RecordProblem):
+            raise
+        raise RecordProblem(f"the record is not valid JSON ({error})") from error
+    if not isinstance(value, dict):
+        raise RecordProblem("the record is JSON but not an object")
+    return value
+
+
+def _key_values(lines: list[str]) -> dict[str, Any]:
+    mapping: dict[str, Any] = {}
+    for line in lines:
+        key, _, value = line.partition("=")
+        key = key.strip()
+        if key in mapping:
+            raise RecordProblem(f"the record repeats the key {key!r}")
+        mapping[key] = value.strip()
+    return mapping
+
+
+def _from_mapping(mapping: dict[str, Any], pid_max: int, style: str) -> Record:
+    pid_value = _first(mapping, PID_KEYS)
+    timestamp = _first(mapping, TIME_KEYS)
+    known = {*PID_KEYS, *ROLE_KEYS, *HOST_KEYS, *TIME_KEYS, "user", "boot_id", "start_ticks"}
+    return Record(
+        pid=None if pid_value is None else parse_pid(pid_value, pid_max),
+        role=_text(_first(mapping, ROLE_KEYS)),
+        host=_text(_first(mapping, HOST_KEYS)),
+        user=_text(mapping.get("user")),
+        started_at=None if timestamp is None else parse_timestamp(timestamp),
+        boot_id=_text(mapping.get("boot_id")),
+        start_ticks=_optional_int(mapping.get("start_ticks"), "start_ticks"),
+        pid_namespace=_optional_int(mapping.get("pid_namespace"), "pid_namespace"),
+        extra={key: value for key, value in list(mapping.items())[:32] if key not in known},
+        style=style,
+    )
+
+
+def _first(mapping: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((mapping[key] for key in keys if key in mapping), None)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isprintable():
+        raise RecordProblem(f"the record has a non-text value {str(value)[:40]!r}")
+    return value[:MAX_TEXT]
+
+
+def _optional_int(value: Any, key: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit() and len(value) <= 20:
+        return int(value)
+    if type(value) is int and value >= 0:
+        return value
+    raise RecordProblem(f"the record's {key} is not a non-negative integer")
+
+
+def parse_pid(value: Any, pid_max: int) -> int:
+    """A PID is a plain integer in 2..pid_max; booleans, floats and long strings are refused."""
+    if isinstance(value, str):
+        digits = value.strip()
+        if not digits.isascii() or not digits.isdigit() or len(digits) > MAX_PID_DIGITS:
+            raise RecordProblem(f"the record's pid {digits[:20]!r} is not a process id")
+        value = int(digits)
+    if type(value) is not int:
+        raise RecordProblem(f"the record's pid {str(value)[:20]!r} is not a process id")
+    if not 2 <= value <= pid_max:
+        raise RecordProblem(f"the record's pid {value} is outside 2..{pid_max}")
+    return value
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """RFC 3339 text or Unix time (seconds, or milliseconds as JavaScript writes them)."""
+    if isinstance(value, bool):
+        raise RecordProblem("the record's start time is not a time")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value <= 0:
+            raise RecordProblem("the record's start time is not a time")
+        seconds = value / 1000 if value > 1e11 else value
+        try:
+            return datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, OSError, ValueError) as error:
+            raise RecordProblem("the record's start time is out of range") from error
+    if isinstance(value, str) and len(value) <= 64:
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            if value.strip().isdigit():
+                return parse_timestamp(int(value.strip()))
+            raise RecordProblem(f"the record's start time {value!r} is not RFC 3339") from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    raise RecordProblem("the record's start time is not a time")

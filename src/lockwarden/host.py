@@ -1,0 +1,313 @@
+"""One snapshot of the host per run: kernel locks, their true holders, boot id, processes.
+
+`/proc/locks` is read once and indexed by (device, inode). The PID printed there is whoever
+*took* the lock (a dead parent, or -1 for OFD locks), so holders are resolved from the `lock:`
+lines of `/proc/PID/fdinfo/FD`, in one scan of every process for all the inodes a run cares
+about. Process details (command line, cgroup, user) are read only for the processes asked about.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from lockwarden.model import InodeKey, KernelLock, Process
+
+DEFAULT_PID_MAX = 4194304
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """An open file descriptor of some process on a watched inode, with its lock lines."""
+
+    pid: int
+    fd: int
+    locks: tuple[KernelLock, ...]
+    write: bool
+
+
+@dataclass
+class DescriptorScan:
+    by_key: dict[InodeKey, list[Descriptor]] = field(default_factory=dict)
+    unreadable_pids: int = 0
+
+
+def parse_proc_locks(text: str) -> dict[InodeKey, list[KernelLock]]:
+    """Index /proc/locks lines by (st_dev, inode); waiters (`->`) are kept, marked waiting."""
+    index: dict[InodeKey, list[KernelLock]] = {}
+    for line in text.splitlines():
+        lock = parse_lock_line(line)
+        if lock is not None:
+            index.setdefault(lock.key, []).append(lock)
+    return index
+
+
+def parse_lock_line(line: str) -> KernelLock | None:
+    """One `N: [-> ]TYPE ADVISORY|MANDATORY|ACTIVE READ|WRITE PID MAJ:MIN:INODE START END`."""
+    parts = line.split()
+    if len(parts) < 8 or not parts[0].endswith(":"):
+        return None
+    waiting = parts[1] == "->"
+    fields = parts[2:] if waiting else parts[1:]
+    if len(fields) < 7:
+        return None
+    kind, _advisory, mode, pid_text, location, start_text, end_text = fields[:7]
+    try:
+        major_text, minor_text, inode_text = location.split(":")
+        key = (os.makedev(int(major_text, 16), int(minor_text, 16)), int(inode_text))
+        number = int(parts[0].rstrip(":"))
+        pid = int(pid_text)
+        start = int(start_text)
+        end = None if end_text == "EOF" else int(end_text)
+    except ValueError:
+        return None
+    return KernelLock(number, kind, mode, pid, key, start, end, waiting)
+
+
+def unit_from_cgroup(text: str) -> tuple[str | None, bool]:
+    """The systemd service a process runs in, and whether it is a user service.
+
+    `0::/system.slice/wa-resync.service` -> ("wa-resync.service", False);
+    `0::/user.slice/user-1000.slice/user@1000.service/app.slice/sync.service` -> ("sync.service",
+    True). A process in a scope (a login session, a terminal) has no unit to stop: None.
+    """
+    chosen = ""
+    for line in text.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            chosen = path
+            break
+        if controllers == "name=systemd":
+            chosen = path
+    components = [part for part in chosen.split("/") if part]
+    if not components or not components[-1].endswith(".service"):
+        return None, False
+    unit = components[-1]
+    user_unit = any(part.startswith("user@") for part in components[:-1])
+    return unit, user_unit
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def _namespace_id(link: str) -> int | None:
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    digits = target.partition("[")[2].rstrip("]")
+    return int(digits) if digits.isdigit() else None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@dataclass
+class Snapshot:
+    """What the host looked like at one moment; the only reader of /proc in a run."""
+
+    boot_id: str
+    hostname: str
+    captured_at: datetime
+    uptime_s: float
+    clock_ticks: int
+    pid_max: int
+    pid_namespace: int | None
+    nested_pid_namespace: bool
+    locks: dict[InodeKey, list[KernelLock]]
+    proc: str = "/proc"
+    _processes: dict[int, Process | None] = field(default_factory=dict, repr=False)
+    _scan: DescriptorScan | None = field(default=None, repr=False)
+    _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
+
+    @classmethod
+    def capture(cls, proc: str = "/proc") -> Snapshot:
+        captured_at = datetime.now(UTC)
+        uptime_s = float(_read_text(f"{proc}/uptime").split()[0])
+        try:
+            pid_max = int(_read_text(f"{proc}/sys/kernel/pid_max").strip())
+        except (OSError, ValueError):
+            pid_max = DEFAULT_PID_MAX
+        return cls(
+            boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
+            hostname=socket.gethostname(),
+            captured_at=captured_at,
+            uptime_s=uptime_s,
+            clock_ticks=os.sysconf("SC_CLK_TCK"),
+            pid_max=pid_max,
+            pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
+            nested_pid_namespace=_own_namespace_is_nested(proc),
+            locks=parse_proc_locks(_read_text(f"{proc}/locks")),
+            proc=proc,
+        )
+
+    @property
+    def booted_at(self) -> datetime:
+        return self.captured_at - timedelta(seconds=self.uptime_s)
+
+    def ticks_to_time(self, ticks: int) -> datetime:
+        return self.booted_at + timedelta(seconds=ticks / self.clock_ticks)
+
+    def valid_pid(self, pid: object) -> bool:
+        """Only an int in 2..pid_max names a process (0, -1 and True are traps for kill())."""
+        return type(pid) is int and 2 <= pid <= self.pid_max
+
+    def kernel_locks(self, key: InodeKey) -> list[KernelLock]:
+        return self.locks.get(key, [])
+
+    def pid_exists(self, pid: int) -> bool:
+        """kill(pid, 0): EPERM means it exists and belongs to someone else."""
+        if not self.valid_pid(pid):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def process(self, pid: int) -> Process | None:
+        """Identity and details of a live (or zombie) process, None when there is none."""
+        if not self.valid_pid(pid):
+            return None
+        if pid not in self._processes:
+            self._processes[pid] = self._read_process(pid)
+        return self._processes[pid]
+
+    def _read_process(self, pid: int) -> Process | None:
+        base = f"{self.proc}/{pid}"
+        try:
+            stat_text = _read_text(f"{base}/stat")
+            status_text = _read_text(f"{base}/status")
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        name = stat_text[stat_text.find("(") + 1 : stat_text.rfind(")")]
+        fields = stat_text[stat_text.rfind(")") + 2 :].split()
+        start_ticks = int(fields[19])
+        uid = _status_uid(status_text)
+        try:
+            raw_cmdline = _read_text(f"{base}/cmdline")
+        except OSError:
+            raw_cmdline = ""
+        try:
+            unit, user_unit = unit_from_cgroup(_read_text(f"{base}/cgroup"))
+        except OSError:
+            unit, user_unit = None, False
+        return Process(
+            pid=pid,
+            start_ticks=start_ticks,
+            state=fields[0],
+            threads=int(fields[17]),
+            uid=uid,
+            user=_user_name(uid),
+            cmdline=tuple(part for part in raw_cmdline.split("\0") if part),
+            name=name,
+            unit=unit,
+            user_unit=user_unit,
+            pid_namespace=_namespace_id(f"{base}/ns/pid"),
+            started_at=self.ticks_to_time(start_ticks),
+        )
+
+    def descriptors(self, key: InodeKey) -> list[Descriptor]:
+        """Every open descriptor on this inode, from one scan shared by the whole run."""
+        if self._scan is None or key not in self._scanned_keys:
+            self.scan_descriptors([key])
+        assert self._scan is not None
+        return self._scan.by_key.get(key, [])
+
+    @property
+    def unreadable_pids(self) -> int:
+        return self._scan.unreadable_pids if self._scan else 0
+
+    def scan_descriptors(self, keys: Iterable[InodeKey]) -> None:
+        """Walk /proc/*/fdinfo once for all these inodes (and those asked about before)."""
+        wanted = frozenset(keys) | self._scanned_keys
+        if self._scan is not None and wanted == self._scanned_keys:
+            return
+        self._scan = _scan_descriptors(self.proc, wanted)
+        self._scanned_keys = wanted
+
+
+def _status_uid(status_text: str) -> int:
+    for line in status_text.splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return -1
+
+
+def _own_namespace_is_nested(proc: str) -> bool:
+    """True inside a container's PID namespace: NSpid lists one PID per namespace level."""
+    try:
+        status = _read_text(f"{proc}/self/status")
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return len(line.split()) > 2
+    return False
+
+
+def _scan_descriptors(proc: str, keys: frozenset[InodeKey]) -> DescriptorScan:
+    scan = DescriptorScan()
+    if not keys:
+        return scan
+    inodes = {inode for _device, inode in keys}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            fd_names = os.listdir(f"{proc}/{entry}/fdinfo")
+        except PermissionError:
+            scan.unreadable_pids += 1
+            continue
+        except OSError:
+            continue
+        for fd_name in fd_names:
+            descriptor = _read_descriptor(proc, int(entry), fd_name, inodes, keys)
+            if descriptor is not None:
+                key, found = descriptor
+                scan.by_key.setdefault(key, []).append(found)
+    return scan
+
+
+def _read_descriptor(
+    proc: str, pid: int, fd_name: str, inodes: set[int], keys: frozenset[InodeKey]
+) -> tuple[InodeKey, Descriptor] | None:
+    """fdinfo first (no filesystem access), stat of the fd link only on an inode match."""
+    try:
+        info = _read_text(f"{proc}/{pid}/fdinfo/{fd_name}")
+    except OSError:
+        return None
+    inode = flags = None
+    lock_lines = []
+    for line in info.splitlines():
+        if line.startswith("ino:"):
+            inode = int(line.split()[1])
+        elif line.startswith("flags:"):
+            flags = int(line.split()[1], 8)
+        elif line.startswith("lock:"):
+            lock_lines.append(line[5:].strip())
+    if inode is not None and inode not in inodes:
+        return None  # kernels before 5.14 print no ino: line; they pay for a stat instead
+    try:
+        status = os.stat(f"{proc}/{pid}/fd/{fd_name}")
+    except OSError:
+        return None
+    key = (status.st_dev, status.st_ino)
+    if key not in keys:
+        return None
+    locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
+    write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
+    return key, Descriptor(pid, int(fd_name), locks, write)

@@ -1,0 +1,111 @@
+"""Wire the stages for one run: config -> snapshot -> claims -> evidence -> findings.
+
+No argparse, no printing, no exit: the CLI does that. `now` is passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lockwarden.classify import Policy, classify
+from lockwarden.config import Config, LockConfig
+from lockwarden.formats import read_claim
+from lockwarden.host import Snapshot
+from lockwarden.identify import gather, keys_to_scan
+from lockwarden.model import Claim, Finding, Severity, State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    hostname: str
+    boot_id: str
+    checked_at: datetime
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def status(self) -> Severity:
+        return max((finding.severity for finding in self.findings), default=Severity.OK)
+
+
+def policy_for(lock: LockConfig) -> Policy:
+    return Policy(
+        warn_after=lock.warn_after,
+        critical_after=lock.critical_after,
+        host_aliases=lock.host_aliases,
+    )
+
+
+def inspect_locks(
+    locks: Sequence[LockConfig], snapshot: Snapshot, now: datetime
+) -> tuple[Finding, ...]:
+    """Read every lock's claim first, so one descriptor scan serves them all, then judge."""
+    claims = [_read(lock, snapshot) for lock in locks]
+    snapshot.scan_descriptors(keys_to_scan((c for c in claims if c is not None), snapshot))
+    return tuple(
+        _judge(lock, claim, snapshot, now) for lock, claim in zip(locks, claims, strict=True)
+    )
+
+
+def _read(lock: LockConfig, snapshot: Snapshot) -> Claim | None:
+    try:
+        return read_claim(lock.path, lock.format, snapshot.pid_max)
+    except Exception:  # one unreadable lock must not hide the others: it becomes unknown
+        log.debug("reading %s failed", lock.path, exc_info=True)
+        return None
+
+
+def _judge(lock: LockConfig, claim: Claim | None, snapshot: Snapshot, now: datetime) -> Finding:
+    try:
+        if claim is None:
+            raise RuntimeError(f"could not read {lock.path}")
+        return classify(lock.name, claim, gather(claim, snapshot), policy_for(lock), now)
+    except Exception as error:
+        log.debug("judging %s failed", lock.name, exc_info=True)
+        return Finding(
+            name=lock.name,
+            path=lock.path,
+            format=lock.format,
+            state=State.UNKNOWN,
+            severity=Severity.UNKNOWN,
+            reason=f"internal error while inspecting it: {error} (run with -v for details)",
+        )
+
+
+def run_once(config: Config, now: datetime, proc: str = "/proc") -> RunResult:
+    snapshot = Snapshot.capture(proc)
+    findings = inspect_locks(config.locks, snapshot, now)
+    notes: list[str] = []
+    if config.builtin:
+        notes.append(
+            "no config file: checked the well-known system locks present on this host; "
+            "list your own locks as [[lock]] tables in /etc/lockwarden/config.toml "
+            "(see config.example.toml), or pass --config PATH"
+        )
+    return RunResult(snapshot.hostname, snapshot.boot_id, now, findings, tuple(notes))
+
+
+def inspect_path(
+    path: str,
+    now: datetime,
+    lock_format: str = "auto",
+    warn_after: float = 900.0,
+    critical_after: float = 3600.0,
+    proc: str = "/proc",
+) -> RunResult:
+    """One lock, no config: what `lockwarden inspect PATH` and the demo report."""
+    lock = LockConfig(
+        name=path.rstrip("/").rsplit("/", 1)[-1] or path,
+        path=path,
+        format=lock_format,
+        warn_after=warn_after,
+        critical_after=critical_after,
+    )
+    snapshot = Snapshot.capture(proc)
+    findings = inspect_locks([lock], snapshot, now)
+    return RunResult(snapshot.hostname, snapshot.boot_id, now, findings)

@@ -1,0 +1,82 @@
+"""The only way lockwarden reads an untrusted file: a lock record someone else wrote.
+
+A FIFO, a device, a hung mount or a huge file where a record should be must never stall or
+bloat a run, and reading must never take or drop a lock (see ARCHITECTURE.md, "Never" 1 and 4):
+`lstat` first, then `O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC`, `fstat` matching the `lstat`,
+and a size cap. Only regular files are read. The descriptor is opened read-only and never locked;
+closing it could drop this process's own POSIX locks on the file, and lockwarden holds none.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+RECORD_LIMIT = 64 * 1024
+DIRECTORY_LIMIT = 256
+
+
+class UnsafeRecord(Exception):
+    """The file exists but is not something lockwarden will read; the message says why."""
+
+
+def describe_mode(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def read_record(path: str, limit: int = RECORD_LIMIT) -> tuple[bytes, os.stat_result]:
+    """Bytes of a regular file of at most `limit` bytes, and its stat.
+
+    Raises FileNotFoundError when it is absent, UnsafeRecord for anything else unreadable.
+    """
+    before = os.lstat(path)
+    if not stat.S_ISREG(before.st_mode):
+        raise UnsafeRecord(f"{path} is {describe_mode(before.st_mode)}, not a lock record")
+    if before.st_size > limit:
+        raise UnsafeRecord(f"{path} is {before.st_size} bytes, over the {limit}-byte record limit")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        descriptor = os.open(path, flags)
+    except PermissionError as error:
+        raise UnsafeRecord(f"{path}: permission denied") from error
+    except OSError as error:
+        raise UnsafeRecord(f"{path}: {error.strerror}") from error
+    try:
+        after = os.fstat(descriptor)
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            raise UnsafeRecord(f"{path} was replaced while being read")
+        if not stat.S_ISREG(after.st_mode):
+            raise UnsafeRecord(f"{path} is {describe_mode(after.st_mode)}, not a lock record")
+        data = os.read(descriptor, limit + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > limit:
+        raise UnsafeRecord(f"{path} grew past the {limit}-byte record limit while being read")
+    return data, after
+
+
+def read_link(path: str, limit: int = 4096) -> str:
+    """Target of a symlink lock (Chromium, Mercurial, Emacs); never follows it."""
+    target = os.readlink(path)
+    if len(target) > limit:
+        raise UnsafeRecord(f"{path} points to a {len(target)}-character target, over the limit")
+    return target
+
+
+def list_directory(path: str, limit: int = DIRECTORY_LIMIT) -> list[os.DirEntry[str]]:
+    """At most `limit` entries of a lock directory, sorted by name; more is refused."""
+    entries: list[os.DirEntry[str]] = []
+    with os.scandir(path) as iterator:
+        for entry in iterator:
+            if len(entries) >= limit:
+                raise UnsafeRecord(f"{path} holds more than {limit} entries; not a lock directory")
+            entries.append(entry)
+    return sorted(entries, key=lambda entry: entry.name)

@@ -1,0 +1,162 @@
+"""Shared test helpers: real child processes that hold real locks, and the real CLI.
+
+Every process a test starts is registered with `children` and killed by its PID at teardown.
+A missing tool skips a test on a developer's machine and fails it under CI=true.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def require_tool(name: str) -> str:
+    """The path of a real program the test needs; under CI=true its absence is a failure."""
+    found = shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed (tests/debian-packages.txt installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("NO_COLOR", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the real `lockwarden` command (as `python -m lockwarden`, the installed package)."""
+    return subprocess.run(
+        [sys.executable, "-m", "lockwarden", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(**env),
+        check=False,
+    )
+
+
+def run_json(*args: str, **env: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    completed = run_cli(*args, "--json", **env)
+    assert completed.stdout, completed.stderr
+    return completed.returncode, json.loads(completed.stdout)
+
+
+@dataclass
+class Children:
+    """Processes started by a test, killed by PID at teardown."""
+
+    pids: list[int] = field(default_factory=list)
+    procs: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    def python(self, code: str, *args: str, ready: str = "ready") -> subprocess.Popen[str]:
+        """Start `python -c code args...` and wait until it prints `ready` (its lock is held)."""
+        return self.start([sys.executable, "-c", textwrap.dedent(code), *args], ready=ready)
+
+    def start(self, argv: list[str], ready: str | None = None, **kwargs: object) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(  # type: ignore[call-overload]
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+        )
+        self.procs.append(proc)
+        self.pids.append(proc.pid)
+        if ready is not None:
+            line = proc.stdout.readline().strip()
+            if line != ready:
+                proc.kill()
+                raise AssertionError(f"{argv[:3]} did not get ready: {line!r} {proc.stderr.read()}")
+        return proc
+
+    def track(self, pid: int) -> int:
+        self.pids.append(pid)
+        return pid
+
+    def cleanup(self) -> None:
+        for pid in reversed(self.pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            for stream in (proc.stdout, proc.stderr):
+                if stream:
+                    stream.close()
+        for pid in self.pids:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    tracker = Children()
+    try:
+        yield tracker
+    finally:
+        tracker.cleanup()
+
+
+def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def write_config(path: Path, text: str) -> str:
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+# Child programs that hold real locks. Each prints "ready" once its lock is taken.
+
+MKDIR_HOLDER = """
+import json, os, socket, sys, time
+lock, role, started = sys.argv[1], sys.argv[2], sys.argv[3]
+os.mkdir(lock)
+record = {"pid": os.getpid(), "role": role, "host": socket.gethostname(), "startedAt": started}
+with open(os.path.join(lock, "owner.json"), "w") as handle:
+    json.dump(record, handle)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+FLOCK_HOLDER = """
+import fcntl, os, sys, time
+handle = open(sys.argv[1], "a")
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+POSIX_HOLDER = """
+import fcntl, sys, time
+handle = open(sys.argv[1], "a")
+fcntl.lockf(handle, fcntl.LOCK_EX)
+print("ready", flush=True)
+time.sleep(120)
+"""
