@@ -188,12 +188,20 @@ def _with_record(holder: Holder, claim: Claim) -> Holder:
 
 def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: datetime) -> float | None:
     """How long it has been held: the smallest of the record's age, the lock file's age and the
-    holder's running time, so a clock step or a long-lived holder never inflates it."""
+    holder's running time, so a clock step or a long-lived holder never inflates it. The record
+    counts only when it describes this holder (or the stale lock itself)."""
     if verdict.state not in (State.HELD, State.STALE):
         return None
-    candidates = [claim.started_at, claim.created_at if claim.existence_is_lock else None]
-    if verdict.holder is not None and verdict.holder.started_at is not None:
-        candidates.append(verdict.holder.started_at)
+    holder = verdict.holder
+    trusted = claim.problem is None
+    record_describes_holder = holder is not None and holder.pid == claim.pid
+    candidates = []
+    if trusted and (record_describes_holder or verdict.state is State.STALE):
+        candidates.append(claim.started_at)
+    if trusted and claim.existence_is_lock:
+        candidates.append(claim.created_at)
+    if holder is not None:
+        candidates.append(holder.started_at)
     ages = [(now - moment).total_seconds() for moment in candidates if moment is not None]
     usable = [age for age in ages if age >= 0]
     return min(usable) if usable else None

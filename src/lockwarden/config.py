@@ -183,7 +183,9 @@ def _refuse_unknown(
 ) -> None:
     for key in table:
         if key not in valid:
-            close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6) or sorted(
+                option for option in valid if option.startswith(key) or key.startswith(option)
+            )
             choices = ", ".join(sorted(valid))
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {choices}"
             report(f"{prefix}{key}", f"unknown key{hint}")

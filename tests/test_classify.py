@@ -1,0 +1,210 @@
+"""The pure classifier as tables: claim + evidence + policy + now -> state, severity, action."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lockwarden.classify import Policy, classify
+from lockwarden.identify import Evidence, holder_from_process
+from lockwarden.model import Claim, KernelLock, Process, Severity, State
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+BOOT = NOW - timedelta(days=3)
+POLICY = Policy(warn_after=900, critical_after=3600)
+KEY = (65024, 77)
+
+
+def process(
+    pid: int = 64969, started: timedelta = timedelta(hours=3), **changes: object
+) -> Process:
+    base = Process(
+        pid=pid,
+        start_ticks=12345,
+        state="S",
+        threads=1,
+        uid=1000,
+        user="wa",
+        cmdline=("node", "resync.js"),
+        name="node",
+        unit=None,
+        user_unit=False,
+        pid_namespace=4026531836,
+        started_at=NOW - started,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def evidence(**changes: object) -> Evidence:
+    base = Evidence(
+        boot_id="boot-a",
+        hostname="db1.example.org",
+        booted_at=BOOT,
+        captured_at=NOW,
+        pid_namespace=4026531836,
+        nested_pid_namespace=False,
+        granted=(),
+        kernel_holders=(),
+        waiters=(),
+        openers=(),
+        record_process=None,
+        unreadable_pids=0,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def record(age: timedelta = timedelta(hours=2, minutes=1), **changes: object) -> Claim:
+    base = Claim(
+        format="owner-record",
+        path="/srv/wa/store/LOCK",
+        present=True,
+        existence_is_lock=True,
+        keys=(KEY,),
+        pid=64969,
+        role="maintenance-job",
+        host="db1",
+        started_at=NOW - age,
+        created_at=NOW - age,
+        record_path="/srv/wa/store/LOCK/owner.json",
+        remove_path="/srv/wa/store/LOCK",
+        owner_uid=1000,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+FLOCK = KernelLock(1, "FLOCK", "WRITE", 500, KEY, 0, None, False)
+
+
+@pytest.mark.parametrize(
+    ("claim", "facts", "state", "severity"),
+    [
+        (record(present=False), evidence(), State.FREE, Severity.OK),
+        (
+            record(age=timedelta(minutes=5)),
+            evidence(record_process=process()),
+            State.HELD,
+            Severity.OK,
+        ),
+        (
+            record(age=timedelta(minutes=20)),
+            evidence(record_process=process()),
+            State.HELD_TOO_LONG,
+            Severity.WARNING,
+        ),
+        (record(), evidence(record_process=process()), State.HELD_TOO_LONG, Severity.CRITICAL),
+        (record(), evidence(), State.STALE, Severity.CRITICAL),
+        (
+            record(),
+            evidence(record_process=process(state="Z", threads=1)),
+            State.STALE,
+            Severity.CRITICAL,
+        ),
+        (
+            record(),
+            evidence(record_process=process(state="Z", threads=2)),
+            State.HELD_TOO_LONG,
+            Severity.CRITICAL,
+        ),
+        (record(host="web7"), evidence(), State.UNKNOWN, Severity.UNKNOWN),
+        (record(pid_namespace=99), evidence(), State.UNKNOWN, Severity.UNKNOWN),
+        (record(), evidence(nested_pid_namespace=True), State.UNKNOWN, Severity.UNKNOWN),
+        (record(problem="bad"), evidence(), State.UNKNOWN, Severity.UNKNOWN),
+        (
+            record(owner_uid=2000),
+            evidence(record_process=process()),
+            State.UNKNOWN,
+            Severity.UNKNOWN,
+        ),
+        (
+            record(boot_id="boot-b"),
+            evidence(record_process=process()),
+            State.STALE,
+            Severity.CRITICAL,
+        ),
+        (record(start_ticks=1), evidence(record_process=process()), State.STALE, Severity.CRITICAL),
+        (
+            record(),
+            evidence(record_process=process(started=timedelta(minutes=1))),
+            State.STALE,
+            Severity.CRITICAL,
+        ),
+        (record(pid=None), evidence(), State.UNKNOWN, Severity.UNKNOWN),
+        (
+            record(pid=None, created_at=BOOT - timedelta(hours=1)),
+            evidence(),
+            State.STALE,
+            Severity.CRITICAL,
+        ),
+        (
+            record(pid=None),
+            evidence(openers=(holder_from_process(process()),)),
+            State.HELD_TOO_LONG,
+            Severity.CRITICAL,
+        ),
+        (record(existence_is_lock=False), evidence(), State.FREE, Severity.OK),
+        (record(existence_is_lock=False), evidence(granted=(FLOCK,)), State.HELD, Severity.OK),
+        (record(problem="bad"), evidence(granted=(FLOCK,)), State.HELD, Severity.OK),
+    ],
+)
+def test_classification_table(
+    claim: Claim, facts: Evidence, state: State, severity: Severity
+) -> None:
+    finding = classify("wa-store", claim, facts, POLICY, NOW)
+    assert (finding.state, finding.severity) == (state, severity), finding.reason
+    assert (finding.proof is not None) == (state is State.STALE)
+
+
+def test_held_too_long_names_the_holder_unit_and_action() -> None:
+    running = process(unit="wa-resync.service")
+    finding = classify("wa-store", record(), evidence(record_process=running), POLICY, NOW)
+    assert finding.reason == (
+        "writes to wa-store blocked: PID 64969 (maintenance-job, wa-resync.service) has held "
+        "the lock for 2h01m — stop it"
+    )
+    assert finding.action == "systemctl stop wa-resync.service"
+    assert finding.held_for_s == pytest.approx(7260)
+
+
+def test_user_service_action_targets_the_users_manager() -> None:
+    running = process(unit="sync.service", user_unit=True)
+    finding = classify("s", record(), evidence(record_process=running), POLICY, NOW)
+    assert finding.action == "systemctl --user -M wa@ stop sync.service"
+
+
+def test_held_duration_is_the_smallest_of_record_age_and_process_age() -> None:
+    """A wall clock stepped forward makes the record look older; the holder's start ticks
+    (monotonic since boot) bound it."""
+    young = process(started=timedelta(minutes=10))
+    claim = record(age=timedelta(minutes=12))
+    finding = classify("s", claim, evidence(record_process=young), POLICY, NOW)
+    assert finding.held_for_s == pytest.approx(600)
+
+
+def test_stale_action_removes_the_directory_and_proof_says_why() -> None:
+    finding = classify("s", record(), evidence(), POLICY, NOW)
+    assert finding.action == "rm -r -- /srv/wa/store/LOCK"
+    assert finding.proof == (
+        "PID 64969 is not running on this host and no process holds a kernel lock on "
+        "/srv/wa/store/LOCK"
+    )
+
+
+def test_kernel_lock_with_hidden_holder_says_why() -> None:
+    finding = classify(
+        "k",
+        record(existence_is_lock=False),
+        evidence(granted=(FLOCK,), unreadable_pids=4),
+        POLICY,
+        NOW,
+    )
+    assert finding.state is State.HELD
+    assert "4 processes' descriptors could not be read; run as root" in finding.reason
+
+
+def test_incident_identity_is_pid_start_ticks_and_boot() -> None:
+    finding = classify("s", record(), evidence(record_process=process()), POLICY, NOW)
+    assert finding.identity == "pid:64969:12345:boot-a"
+    stale = classify("s", record(), evidence(), POLICY, NOW)
+    assert stale.identity == "inode:65024:77:64969"

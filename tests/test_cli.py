@@ -1,0 +1,143 @@
+"""The command line as a user meets it: help, version, exit codes, inspect, demo."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conftest import MKDIR_HOLDER, Children, run_cli
+from lockwarden import __version__
+
+
+def test_version_and_help() -> None:
+    assert run_cli("--version").stdout.strip() == f"lockwarden {__version__}"
+    helped = run_cli("--help")
+    assert helped.returncode == 0
+    for words in ("--once", "inspect", "check-config", "demo", "64", "78", "Nagios"):
+        assert words in helped.stdout
+    assert "--wait-ms" in run_cli("inspect", "--help").stdout
+
+
+def test_usage_errors_exit_64_not_a_nagios_code() -> None:
+    assert run_cli("--bogus").returncode == 64
+    assert run_cli().returncode == 64
+    assert run_cli("inspect", "/tmp", "--wait-ms", "-5").returncode == 64
+    completed = run_cli("inspect", "/tmp", "--warn-after", "soon")
+    assert completed.returncode == 64
+    assert '"soon" is not a duration' in completed.stderr
+
+
+def test_inspect_a_store_directory_names_the_holder(tmp_path: Path, children: Children) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    holder = children.python(MKDIR_HOLDER, str(store / "LOCK"), "maintenance-job", started)
+    completed = run_cli("inspect", str(store))
+    assert completed.returncode == 0
+    assert f"PID {holder.pid} (maintenance-job)" in completed.stdout
+    assert f"action   kill {holder.pid}" in completed.stdout
+    assert "format auto picked owner-record" in completed.stdout
+
+
+def test_inspect_a_store_without_a_lock_is_free(tmp_path: Path) -> None:
+    completed = run_cli("inspect", str(tmp_path), "--json")
+    finding = json.loads(completed.stdout)["locks"][0]
+    assert (completed.returncode, finding["state"], finding["path"]) == (
+        0,
+        "free",
+        str(tmp_path / "LOCK"),
+    )
+
+
+RELEASES_SOON = """
+import json, os, socket, sys, time
+lock = sys.argv[1]
+os.mkdir(lock)
+with open(os.path.join(lock, "owner.json"), "w") as handle:
+    json.dump({"pid": os.getpid(), "role": "migration", "host": socket.gethostname()}, handle)
+print("ready", flush=True)
+time.sleep(float(sys.argv[2]))
+os.remove(os.path.join(lock, "owner.json"))
+os.rmdir(lock)
+"""
+
+
+def test_inspect_wait_ms_sees_a_release_mid_wait(tmp_path: Path, children: Children) -> None:
+    lock = tmp_path / "LOCK"
+    children.python(RELEASES_SOON, str(lock), "0.6")
+    started = time.monotonic()
+    completed = run_cli("inspect", str(lock), "--wait-ms", "5000")
+    elapsed = time.monotonic() - started
+    assert completed.returncode == 0, completed.stdout
+    assert " free " in completed.stdout
+    assert "released after" in completed.stdout
+    assert "watching" in completed.stderr
+    assert elapsed < 5  # it returned on the release, not at the end of the wait
+
+
+def test_inspect_wait_ms_reports_a_lock_still_held(tmp_path: Path, children: Children) -> None:
+    lock = tmp_path / "LOCK"
+    children.python(RELEASES_SOON, str(lock), "30")
+    completed = run_cli("inspect", str(lock), "--wait-ms", "300")
+    assert completed.returncode == 0
+    assert "still held after waiting 300 ms" in completed.stdout
+
+
+def test_once_without_config_checks_the_builtin_locks() -> None:
+    completed = run_cli("--once", "--json")
+    document = json.loads(completed.stdout)
+    assert completed.returncode in (0, 1, 2, 3)
+    assert document["host"] == socket.gethostname()
+    assert document["version"] == 1
+    assert any("no config file" in note for note in document["notes"])
+    assert all(lock["format"] == "kernel" for lock in document["locks"])
+
+
+def test_json_document_has_the_documented_shape(tmp_path: Path, children: Children) -> None:
+    lock = tmp_path / "LOCK"
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    children.python(MKDIR_HOLDER, str(lock), "maintenance-job", started)
+    document = json.loads(run_cli("inspect", str(lock), "--json").stdout)
+    assert set(document) >= {"version", "host", "boot_id", "checked_at", "status", "locks"}
+    finding = document["locks"][0]
+    assert set(finding) >= {
+        "name",
+        "path",
+        "format",
+        "state",
+        "severity",
+        "held_for_s",
+        "reason",
+        "proof",
+        "holder",
+        "waiters",
+        "action",
+    }
+    assert set(finding["holder"]) >= {
+        "pid",
+        "role",
+        "host",
+        "user",
+        "cmdline",
+        "started_at",
+        "unit",
+        "alive",
+    }
+    assert document["checked_at"].endswith("Z")
+
+
+def test_demo_shows_the_blocked_write_and_exits_zero() -> None:
+    started = time.monotonic()
+    completed = run_cli("demo", timeout=20)
+    elapsed = time.monotonic() - started
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    output = completed.stdout
+    assert "BLOCKED" in output and "(maintenance-job)" in output
+    assert "stopping it fixes this, waiting longer does not" in output
+    assert "lock acquired after" in output
+    assert "cleaned up" in output
+    assert not Path(output.rsplit("cleaned up ", 1)[1].strip()).exists()
+    print(f"demo took {elapsed:.2f} s")
