@@ -23,7 +23,7 @@ fi
 "$venv/bin/python" -m pip install -q -e '.[test]'
 
 export PATH="$PWD/$venv/bin:$PATH"
-ruff check src tests benchmarks
-ruff format --check src tests benchmarks
+ruff check .
+ruff format --check .
 mypy
 exec pytest -q "$@"
