@@ -7,6 +7,7 @@ reused by an unrelated process, another host, another boot.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,8 +45,6 @@ def backdate(path: str | Path, seconds: float = AN_HOUR_AGO) -> None:
 
 def kill_group(process: subprocess.Popen[str]) -> None:
     """SIGKILL a holder started with start_new_session=True and everything it started."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait(timeout=10)

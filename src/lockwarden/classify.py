@@ -100,12 +100,16 @@ def _free_reason(claim: Claim, evidence: Evidence) -> str:
 
 
 def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
+    # Another host's boot and PIDs prove nothing here, so the host is checked first.
+    foreign_host = _foreign_host_reason(claim, evidence, policy.host_aliases)
+    if foreign_host:
+        return Verdict(State.UNKNOWN, foreign_host)
     other_boot = _other_boot_proof(claim, evidence)
     if other_boot:
         return Verdict(State.STALE, "stale: its holder is gone", proof=other_boot)
     if claim.pid is None:
         return _unnamed_verdict(claim, evidence)
-    foreign = _foreign_reason(claim, evidence, policy)
+    foreign = _foreign_namespace_reason(claim, evidence)
     if foreign:
         return Verdict(State.UNKNOWN, foreign)
     if len(evidence.other_processes) != len(claim.other_pids):
@@ -187,10 +191,7 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
     )
 
 
-def _foreign_reason(claim: Claim, evidence: Evidence, policy: Policy) -> str | None:
-    host_reason = _foreign_host_reason(claim, evidence, policy.host_aliases)
-    if host_reason:
-        return host_reason
+def _foreign_namespace_reason(claim: Claim, evidence: Evidence) -> str | None:
     if claim.pid_namespace is not None and claim.pid_namespace != evidence.pid_namespace:
         return (
             f"PID {claim.pid} is in PID namespace {claim.pid_namespace}, "

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from conftest import Children, require_tool, wait_until
 from lockcheck import inspect_lock, kill_group
-
 from lockwarden.model import State
 
 CHROMIUM_FLAGS = (
