@@ -123,10 +123,11 @@ def layout_candidates(
     candidates: list[Candidate] = []
     notes: list[str] = []
     queue = [(os.path.abspath(directory), 0) for directory in directories]
+    forbidden_devices = _devices_of(NEVER_WALKED)
     seen_entries = 0
     while queue:
         directory, depth = queue.pop(0)
-        if _never_walked(directory):
+        if _never_walked(directory, forbidden_devices):
             notes.append(f"{directory}: not walked (/proc, /sys and /dev never are)")
             continue
         layout = choose_format(directory, LAYOUT_FORMATS)
@@ -164,8 +165,27 @@ def _entry_candidate(entry: os.DirEntry[str]) -> Candidate | None:
     return Candidate(entry.path, layout, f"{layout} layout") if layout else None
 
 
-def _never_walked(path: str) -> bool:
-    return any(path == root or path.startswith(root + "/") for root in NEVER_WALKED)
+def _devices_of(paths: Sequence[str]) -> set[int]:
+    """The filesystems mounted at these paths (a path that is no mount point adds nothing)."""
+    devices = set()
+    for path in paths:
+        try:
+            device = os.stat(path).st_dev
+            if device != os.stat(os.path.dirname(path)).st_dev:
+                devices.add(device)
+        except OSError:
+            continue
+    return devices
+
+
+def _never_walked(path: str, forbidden_devices: set[int]) -> bool:
+    """/proc, /sys and /dev by name, and by filesystem wherever they are mounted again."""
+    if any(path == root or path.startswith(root + "/") for root in NEVER_WALKED):
+        return True
+    try:
+        return os.lstat(path).st_dev in forbidden_devices
+    except OSError:
+        return False
 
 
 def _unique(candidates: Iterable[Candidate]) -> list[Candidate]:
