@@ -195,8 +195,14 @@ def _claim(
     if not holders:
         return claim
     host_ids = sorted({holder.host_id for holder in holders})
-    if len(host_ids) > 1:
-        problem = f"{repository}: holders on several hosts ({', '.join(host_ids)})"
+    threaded = [holder for holder in holders if holder.thread != 0]
+    if len(host_ids) > 1 or threaded:
+        problem = (
+            f"{repository}: holders on several hosts ({', '.join(host_ids)})"
+            if len(host_ids) > 1
+            else f"{repository}: a holder names thread {threaded[0].thread}; borg itself "
+            "never breaks such a lock (it writes thread 0)"
+        )
         return Claim(
             format=NAME, path=repository, present=True, existence_is_lock=True, problem=problem
         )
