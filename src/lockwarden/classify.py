@@ -13,11 +13,16 @@ from datetime import datetime, timedelta
 
 from lockwarden.durations import format_duration
 from lockwarden.identify import Evidence, holder_from_process
-from lockwarden.model import Claim, Finding, Holder, Severity, State
+from lockwarden.model import Claim, Finding, Holder, Process, Severity, State
 
 # A reused PID is only proven when its process started clearly after the lock was taken: the
 # record's wall-clock time and the process start (boot time + ticks) can disagree by an NTP step.
 PID_REUSE_MARGIN = timedelta(minutes=5)
+# A recorded boot time is another boot only when it is off by more than a clock step could make
+# it: both sides compute it as "now - uptime" from a wall clock that NTP may have moved.
+BOOT_MARGIN = timedelta(minutes=1)
+# /proc/PID/stat truncates a process's name to 15 characters.
+COMM_LENGTH = 15
 
 
 @dataclass(frozen=True)
@@ -95,31 +100,73 @@ def _free_reason(claim: Claim, evidence: Evidence) -> str:
 
 
 def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
-    if claim.boot_id and claim.boot_id != evidence.boot_id:
-        proof = f"it was taken in another boot (boot id {claim.boot_id}, now {evidence.boot_id})"
-        return Verdict(State.STALE, "stale: its holder is gone", proof=proof)
+    # Another host's boot and PIDs prove nothing here, so the host is checked first.
+    foreign_host = _foreign_host_reason(claim, evidence, policy.host_aliases)
+    if foreign_host:
+        return Verdict(State.UNKNOWN, foreign_host)
+    other_boot = _other_boot_proof(claim, evidence)
+    if other_boot:
+        return Verdict(State.STALE, "stale: its holder is gone", proof=other_boot)
     if claim.pid is None:
         return _unnamed_verdict(claim, evidence)
-    foreign = _foreign_reason(claim, evidence, policy)
+    foreign = _foreign_namespace_reason(claim, evidence)
     if foreign:
         return Verdict(State.UNKNOWN, foreign)
-    process = evidence.record_process
+    if len(evidence.other_processes) != len(claim.other_pids):
+        return Verdict(State.UNKNOWN, "the other holders the record lists were not looked up")
+    recorded = zip(
+        (claim.pid, *claim.other_pids),
+        (evidence.record_process, *evidence.other_processes),
+        strict=True,
+    )
+    return _combine({pid: _pid_verdict(claim, pid, process) for pid, process in recorded})
+
+
+def _pid_verdict(claim: Claim, pid: int, process: Process | None) -> Verdict:
+    """One recorded holder on this host and PID namespace: alive, gone, or another process."""
     if process is None or not process.alive:
         gone = "a reaped zombie" if process is not None else "not running on this host"
-        proof = f"PID {claim.pid} is {gone} and no process holds a kernel lock on {claim.path}"
-        return Verdict(State.STALE, f"stale: its holder PID {claim.pid} is gone", proof=proof)
-    reused = _reuse_proof(claim, process.start_ticks, process.started_at)
+        proof = f"PID {pid} is {gone} and no process holds a kernel lock on {claim.path}"
+        return Verdict(State.STALE, f"stale: its holder PID {pid} is gone", proof=proof)
+    reused = _reuse_proof(claim, process)
     if reused:
-        return Verdict(
-            State.STALE, f"stale: PID {claim.pid} now belongs to another process", proof=reused
-        )
+        reason = f"stale: PID {pid} now belongs to another process"
+        return Verdict(State.STALE, reason, proof=reused)
     if claim.owner_uid not in (None, 0, process.uid):
         return Verdict(
             State.UNKNOWN,
-            f"the record is owned by uid {claim.owner_uid} but PID {claim.pid} runs as "
+            f"the record is owned by uid {claim.owner_uid} but PID {pid} runs as "
             f"{process.user}; lockwarden does not trust it",
         )
     return Verdict(State.HELD, "held", _with_record(holder_from_process(process), claim))
+
+
+def _combine(by_pid: dict[int, Verdict]) -> Verdict:
+    """Several recorded holders (borg's shared roster): held while any one holds it, unknown if
+    any cannot be told, stale only when every one is proven gone (all proofs kept)."""
+    verdicts = list(by_pid.values())
+    held = [verdict for verdict in verdicts if verdict.state is State.HELD]
+    if held:
+        sharers = tuple(verdict.holder for verdict in held[1:] if verdict.holder is not None)
+        return Verdict(State.HELD, held[0].reason, held[0].holder, sharers=sharers)
+    unknown = next((verdict for verdict in verdicts if verdict.state is State.UNKNOWN), None)
+    if unknown is not None or len(verdicts) == 1:
+        return unknown or verdicts[0]
+    proofs = "; ".join(verdict.proof for verdict in verdicts if verdict.proof)
+    pids = ", ".join(str(pid) for pid in by_pid)
+    return Verdict(State.STALE, f"stale: all its holders (PIDs {pids}) are gone", proof=proofs)
+
+
+def _other_boot_proof(claim: Claim, evidence: Evidence) -> str | None:
+    if claim.boot_id and claim.boot_id != evidence.boot_id:
+        return f"it was taken in another boot (boot id {claim.boot_id}, now {evidence.boot_id})"
+    if claim.booted_at is not None and abs(claim.booted_at - evidence.booted_at) > BOOT_MARGIN:
+        return (
+            f"it was taken in another boot: its holder recorded a boot at "
+            f"{claim.booted_at:%Y-%m-%dT%H:%M:%SZ}, this host booted at "
+            f"{evidence.booted_at:%Y-%m-%dT%H:%M:%SZ}"
+        )
+    return None
 
 
 def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
@@ -144,9 +191,7 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
     )
 
 
-def _foreign_reason(claim: Claim, evidence: Evidence, policy: Policy) -> str | None:
-    if claim.host and not _same_host(claim.host, evidence.hostname, policy.host_aliases):
-        return f"the lock was taken on host {claim.host!r}, not on this host ({evidence.hostname})"
+def _foreign_namespace_reason(claim: Claim, evidence: Evidence) -> str | None:
     if claim.pid_namespace is not None and claim.pid_namespace != evidence.pid_namespace:
         return (
             f"PID {claim.pid} is in PID namespace {claim.pid_namespace}, "
@@ -160,24 +205,63 @@ def _foreign_reason(claim: Claim, evidence: Evidence, policy: Policy) -> str | N
     return None
 
 
+def _foreign_host_reason(claim: Claim, evidence: Evidence, aliases: tuple[str, ...]) -> str | None:
+    """Another host's PIDs mean nothing here. A machine id recorded beside the name (borg's
+    `NAME@NODE`) must match too, unless the configuration names the whole id as an alias."""
+    if not claim.host:
+        return None
+    if claim.host_node is not None and f"{claim.host}@{claim.host_node}" in aliases:
+        return None
+    if not _same_host(claim.host, evidence.hostname, aliases):
+        return f"the lock was taken on host {claim.host!r}, not on this host ({evidence.hostname})"
+    if claim.host_node is not None and claim.host_node != evidence.host_node:
+        return (
+            f"the lock was taken on a host named {claim.host!r} with machine id "
+            f"{claim.host_node}, but this host's id is {evidence.host_node}: another machine "
+            f'(add "{claim.host}@{claim.host_node}" to host_aliases if it is this one)'
+        )
+    return None
+
+
 def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
     short = hostname.split(".")[0]
     candidates = {hostname, short, "localhost", *aliases}
     return recorded in candidates or recorded.split(".")[0] == short
 
 
-def _reuse_proof(claim: Claim, start_ticks: int, started_at: datetime) -> str | None:
-    if claim.start_ticks is not None and claim.start_ticks != start_ticks:
+def _reuse_proof(claim: Claim, process: Process) -> str | None:
+    if claim.executable_hint and not _runs_one_of(process, claim.executable_hint):
+        expected = " or ".join(claim.executable_hint)
         return (
-            f"PID {claim.pid} now started at tick {start_ticks} after boot, but the record says "
-            f"tick {claim.start_ticks}: the process that took the lock is gone"
+            f"PID {process.pid} runs {_program_of(process)!r}, not {expected}, which is what "
+            "takes this lock: the process that took it is gone"
         )
-    if claim.started_at is not None and started_at > claim.started_at + PID_REUSE_MARGIN:
+    if claim.start_ticks is not None and claim.start_ticks != process.start_ticks:
         return (
-            f"PID {claim.pid} started at {started_at:%Y-%m-%dT%H:%M:%SZ}, after the lock was "
-            f"taken at {claim.started_at:%Y-%m-%dT%H:%M:%SZ}: it is another process"
+            f"PID {claim.pid} now started at tick {process.start_ticks} after boot, but the "
+            f"record says tick {claim.start_ticks}: the process that took the lock is gone"
+        )
+    if claim.started_at is not None and process.started_at > claim.started_at + PID_REUSE_MARGIN:
+        return (
+            f"PID {process.pid} started at {process.started_at:%Y-%m-%dT%H:%M:%SZ}, after the "
+            f"lock was taken at {claim.started_at:%Y-%m-%dT%H:%M:%SZ}: it is another process"
         )
     return None
+
+
+def _program_of(process: Process) -> str:
+    return process.cmdline[0].rsplit("/", 1)[-1] if process.cmdline else process.name
+
+
+def _runs_one_of(process: Process, executables: tuple[str, ...]) -> bool:
+    """By the executable's name in argv[0], or by the (possibly truncated) kernel name."""
+    if _program_of(process) in executables:
+        return True
+    name = process.name
+    return any(
+        name == executable or (len(name) == COMM_LENGTH and executable.startswith(name))
+        for executable in executables
+    )
 
 
 def _with_record(holder: Holder, claim: Claim) -> Holder:
@@ -238,6 +322,8 @@ def explain(
 
 
 def action_for(state: State, verdict: Verdict, claim: Claim) -> str | None:
+    if state is State.STALE and claim.break_command:
+        return claim.break_command
     if state is State.STALE and claim.remove_path:
         flag = "-r " if claim.remove_path == claim.path and claim.record_path != claim.path else ""
         return f"rm {flag}-- {shlex.quote(claim.remove_path)}"

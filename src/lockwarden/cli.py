@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import tomli_w
 
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(check)
 
+    _discover_parser(commands)
+
     commands.add_parser(
         "demo",
         help="show a real blocked write and its diagnosis (about 3 s)",
@@ -112,6 +115,27 @@ def build_parser() -> argparse.ArgumentParser:
         "holder, then the same write succeeding once the holder exits. Cleans up after itself.",
     )
     return parser
+
+
+def _discover_parser(commands: Any) -> None:
+    discover = commands.add_parser(
+        "discover",
+        help="find candidate locks on this host and show their state",
+        description="List every file the kernel's lock table holds, and the lock layouts "
+        "(Chromium profiles, Mercurial and borg repositories, Emacs .#FILE locks) under the "
+        "directories given, each with its detected format and current state. Nothing is "
+        "locked or changed. With --write, save them as a config that check-config accepts.",
+    )
+    discover.add_argument("directories", nargs="*", metavar="DIR", help="directories to walk")
+    discover.add_argument("--write", metavar="PATH", help="write the candidates as a config")
+    discover.add_argument(
+        "--force", action="store_true", help="let --write replace an existing file"
+    )
+    discover.add_argument(
+        "--max-depth", type=_non_negative_int, default=6, metavar="N", help="walk depth (6)"
+    )
+    _output(discover)
+    _verbosity(discover)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -203,6 +227,8 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
         return command_inspect(arguments)
     if arguments.command == "check-config":
         return command_check_config(arguments)
+    if arguments.command == "discover":
+        return command_discover(arguments)
     if arguments.command == "demo":
         from lockwarden.demo import run_demo
 
@@ -240,6 +266,33 @@ def command_check_config(arguments: argparse.Namespace) -> int:
     else:
         print(f"# effective configuration from {source}: valid, {len(config.locks)} locks")
         print(tomli_w.dumps(document), end="")
+    return EXIT_OK
+
+
+def command_discover(arguments: argparse.Namespace) -> int:
+    """Exit 0 whatever the locks' states: discovery lists, `--once` judges."""
+    from lockwarden.discover import (
+        discover_locks,
+        discovery_document,
+        render_discovery,
+        write_config,
+    )
+    from lockwarden.host import Snapshot
+
+    now = now_of(arguments)
+    discovery = discover_locks(arguments.directories, Snapshot.capture(), now, arguments.max_depth)
+    if arguments.json:
+        import json
+
+        print(json.dumps(discovery_document(discovery), indent=2))
+    else:
+        sys.stdout.write(render_discovery(discovery))
+    if arguments.write:
+        try:
+            write_config(arguments.write, discovery, now, force=arguments.force)
+        except FileExistsError:
+            raise UsageError(f"{arguments.write} exists; pass --force to replace it") from None
+        print(f"wrote {len(discovery.candidates)} locks to {arguments.write}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pwd
 import socket
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -130,6 +131,7 @@ class Snapshot:
     _processes: dict[int, Process | None] = field(default_factory=dict, repr=False)
     _scan: DescriptorScan | None = field(default=None, repr=False)
     _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
+    _node_id: int | None = field(default=None, repr=False)
 
     @classmethod
     def capture(cls, proc: str = "/proc") -> Snapshot:
@@ -158,6 +160,13 @@ class Snapshot:
 
     def ticks_to_time(self, ticks: int) -> datetime:
         return self.booted_at + timedelta(seconds=ticks / self.clock_ticks)
+
+    def node_id(self) -> int:
+        """This machine's id as borg records it beside the host name (`uuid.getnode()`, the MAC);
+        asked only when a lock records one, since finding it may cost a subprocess."""
+        if self._node_id is None:
+            self._node_id = uuid.getnode()
+        return self._node_id
 
     def valid_pid(self, pid: object) -> bool:
         """Only an int in 2..pid_max names a process (0, -1 and True are traps for kill())."""

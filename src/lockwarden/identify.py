@@ -29,6 +29,8 @@ class Evidence:
     openers: tuple[Holder, ...]
     record_process: Process | None
     unreadable_pids: int
+    other_processes: tuple[Process | None, ...] = ()
+    host_node: int | None = None
 
     @property
     def kernel_locked(self) -> bool:
@@ -84,6 +86,8 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         openers=_openers(descriptors, snapshot) if needs_openers and not granted else (),
         record_process=snapshot.process(claim.pid) if claim.pid is not None else None,
         unreadable_pids=snapshot.unreadable_pids if (granted or needs_openers) else 0,
+        other_processes=tuple(snapshot.process(pid) for pid in claim.other_pids),
+        host_node=snapshot.node_id() if claim.host_node is not None else None,
     )
 
 

@@ -41,6 +41,11 @@ class Claim:
     ``existence_is_lock`` is true for layouts where the artefact alone blocks writers (mkdir
     locks, O_EXCL files, symlink locks, pidfiles); false where only a kernel lock counts.
     ``problem`` is set when the record exists but cannot be trusted; the claim's pid is then None.
+    ``executable_hint`` names the executables that can hold this lock (Chromium's profile lock):
+    a live PID running anything else is a reused PID. ``booted_at`` is the boot time the holder
+    recorded (Emacs), ``host_node`` the machine id recorded beside the host name (borg's
+    ``uuid.getnode()``), ``other_pids`` further holders the record lists (borg's roster), and
+    ``break_command`` the command the lock's own program offers to break it when stale.
     """
 
     format: str
@@ -65,6 +70,10 @@ class Claim:
     remove_path: str | None = None
     stale_hint: str | None = None
     executable_hint: tuple[str, ...] = ()
+    booted_at: datetime | None = None
+    host_node: int | None = None
+    other_pids: tuple[int, ...] = ()
+    break_command: str | None = None
 
 
 @dataclass(frozen=True)

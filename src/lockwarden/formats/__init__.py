@@ -7,7 +7,11 @@ import stat
 from dataclasses import replace
 
 from lockwarden.formats.base import Format, lstat_or_none
+from lockwarden.formats.borg import BorgRepository
+from lockwarden.formats.chromium import ChromiumProfile
+from lockwarden.formats.emacs import EmacsLock
 from lockwarden.formats.kernel import KernelLockFile
+from lockwarden.formats.mercurial import Mercurial
 from lockwarden.formats.owner_record import PREFERRED_RECORDS, OwnerRecord
 from lockwarden.formats.pidfile import Pidfile
 from lockwarden.model import Claim
@@ -16,11 +20,27 @@ FORMATS: dict[str, Format] = {
     "owner-record": OwnerRecord(),
     "pidfile": Pidfile(),
     "kernel": KernelLockFile(),
+    "chromium-profile": ChromiumProfile(),
+    "mercurial": Mercurial(),
+    "emacs": EmacsLock(),
+    "borg": BorgRepository(),
 }
 
 AUTO = "auto"
 # Most specific first: the first format whose detect() says yes is the one used.
-AUTO_ORDER: tuple[str, ...] = ("pidfile", "owner-record", "kernel")
+AUTO_ORDER: tuple[str, ...] = (
+    "chromium-profile",
+    "mercurial",
+    "emacs",
+    "borg",
+    "pidfile",
+    "owner-record",
+    "kernel",
+)
+# Formats that recognise a whole layout by its own names (a profile, a repository, `.#FILE`):
+# a directory walk (`lockwarden discover`) may trust their detect(), and `auto` consults them
+# before treating a plain directory as a store whose lock is STORE/LOCK.
+LAYOUT_FORMATS: tuple[str, ...] = ("chromium-profile", "mercurial", "emacs", "borg")
 STORE_LOCK_NAMES = ("LOCK", "lock", ".lock")
 LOCKISH_SUFFIXES = (".lock", ".lck", ".lockdir")
 
@@ -53,12 +73,12 @@ def _looks_like_lock_directory(path: str) -> bool:
     )
 
 
-def choose_format(path: str) -> str | None:
+def choose_format(path: str, order: tuple[str, ...] = AUTO_ORDER) -> str | None:
     """The name of the format `auto` picks for this path, or None when nothing is there."""
     status = lstat_or_none(path)
     if status is None:
         return None
-    for name in AUTO_ORDER:
+    for name in order:
         if FORMATS[name].detect(path, status):
             return name
     return None
@@ -68,8 +88,10 @@ def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
     """Read one lock with the named format, or with the one `auto` picks (and say which)."""
     if format_name != AUTO:
         return FORMATS[format_name].read(path, pid_max)
-    path = store_lock_path(path)
-    chosen = choose_format(path)
+    chosen = choose_format(path, LAYOUT_FORMATS)
+    if chosen is None:
+        path = store_lock_path(path)
+        chosen = choose_format(path)
     if chosen is None:
         present = lstat_or_none(path) is not None
         problem = f"{path} is not a layout any format recognises" if present else None

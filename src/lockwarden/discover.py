@@ -1,0 +1,282 @@
+"""Find candidate locks on this host, judge them like any configured lock, and write a config.
+
+Two sources: every inode in /proc/locks resolved to a path through the descriptors that hold it
+(`/proc/PID/fd` links, from the snapshot's one descriptor scan), and the layouts the layout
+formats recognise by name (a Chromium profile, a Mercurial or borg repository, an Emacs `.#FILE`)
+under the directories given, walked to a bounded depth and entry count without following
+symlinks and never into /proc, /sys or /dev. Nothing found is locked, opened for writing or
+changed; the candidates go through the normal pipeline (run.inspect_locks).
+
+`discover_locks()` is what `lockwarden discover` and other commands (`init`) call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import tomli_w
+
+from lockwarden import config as config_module
+from lockwarden.durations import parse_duration
+from lockwarden.formats import LAYOUT_FORMATS, choose_format
+from lockwarden.host import Snapshot
+from lockwarden.model import Finding, InodeKey
+from lockwarden.run import inspect_locks
+
+DEFAULT_MAX_DEPTH = 6
+DEFAULT_MAX_ENTRIES = 50_000
+NEVER_WALKED = ("/proc", "/sys", "/dev")
+DELETED_SUFFIX = " (deleted)"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A lock worth watching: where it is, which format reads it, and how it was found."""
+
+    path: str
+    format: str
+    found_by: str
+
+
+@dataclass(frozen=True)
+class Discovery:
+    candidates: tuple[Candidate, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+    hostname: str
+
+
+def discover_locks(
+    directories: Sequence[str],
+    snapshot: Snapshot,
+    now: datetime,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+) -> Discovery:
+    """Candidates from the kernel's lock table and from the directories, each judged now."""
+    kernel, kernel_notes = kernel_lock_candidates(snapshot)
+    layouts, walk_notes = layout_candidates(directories, max_depth, max_entries)
+    candidates = _unique([*kernel, *layouts])
+    findings = inspect_locks(lock_configs(candidates), snapshot, now)
+    return Discovery(tuple(candidates), findings, (*kernel_notes, *walk_notes), snapshot.hostname)
+
+
+def kernel_lock_candidates(snapshot: Snapshot) -> tuple[list[Candidate], list[str]]:
+    """Every locked inode in /proc/locks, named by a path a holder's descriptor points at."""
+    keys = list(snapshot.locks)
+    snapshot.scan_descriptors(keys)
+    candidates: list[Candidate] = []
+    unresolved = 0
+    for key in keys:
+        path = _path_of(key, snapshot)
+        if path is None:
+            unresolved += 1
+            continue
+        kinds = sorted({f"{lock.kind} {lock.mode}" for lock in snapshot.kernel_locks(key)})
+        candidates.append(
+            Candidate(path, _kernel_path_format(path), f"kernel lock ({', '.join(kinds)})")
+        )
+    notes = []
+    if unresolved:
+        notes.append(
+            f"{unresolved} locked files could not be named: deleted, or their holders' "
+            "descriptors cannot be read here (run as root, in the host's PID namespace)"
+        )
+    return candidates, notes
+
+
+def _path_of(key: InodeKey, snapshot: Snapshot) -> str | None:
+    """The first descriptor link that still names this very inode (not a deleted one)."""
+    for descriptor in snapshot.descriptors(key):
+        link = f"{snapshot.proc}/{descriptor.pid}/fd/{descriptor.fd}"
+        try:
+            target = os.readlink(link)
+            status = os.stat(target) if target.startswith("/") else None
+        except OSError:
+            continue
+        if target.endswith(DELETED_SUFFIX) or status is None:
+            continue
+        if (status.st_dev, status.st_ino) == key:
+            return target
+    return None
+
+
+def _kernel_path_format(path: str) -> str:
+    """A layout format if the path is one; a locked directory is a kernel lock, not a store."""
+    layout = choose_format(path, LAYOUT_FORMATS)
+    if layout is not None:
+        return layout
+    if os.path.isdir(path):
+        return "kernel"
+    return choose_format(path) or "kernel"
+
+
+def layout_candidates(
+    directories: Sequence[str], max_depth: int, max_entries: int
+) -> tuple[list[Candidate], list[str]]:
+    """Known layouts under the directories: breadth first, symlinks never followed."""
+    candidates: list[Candidate] = []
+    notes: list[str] = []
+    queue = [(os.path.abspath(directory), 0) for directory in directories]
+    forbidden_devices = _devices_of(NEVER_WALKED)
+    seen_entries = 0
+    while queue:
+        directory, depth = queue.pop(0)
+        if _never_walked(directory, forbidden_devices):
+            notes.append(f"{directory}: not walked (/proc, /sys and /dev never are)")
+            continue
+        layout = choose_format(directory, LAYOUT_FORMATS)
+        if layout is not None:
+            candidates.append(Candidate(directory, layout, f"{layout} layout"))
+            continue  # its inside is the layout's own
+        try:
+            entries = _entries(directory)
+        except OSError as error:
+            notes.append(f"{directory}: not walked ({error.strerror or error})")
+            continue
+        for entry in entries:
+            seen_entries += 1
+            if seen_entries > max_entries:
+                notes.append(f"stopped after {max_entries} entries; name fewer directories")
+                return candidates, notes
+            found = _entry_candidate(entry)
+            if found is not None:
+                candidates.append(found)
+            elif entry.is_dir(follow_symlinks=False) and depth < max_depth:
+                queue.append((entry.path, depth + 1))
+    return candidates, notes
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]]:
+    with os.scandir(directory) as iterator:
+        return sorted(iterator, key=lambda entry: entry.name)
+
+
+def _entry_candidate(entry: os.DirEntry[str]) -> Candidate | None:
+    """A file-level layout (`.#FILE`); directories are judged when they are walked."""
+    if entry.is_dir(follow_symlinks=False):
+        return None
+    layout = choose_format(entry.path, LAYOUT_FORMATS)
+    return Candidate(entry.path, layout, f"{layout} layout") if layout else None
+
+
+def _devices_of(paths: Sequence[str]) -> set[int]:
+    """The filesystems mounted at these paths (a path that is no mount point adds nothing)."""
+    devices = set()
+    for path in paths:
+        try:
+            device = os.stat(path).st_dev
+            if device != os.stat(os.path.dirname(path)).st_dev:
+                devices.add(device)
+        except OSError:
+            continue
+    return devices
+
+
+def _never_walked(path: str, forbidden_devices: set[int]) -> bool:
+    """/proc, /sys and /dev by name, and by filesystem wherever they are mounted again."""
+    if any(path == root or path.startswith(root + "/") for root in NEVER_WALKED):
+        return True
+    try:
+        return os.lstat(path).st_dev in forbidden_devices
+    except OSError:
+        return False
+
+
+def _unique(candidates: Iterable[Candidate]) -> list[Candidate]:
+    by_path: dict[str, Candidate] = {}
+    for candidate in candidates:
+        by_path.setdefault(candidate.path, candidate)
+    return list(by_path.values())
+
+
+def lock_configs(candidates: Sequence[Candidate]) -> list[config_module.LockConfig]:
+    defaults = _default_budgets()
+    names = lock_names([candidate.path for candidate in candidates])
+    return [
+        config_module.LockConfig(
+            name=name,
+            path=candidate.path,
+            format=candidate.format,
+            warn_after=defaults["warn_after"],
+            critical_after=defaults["critical_after"],
+        )
+        for name, candidate in zip(names, candidates, strict=True)
+    ]
+
+
+def _default_budgets() -> dict[str, float]:
+    return {option.key: parse_duration(option.default) for option in config_module.DEFAULTS_OPTIONS}
+
+
+def lock_names(paths: Sequence[str]) -> list[str]:
+    """Unique config names from the last two path components: `/srv/app/db.sqlite` ->
+    `app-db.sqlite`, then `-2`, `-3` for repeats."""
+    names: list[str] = []
+    used: set[str] = set()
+    for path in paths:
+        parts = [part for part in path.split("/") if part][-2:] or ["root"]
+        base = re.sub(r"[^A-Za-z0-9._:-]+", "-", "-".join(parts)).strip("-._:")[:56] or "lock"
+        name, number = base, 1
+        while name in used:
+            number += 1
+            name = f"{base}-{number}"
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def config_document(discovery: Discovery) -> dict[str, Any]:
+    """A config listing every candidate, checked with the same parser `check-config` uses."""
+    locks = lock_configs(discovery.candidates)
+    document = {
+        "lock": [{"name": lock.name, "path": lock.path, "format": lock.format} for lock in locks]
+    }
+    config_module.parse(document, "<discovered>")  # raises ConfigError if it would not load
+    return document
+
+
+def write_config(path: str, discovery: Discovery, now: datetime, force: bool = False) -> None:
+    """Write the config; an existing file is kept (FileExistsError) unless `force`."""
+    header = (
+        f"# lockwarden discover on {discovery.hostname} at {now:%Y-%m-%dT%H:%M:%SZ}: "
+        f"{len(discovery.candidates)} candidate locks. Remove the ones you do not care about.\n"
+    )
+    text = header + tomli_w.dumps(config_document(discovery))
+    if not force:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
+
+
+def render_discovery(discovery: Discovery) -> str:
+    lines = [f"lockwarden discover on {discovery.hostname}: {len(discovery.candidates)} locks"]
+    for candidate, finding in zip(discovery.candidates, discovery.findings, strict=True):
+        lines.append(f"  {finding.state.value:<13}  {candidate.format:<16}  {candidate.path}")
+        lines.append(f"      {finding.reason}")
+        lines.append(f"      found by {candidate.found_by}; config name {finding.name}")
+    lines.extend(f"note: {note}" for note in discovery.notes)
+    return "\n".join(lines) + "\n"
+
+
+def discovery_document(discovery: Discovery) -> dict[str, Any]:
+    from lockwarden.report import finding_document
+
+    return {
+        "hostname": discovery.hostname,
+        "locks": [
+            {"found_by": candidate.found_by, **finding_document(finding)}
+            for candidate, finding in zip(discovery.candidates, discovery.findings, strict=True)
+        ],
+        "notes": list(discovery.notes),
+    }

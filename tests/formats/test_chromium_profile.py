@@ -1,0 +1,130 @@
+"""chromium-profile: a real headless Chromium holding its user-data-dir's SingletonLock."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import Children, require_tool, wait_until
+from lockcheck import inspect_lock, kill_group
+from lockwarden.model import State
+
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+@dataclass
+class Browser:
+    process: subprocess.Popen[str]
+    profile: Path
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One Chromium for the module (it takes seconds to start); its whole group is killed."""
+    chromium = require_tool("chromium")
+    profile = tmp_path_factory.mktemp("profile")
+    process = subprocess.Popen(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert wait_until(lambda: os.path.islink(profile / "SingletonLock"), timeout=60)
+        yield Browser(process, profile)
+    finally:
+        kill_group(process)
+
+
+def test_auto_picks_the_profile_and_names_the_browser_main_process(browser: Browser) -> None:
+    finding = inspect_lock(browser.profile)
+
+    assert finding.format == "chromium-profile"
+    assert "auto picked chromium-profile" in (finding.note or "")
+    assert finding.state is State.HELD
+    assert finding.holder is not None and finding.holder.pid == browser.process.pid
+    assert os.readlink(browser.profile / "SingletonLock").endswith(f"-{browser.process.pid}")
+
+
+def test_lock_from_a_renamed_host_is_judged_here_only_when_configured(
+    browser: Browser, tmp_path: Path
+) -> None:
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "SingletonLock").symlink_to(f"old-container-name-{browser.process.pid}")
+
+    unconfigured = inspect_lock(profile)
+    renamed = inspect_lock(profile, host_aliases=("old-container-name",))
+
+    assert unconfigured.state is State.UNKNOWN
+    assert "old-container-name" in unconfigured.reason
+    assert renamed.state is State.HELD
+    assert renamed.holder is not None and renamed.holder.pid == browser.process.pid
+
+
+def test_killed_browser_leaves_a_stale_lock_with_proof(browser: Browser) -> None:
+    pid = browser.process.pid
+    kill_group(browser.process)
+
+    finding = inspect_lock(browser.profile)
+
+    assert os.path.islink(browser.profile / "SingletonLock")  # Chromium left it behind
+    assert finding.state is State.STALE
+    assert finding.proof is not None and str(pid) in finding.proof
+    assert finding.action is not None and "SingletonLock" in finding.action
+
+
+def test_pid_reused_by_a_process_that_is_not_chromium_is_never_the_holder(
+    children: Children, tmp_path: Path
+) -> None:
+    sleeper = children.start(["sleep", "60"])
+    (tmp_path / "SingletonLock").symlink_to(f"{socket.gethostname()}-{sleeper.pid}")
+
+    finding = inspect_lock(tmp_path)
+
+    assert finding.state is State.STALE
+    assert finding.holder is None
+    assert finding.proof is not None and "'sleep'" in finding.proof
+
+
+def test_another_host_is_unknown_never_stale(children: Children, tmp_path: Path) -> None:
+    (tmp_path / "SingletonLock").symlink_to("some-other-machine-4242")
+
+    finding = inspect_lock(tmp_path / "SingletonLock")
+
+    assert finding.state is State.UNKNOWN
+    assert "some-other-machine" in finding.reason
+
+
+def test_a_target_that_is_not_host_pid_is_unknown(tmp_path: Path) -> None:
+    (tmp_path / "SingletonLock").symlink_to("nonsense")
+
+    finding = inspect_lock(tmp_path, "chromium-profile")
+
+    assert finding.state is State.UNKNOWN
+    assert "HOST-PID" in finding.reason
+
+
+def test_profile_without_a_lock_is_free(tmp_path: Path) -> None:
+    (tmp_path / "Local State").write_text("{}")
+
+    finding = inspect_lock(tmp_path)
+
+    assert finding.format == "chromium-profile"
+    assert finding.state is State.FREE

@@ -1,0 +1,133 @@
+"""classify's record mechanisms as tables: executable hints, recorded boot times, machine ids,
+several recorded holders. Pure: Claims, Processes and Evidence are built by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lockwarden.classify import Policy, classify
+from lockwarden.identify import Evidence
+from lockwarden.model import Claim, Process, State
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+BOOTED = NOW - timedelta(days=1)
+POLICY = Policy(warn_after=900, critical_after=3600)
+
+
+def process(pid: int, name: str = "chromium", started: datetime = NOW) -> Process:
+    return Process(
+        pid=pid,
+        start_ticks=100,
+        state="S",
+        threads=1,
+        uid=0,
+        user="root",
+        cmdline=(f"/usr/lib/{name}/{name}", "--flag"),
+        name=name[:15],
+        unit=None,
+        user_unit=False,
+        pid_namespace=1,
+        started_at=started,
+    )
+
+
+def evidence(record: Process | None, *others: Process | None, node: int | None = 7) -> Evidence:
+    return Evidence(
+        boot_id="b",
+        hostname="web1",
+        booted_at=BOOTED,
+        captured_at=NOW,
+        pid_namespace=1,
+        nested_pid_namespace=False,
+        granted=(),
+        kernel_holders=(),
+        waiters=(),
+        openers=(),
+        record_process=record,
+        unreadable_pids=0,
+        other_processes=others,
+        host_node=node,
+    )
+
+
+CLAIM = Claim(
+    format="t",
+    path="/x",
+    present=True,
+    existence_is_lock=True,
+    pid=10,
+    host="web1",
+    started_at=NOW - timedelta(minutes=1),
+)
+
+
+@pytest.mark.parametrize(
+    ("hint", "name", "state"),
+    [
+        (("chromium", "chrome"), "chromium", State.HELD),
+        (("chromium", "chrome"), "sleep", State.STALE),
+        (("chrome-headless-shell",), "chrome-headless-shell", State.HELD),  # comm is cut to 15
+        ((), "sleep", State.HELD),
+    ],
+)
+def test_executable_hint_tells_a_reused_pid(hint: tuple[str, ...], name: str, state: State) -> None:
+    claim = replace(CLAIM, executable_hint=hint)
+    assert classify("l", claim, evidence(process(10, name)), POLICY, NOW).state is state
+
+
+@pytest.mark.parametrize(
+    ("recorded_boot", "state"),
+    [
+        (BOOTED, State.HELD),
+        (BOOTED + timedelta(seconds=30), State.HELD),  # a clock step, not another boot
+        (BOOTED - timedelta(hours=3), State.STALE),
+    ],
+)
+def test_recorded_boot_time_proves_another_boot_only_beyond_a_clock_step(
+    recorded_boot: datetime, state: State
+) -> None:
+    claim = replace(CLAIM, booted_at=recorded_boot)
+    assert classify("l", claim, evidence(process(10)), POLICY, NOW).state is state
+
+
+def test_another_hosts_boot_time_proves_nothing() -> None:
+    claim = replace(CLAIM, host="laptop", booted_at=BOOTED - timedelta(days=9))
+    assert classify("l", claim, evidence(None), POLICY, NOW).state is State.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("node", "aliases", "state"),
+    [(7, (), State.HELD), (8, (), State.UNKNOWN), (8, ("web1@8",), State.HELD)],
+)
+def test_machine_id_beside_the_host_name_must_match(
+    node: int, aliases: tuple[str, ...], state: State
+) -> None:
+    claim = replace(CLAIM, host_node=node)
+    policy = replace(POLICY, host_aliases=aliases)
+    assert classify("l", claim, evidence(process(10)), policy, NOW).state is state
+
+
+@pytest.mark.parametrize(
+    ("others", "state"),
+    [
+        ((None, replace(process(12), uid=1000)), State.HELD),  # one shared holder still runs
+        ((None, None), State.STALE),  # every holder is gone
+        ((None, process(12)), State.UNKNOWN),  # runs as root, record owned by uid 1000
+    ],
+)
+def test_several_recorded_holders_are_stale_only_when_all_are_gone(
+    others: tuple[Process | None, ...], state: State
+) -> None:
+    claim = replace(CLAIM, owner_uid=1000, other_pids=(11, 12))
+    finding = classify("l", claim, evidence(None, *others), POLICY, NOW)
+    assert finding.state is state
+    if state is State.HELD:
+        assert finding.holder is not None and finding.holder.pid == 12
+
+
+def test_a_stale_lock_offers_its_programs_own_break_command() -> None:
+    claim = replace(CLAIM, break_command="borg break-lock /r", remove_path="/x")
+    assert classify("l", claim, evidence(None), POLICY, NOW).action == "borg break-lock /r"

@@ -1,0 +1,171 @@
+"""discover: real held locks (a sqlite3 writer, flock(1), borg) found, judged and configured."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from conftest import Children, require_tool, run_cli, wait_until
+from lockcheck import kill_group
+from lockwarden.discover import discover_locks, layout_candidates, lock_names
+from lockwarden.host import Snapshot
+
+
+@dataclass
+class HeldLocks:
+    directory: Path
+    database: Path
+    flocked: Path
+    repository: Path
+
+
+def start_sqlite_writer(children: Children, database: Path) -> None:
+    """An abandoned sqlite3 shell inside BEGIN IMMEDIATE: the RESERVED lock stays taken."""
+    sqlite3 = require_tool("sqlite3")
+    subprocess.run([sqlite3, str(database), "CREATE TABLE notes(body TEXT);"], check=True)
+    shell = children.start([sqlite3, str(database)], stdin=subprocess.PIPE)
+    assert shell.stdin is not None and shell.stdout is not None
+    shell.stdin.write("BEGIN IMMEDIATE;\nSELECT 'ready';\n")
+    shell.stdin.flush()
+    assert shell.stdout.readline().strip() == "ready"
+
+
+def start_borg_lock(directory: Path) -> subprocess.Popen[str]:
+    borg = require_tool("borg")
+    env = {
+        **os.environ,
+        "BORG_BASE_DIR": str(directory),
+        "BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK": "yes",
+    }
+    repository = directory / "backups" / "repo"
+    repository.parent.mkdir()
+    subprocess.run(
+        [borg, "init", "--encryption=none", str(repository)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    holder = subprocess.Popen(
+        [borg, "with-lock", str(repository), "sleep", "60"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    if not wait_until(lambda: (repository / "lock.roster").exists(), timeout=30):
+        kill_group(holder)
+        raise AssertionError("borg with-lock did not take the lock")
+    return holder
+
+
+@pytest.fixture
+def held_locks(children: Children, tmp_path: Path) -> Iterator[HeldLocks]:
+    database = tmp_path / "app" / "notes.db"
+    database.parent.mkdir()
+    flocked = tmp_path / "jobs" / "nightly.lock"
+    flocked.parent.mkdir()
+    flocked.touch()
+    start_sqlite_writer(children, database)
+    flock = require_tool("flock")
+    flock_holder = children.start(
+        [flock, "-x", str(flocked), "sleep", "60"], start_new_session=True
+    )
+    key = (os.stat(flocked).st_dev, os.stat(flocked).st_ino)
+    assert wait_until(lambda: key in Snapshot.capture().locks, timeout=10)
+    borg = start_borg_lock(tmp_path)
+    try:
+        yield HeldLocks(tmp_path, database, flocked, tmp_path / "backups" / "repo")
+    finally:
+        kill_group(borg)
+        kill_group(flock_holder)  # and the sleep that inherited its lock
+
+
+def test_discover_lists_the_sqlite_writer_the_flock_and_the_borg_lock(
+    held_locks: HeldLocks,
+) -> None:
+    completed = run_cli("discover", "--json", str(held_locks.directory))
+    document = json.loads(completed.stdout)
+    by_path = {lock["path"]: lock for lock in document["locks"]}
+
+    assert completed.returncode == 0, completed.stderr
+    for path in (held_locks.database, held_locks.flocked, held_locks.repository):
+        assert by_path[str(path)]["state"] == "held", by_path.get(str(path))
+    assert by_path[str(held_locks.repository)]["format"] == "borg"
+    assert "kernel lock" in by_path[str(held_locks.flocked)]["found_by"]
+
+
+def test_written_config_passes_check_config_and_is_never_overwritten_silently(
+    held_locks: HeldLocks, tmp_path: Path
+) -> None:
+    written = tmp_path / "discovered.toml"
+
+    first = run_cli("discover", "--write", str(written), str(held_locks.directory))
+    checked = run_cli("check-config", "--config", str(written))
+    before = written.read_text()
+    refused = run_cli("discover", "--write", str(written), str(held_locks.directory))
+    kept = written.read_text()
+    forced = run_cli("discover", "--force", "--write", str(written), str(held_locks.directory))
+
+    assert first.returncode == 0, first.stderr
+    assert checked.returncode == 0, checked.stderr
+    for path in (held_locks.database, held_locks.flocked, held_locks.repository):
+        assert f'path = "{path}"' in checked.stdout
+    assert refused.returncode == 64 and "--force" in refused.stderr
+    assert kept == before
+    assert forced.returncode == 0, forced.stderr
+
+
+def test_walk_never_enters_proc_and_stops_at_its_depth(tmp_path: Path) -> None:
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (deep / ".#draft.txt").symlink_to("alice@elsewhere.4242")
+    (tmp_path / ".#top.txt").symlink_to("alice@elsewhere.4243")
+
+    shallow, _ = layout_candidates([str(tmp_path)], max_depth=1, max_entries=1000)
+    full, _ = layout_candidates([str(tmp_path)], max_depth=5, max_entries=1000)
+    _, proc_notes = layout_candidates(["/proc"], max_depth=5, max_entries=1000)
+
+    assert [candidate.path for candidate in shallow] == [str(tmp_path / ".#top.txt")]
+    assert {candidate.path for candidate in full} == {
+        str(tmp_path / ".#top.txt"),
+        str(deep / ".#draft.txt"),
+    }
+    assert proc_notes and "never" in proc_notes[0]
+
+
+def test_walk_stops_after_its_entry_budget(tmp_path: Path) -> None:
+    for number in range(20):
+        (tmp_path / f"file{number}").touch()
+
+    _, notes = layout_candidates([str(tmp_path)], max_depth=2, max_entries=5)
+
+    assert any("stopped after 5 entries" in note for note in notes)
+
+
+def test_lock_names_are_valid_and_unique() -> None:
+    names = lock_names(["/srv/app/LOCK", "/srv/app/LOCK", "/home/a b/.#notes.txt", "/"])
+
+    assert names == ["app-LOCK", "app-LOCK-2", "a-b-.-notes.txt", "root"]
+
+
+def test_discover_locks_judges_a_found_layout(tmp_path: Path) -> None:
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "SingletonLock").symlink_to("another-machine-4242")
+
+    discovery = discover_locks([str(tmp_path)], Snapshot.capture(), datetime.now(UTC))
+    found = {
+        candidate.path: finding
+        for candidate, finding in zip(discovery.candidates, discovery.findings, strict=True)
+    }
+
+    assert found[str(tmp_path / "profile")].format == "chromium-profile"
+    assert found[str(tmp_path / "profile")].state.value == "unknown"
