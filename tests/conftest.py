@@ -61,11 +61,24 @@ def run_json(*args: str, **env: str) -> tuple[int, dict]:  # type: ignore[type-a
     return completed.returncode, json.loads(completed.stdout)
 
 
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: with the PID, the identity of one process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text[text.rfind(")") + 2 :].split()[19])
+
+
 @dataclass
 class Children:
-    """Processes started by a test, killed by PID at teardown."""
+    """Processes started by a test, killed by PID at teardown.
 
-    pids: list[int] = field(default_factory=list)
+    Popen children are killed only while unreaped (their PID cannot be reused before we wait);
+    other tracked PIDs only while their start ticks still match, so a reused PID is never hit.
+    """
+
+    tracked: list[tuple[int, int | None]] = field(default_factory=list)
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def python(self, code: str, *args: str, ready: str = "ready") -> subprocess.Popen[str]:
@@ -79,7 +92,6 @@ class Children:
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
         )
         self.procs.append(proc)
-        self.pids.append(proc.pid)
         if ready is not None:
             line = proc.stdout.readline().strip()
             if line != ready:
@@ -88,22 +100,24 @@ class Children:
         return proc
 
     def track(self, pid: int) -> int:
-        self.pids.append(pid)
+        """Remember a process this test caused but did not start directly (a grandchild)."""
+        self.tracked.append((pid, start_ticks(pid)))
         return pid
 
     def cleanup(self) -> None:
-        for pid in reversed(self.pids):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        for pid, ticks in reversed(self.tracked):
+            if ticks is not None and start_ticks(pid) == ticks:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         for proc in self.procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
             for stream in (proc.stdout, proc.stderr):
                 if stream:
                     stream.close()
-        for pid in self.pids:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
 
 
 @pytest.fixture
