@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import tomli_w
 
-from lockwarden import __version__
+from lockwarden import __version__, logs
 from lockwarden import config as config_module
 from lockwarden.durations import DurationError, parse_duration
 from lockwarden.formats import format_names
@@ -128,8 +128,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON document, not text")
-    parser.add_argument("--now", type=_timestamp, default=None, metavar="RFC3339",
-                        help="pretend the current time is this (for tests and what-ifs)")
+    parser.add_argument(
+        "--now",
+        type=_timestamp,
+        default=None,
+        metavar="RFC3339",
+        help="pretend the current time is this (for tests and what-ifs)",
+    )
 
 
 def _timestamp(text: str) -> datetime:
@@ -167,28 +172,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     verbose = getattr(arguments, "verbose", False)
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="lockwarden: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(verbose, sys.stderr, os.environ)
     try:
         return dispatch(parser, arguments)
     except config_module.ConfigError as error:
         for problem in error.problems:
-            print(f"lockwarden: config error: {problem}", file=sys.stderr)
+            log.error("config error: %s", problem)
         return EXIT_CONFIG
     except UsageError as error:
-        print(f"lockwarden: error: {error}", file=sys.stderr)
+        log.error("error: %s", error)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # a health check that crashes must still say UNKNOWN
         log.debug("internal error", exc_info=True)
-        print(
-            f"lockwarden: UNKNOWN: internal error: {type(error).__name__}: {error} "
-            "(run with -v for the traceback)",
-            file=sys.stderr,
+        log.error(
+            "UNKNOWN: internal error: %s: %s (run with -v for the traceback)",
+            type(error).__name__,
+            error,
         )
         return EXIT_UNKNOWN
 
@@ -219,9 +220,25 @@ def load_config(path: str | None) -> config_module.Config:
 
 def command_once(arguments: argparse.Namespace) -> int:
     config = load_config(arguments.config)
+    started = time.monotonic()
     result = run_once(config, now_of(arguments))
+    duration = time.monotonic() - started
+    log.info("checked %d locks in %.3f s: %s", len(result.findings), duration, result.status.label)
     emit(result, arguments.json)
+    if config.prometheus_textfile:
+        write_metrics(config.prometheus_textfile, result, duration)
     return int(result.status)
+
+
+def write_metrics(path: str, result: RunResult, duration: float) -> None:
+    """A metrics file that cannot be written must not hide the locks' status (the exit code):
+    it is logged, and Prometheus' "agent silent" alert sees the file go stale."""
+    from lockwarden.prometheus import write_textfile
+
+    try:
+        write_textfile(path, result, duration)
+    except OSError as error:
+        log.error("could not write the Prometheus textfile %s: %s", path, error)
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:
