@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, require_tool, run_cli, write_config
 from lockwarden.model import Finding, Holder, Severity, State
-from lockwarden.prometheus import render_metrics, write_atomically
+from lockwarden.atomic import write_atomically
+from lockwarden.prometheus import render_metrics
 from lockwarden.run import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,7 +157,7 @@ def test_a_polling_reader_never_sees_a_half_written_file(tmp_path: Path) -> None
     atomic writer, then by real CLI runs, while a reader polls; every read must be whole."""
     textfile = tmp_path / "lockwarden.prom"
     bodies = [f"# filler {n} {'x' * 60}\n" * 4000 for n in range(2)]
-    write_atomically(str(textfile), bodies[0] + "lockwarden_run_duration_seconds 1\n")
+    write_atomically(str(textfile), bodies[0] + "lockwarden_run_duration_seconds 1\n", 0o644)
     stop = threading.Event()
     reads: list[int] = []
     torn: list[str] = []
@@ -173,7 +174,7 @@ def test_a_polling_reader_never_sees_a_half_written_file(tmp_path: Path) -> None
     try:
         for round_number in range(200):
             body = bodies[round_number % 2]
-            write_atomically(str(textfile), body + "lockwarden_run_duration_seconds 1\n")
+            write_atomically(str(textfile), body + "lockwarden_run_duration_seconds 1\n", 0o644)
         config = prometheus_config(tmp_path, tmp_path / "LOCK", textfile)
         for _ in range(3):
             assert run_cli("--once", "--config", config).returncode == 0

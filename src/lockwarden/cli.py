@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import tomli_w
 
-from lockwarden import __version__, logs
+from lockwarden import __version__, logs, sample_config
 from lockwarden import config as config_module
 from lockwarden.durations import DurationError, parse_duration
 from lockwarden.formats import format_names
@@ -103,6 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="Validate the config file and print it with every default filled in.",
     )
     _common(check)
+
+    init = commands.add_parser(
+        "init",
+        help="write a commented starter config for the locks found on this host",
+        description="Write a starter config listing the locks found on this host, with "
+        "[defaults] at their defaults and the optional sections commented out. Refuses to "
+        "replace an existing file without --force.",
+    )
+    init.add_argument(
+        "--path",
+        default=config_module.DEFAULT_PATH,
+        metavar="PATH",
+        help=f"where to write it (default: {config_module.DEFAULT_PATH})",
+    )
+    init.add_argument("--force", action="store_true", help="replace an existing file")
+    _verbosity(init)
 
     commands.add_parser(
         "demo",
@@ -199,6 +215,8 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
         return command_inspect(arguments)
     if arguments.command == "check-config":
         return command_check_config(arguments)
+    if arguments.command == "init":
+        return command_init(arguments)
     if arguments.command == "demo":
         from lockwarden.demo import run_demo
 
@@ -252,6 +270,27 @@ def command_check_config(arguments: argparse.Namespace) -> int:
     else:
         print(f"# effective configuration from {source}: valid, {len(config.locks)} locks")
         print(tomli_w.dumps(document), end="")
+    return EXIT_OK
+
+
+def command_init(
+    arguments: argparse.Namespace,
+    discover: Callable[[], Sequence[sample_config.Candidate]] = sample_config.well_known_candidates,
+) -> int:
+    """`discover` lists the candidate locks; any function returning Candidates plugs in."""
+    path = os.path.abspath(arguments.path)
+    candidates = discover()
+    text = sample_config.render_starter(candidates)
+    try:
+        sample_config.write_new_config(path, text, arguments.force)
+    except FileExistsError:
+        raise UsageError(f"{path} already exists; pass --force to replace it") from None
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+    print(
+        f"wrote {path} with {len(candidates)} locks found on this host; "
+        f"check it with: lockwarden check-config --config {path}"
+    )
     return EXIT_OK
 
 

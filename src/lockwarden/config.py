@@ -125,8 +125,8 @@ PROMETHEUS_OPTIONS = (
         "textfile",
         _absolute_path,
         None,
-        "write per-lock gauges here after each run, atomically, for node-exporter's textfile "
-        "collector (unset: no metrics file)",
+        "write per-lock gauges to this file after each run, atomically, for node-exporter's "
+        "textfile collector",
         "/var/lib/prometheus/node-exporter/lockwarden.prom",
     ),
 )

@@ -8,18 +8,16 @@ so the collector never reads it.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import tempfile
 from collections.abc import Iterable
 
+from lockwarden.atomic import write_atomically
 from lockwarden.model import Finding, State
 from lockwarden.run import RunResult
 
 LOCK_LABELS = ("lock", "path", "state", "holder_role", "holder_unit")
 
-# Each metric: name, help text, type.
+# Each metric: (name, help text); all are gauges.
 LOCK_STATE = (
     "lockwarden_lock_state",
     "Severity of the lock's state (0 ok, 1 warning, 2 critical, 3 unknown); "
@@ -96,42 +94,6 @@ def render_metrics(result: RunResult, duration_s: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomically(path: str, text: str, mode: int = 0o644) -> None:
-    """Replace `path` with `text` so no reader ever sees a partial file.
-
-    The mode is set explicitly because the unit's UMask=0077 would leave the file unreadable
-    to node-exporter, which runs as another user.
-    """
-    directory = os.path.dirname(path) or "."
-    descriptor, temporary = tempfile.mkstemp(
-        dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        _remove_quietly(temporary)
-        raise
-    _sync_directory(directory)
-
-
-def _remove_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def _sync_directory(directory: str) -> None:
-    """Make the rename itself durable across a crash."""
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def write_textfile(path: str, result: RunResult, duration_s: float) -> None:
-    write_atomically(path, render_metrics(result, duration_s))
+    """Mode 0644: node-exporter runs as another user and must read it."""
+    write_atomically(path, render_metrics(result, duration_s), mode=0o644)
