@@ -12,9 +12,17 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, require_tool, run_cli, write_config
-from lockwarden.model import Finding, Holder, Severity, State
+from conftest import (
+    FLOCK_HOLDER,
+    MKDIR_HOLDER,
+    Children,
+    require_tool,
+    run_cli,
+    wait_until,
+    write_config,
+)
 from lockwarden.atomic import write_atomically
+from lockwarden.model import Finding, Holder, Severity, State
 from lockwarden.prometheus import render_metrics
 from lockwarden.run import RunResult
 
@@ -132,8 +140,6 @@ def test_a_waiter_is_counted(tmp_path: Path, children: Children) -> None:
     def counted() -> float:
         run_cli("--once", "--config", config)
         return samples(textfile.read_text())["lockwarden_lock_waiters"][0][1]
-
-    from conftest import wait_until
 
     assert wait_until(lambda: counted() == 1, timeout=10, interval=0.1)
     assert waiter.poll() is None
