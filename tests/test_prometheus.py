@@ -106,7 +106,9 @@ def prometheus_config(tmp_path: Path, lock: Path, textfile: Path) -> str:
 
 def test_a_run_writes_the_textfile_for_a_real_held_lock(tmp_path: Path, children: Children) -> None:
     lock = tmp_path / "LOCK"
-    taken = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    # Whole seconds, and at least 1 s after the holder starts (a record older than its
+    # process would prove a reused PID).
+    taken = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
     holder = children.python(MKDIR_HOLDER, str(lock), QUOTED, taken.isoformat())
     textfile = tmp_path / "lockwarden.prom"
     config = prometheus_config(tmp_path, lock, textfile)
@@ -117,7 +119,8 @@ def test_a_run_writes_the_textfile_for_a_real_held_lock(tmp_path: Path, children
     [(labels, value)] = parsed["lockwarden_lock_state"]
     assert labels["state"] == "held" and labels["holder_role"] == QUOTED and value == 0
     assert labels["path"] == str(lock)
-    assert parsed["lockwarden_lock_held_seconds"][0][1] == 300
+    # Held since the record's time or the holder's start, whichever is later: about 300 s.
+    assert 290 <= parsed["lockwarden_lock_held_seconds"][0][1] <= 300
     assert parsed["lockwarden_lock_waiters"][0][1] == 0
     assert parsed["lockwarden_run_duration_seconds"][0][1] > 0
     assert holder.poll() is None
@@ -178,7 +181,7 @@ def test_a_polling_reader_never_sees_a_half_written_file(tmp_path: Path) -> None
     reader = threading.Thread(target=poll)
     reader.start()
     try:
-        for round_number in range(200):
+        for round_number in range(80):
             body = bodies[round_number % 2]
             write_atomically(str(textfile), body + "lockwarden_run_duration_seconds 1\n", 0o644)
         config = prometheus_config(tmp_path, tmp_path / "LOCK", textfile)
@@ -188,7 +191,7 @@ def test_a_polling_reader_never_sees_a_half_written_file(tmp_path: Path) -> None
         stop.set()
         reader.join(timeout=10)
     assert torn == []
-    assert len(reads) > 50, "the reader must actually have raced the writers"
+    assert len(reads) > 20, "the reader must actually have raced the writers"
     samples(textfile.read_text())
     assert [name for name in os.listdir(tmp_path) if name.endswith(".tmp")] == []
 
