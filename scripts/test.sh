@@ -26,4 +26,6 @@ export PATH="$PWD/$venv/bin:$PATH"
 ruff check .
 ruff format --check .
 mypy
-exec pytest -q "$@"
+pytest -q "$@"
+# The same code on Debian 12's versions of its dependencies (what the .deb runs with).
+bash scripts/test-debian12.sh

@@ -13,7 +13,7 @@ from typing import Any
 
 import tomli_w
 
-from lockwarden import __version__
+from lockwarden import __version__, logs, sample_config
 from lockwarden import config as config_module
 from lockwarden.durations import DurationError, parse_duration
 from lockwarden.formats import format_names
@@ -106,6 +106,28 @@ def build_parser() -> argparse.ArgumentParser:
     _common(check)
 
     _discover_parser(commands)
+    init = commands.add_parser(
+        "init",
+        help="write a commented starter config for the locks found on this host",
+        description="Write a starter config listing the locks found on this host (the "
+        "well-known system locks, every file the kernel shows locked now, and known lock "
+        "layouts under the DIRECTORIES given), with [defaults] at their defaults and the "
+        "optional sections commented out. Refuses to replace an existing file without --force.",
+    )
+    init.add_argument(
+        "directories",
+        nargs="*",
+        metavar="DIRECTORY",
+        help="also look for known lock layouts under these directories",
+    )
+    init.add_argument(
+        "--path",
+        default=config_module.DEFAULT_PATH,
+        metavar="PATH",
+        help=f"where to write it (default: {config_module.DEFAULT_PATH})",
+    )
+    init.add_argument("--force", action="store_true", help="replace an existing file")
+    _verbosity(init)
 
     commands.add_parser(
         "demo",
@@ -196,28 +218,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     verbose = getattr(arguments, "verbose", False)
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="lockwarden: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(verbose, sys.stderr, os.environ)
     try:
         return dispatch(parser, arguments)
     except config_module.ConfigError as error:
         for problem in error.problems:
-            print(f"lockwarden: config error: {problem}", file=sys.stderr)
+            log.error("config error: %s", problem)
         return EXIT_CONFIG
     except UsageError as error:
-        print(f"lockwarden: error: {error}", file=sys.stderr)
+        log.error("error: %s", error)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # a health check that crashes must still say UNKNOWN
         log.debug("internal error", exc_info=True)
-        print(
-            f"lockwarden: UNKNOWN: internal error: {type(error).__name__}: {error} "
-            "(run with -v for the traceback)",
-            file=sys.stderr,
+        log.error(
+            "UNKNOWN: internal error: %s: %s (run with -v for the traceback)",
+            type(error).__name__,
+            error,
         )
         return EXIT_UNKNOWN
 
@@ -229,6 +247,8 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
         return command_check_config(arguments)
     if arguments.command == "discover":
         return command_discover(arguments)
+    if arguments.command == "init":
+        return command_init(arguments)
     if arguments.command == "demo":
         from lockwarden.demo import run_demo
 
@@ -250,9 +270,25 @@ def load_config(path: str | None) -> config_module.Config:
 
 def command_once(arguments: argparse.Namespace) -> int:
     config = load_config(arguments.config)
+    started = time.monotonic()
     result = run_once(config, now_of(arguments))
+    duration = time.monotonic() - started
+    log.info("checked %d locks in %.3f s: %s", len(result.findings), duration, result.status.label)
     emit(result, arguments.json)
+    if config.prometheus_textfile:
+        write_metrics(config.prometheus_textfile, result, duration)
     return int(result.status)
+
+
+def write_metrics(path: str, result: RunResult, duration: float) -> None:
+    """A metrics file that cannot be written must not hide the locks' status (the exit code):
+    it is logged, and Prometheus' "agent silent" alert sees the file go stale."""
+    from lockwarden.prometheus import write_textfile
+
+    try:
+        write_textfile(path, result, duration)
+    except OSError as error:
+        log.error("could not write the Prometheus textfile %s: %s", path, error)
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:
@@ -293,6 +329,23 @@ def command_discover(arguments: argparse.Namespace) -> int:
         except FileExistsError:
             raise UsageError(f"{arguments.write} exists; pass --force to replace it") from None
         print(f"wrote {len(discovery.candidates)} locks to {arguments.write}", file=sys.stderr)
+    return EXIT_OK
+
+
+def command_init(arguments: argparse.Namespace) -> int:
+    path = os.path.abspath(arguments.path)
+    candidates = sample_config.host_candidates(arguments.directories)
+    text = sample_config.render_starter(candidates)
+    try:
+        sample_config.write_new_config(path, text, arguments.force)
+    except FileExistsError:
+        raise UsageError(f"{path} already exists; pass --force to replace it") from None
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+    print(
+        f"wrote {path} with {len(candidates)} locks found on this host; "
+        f"check it with: lockwarden check-config --config {path}"
+    )
     return EXIT_OK
 
 

@@ -120,7 +120,21 @@ LOCK_OPTIONS = (
     ),
 )
 
-SECTIONS: dict[str, tuple[Option, ...]] = {"defaults": DEFAULTS_OPTIONS}
+PROMETHEUS_OPTIONS = (
+    Option(
+        "textfile",
+        _absolute_path,
+        None,
+        "write per-lock gauges to this file after each run, atomically, for node-exporter's "
+        "textfile collector",
+        "/var/lib/prometheus/node-exporter/lockwarden.prom",
+    ),
+)
+
+SECTIONS: dict[str, tuple[Option, ...]] = {
+    "defaults": DEFAULTS_OPTIONS,
+    "prometheus": PROMETHEUS_OPTIONS,
+}
 
 
 @dataclass(frozen=True)
@@ -140,6 +154,7 @@ class Config:
     locks: tuple[LockConfig, ...]
     defaults: dict[str, Any] = field(default_factory=dict)
     builtin: bool = False
+    prometheus_textfile: str | None = None
 
 
 def load(path: str) -> Config:
@@ -175,7 +190,12 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
     locks = _locks(document.get("lock", []), sections["defaults"], report)
     if problems:
         raise ConfigError(problems)
-    return Config(source=source, locks=tuple(locks), defaults=sections["defaults"])
+    return Config(
+        source=source,
+        locks=tuple(locks),
+        defaults=sections["defaults"],
+        prometheus_textfile=sections["prometheus"]["textfile"],
+    )
 
 
 def _refuse_unknown(
@@ -300,7 +320,11 @@ def effective(config: Config) -> dict[str, Any]:
             entry["host_aliases"] = list(lock.host_aliases)
         locks.append(entry)
     defaults = {key: _seconds(value) for key, value in config.defaults.items()}
-    return {"defaults": defaults, "lock": locks}
+    document: dict[str, Any] = {"defaults": defaults}
+    if config.prometheus_textfile:
+        document["prometheus"] = {"textfile": config.prometheus_textfile}
+    document["lock"] = locks
+    return document
 
 
 def _seconds(value: float) -> str:

@@ -1,0 +1,185 @@
+"""Log lines: syslog priority prefixes into the journal, human (and coloured only on a TTY
+without NO_COLOR) elsewhere; the report on stdout, logs on stderr.
+
+The journal cases connect the real CLI's stderr to a pipe and name that pipe in
+JOURNAL_STREAM exactly as systemd names the journal socket (`device:inode`); no journald runs
+here, and none is needed: journald reads the prefixes from the stream.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_env, write_config
+from lockwarden import logs
+
+ESCAPE = "\033["
+
+
+def record(level: int, message: str) -> logging.LogRecord:
+    return logging.LogRecord("lockwarden", level, __file__, 1, message, None, None)
+
+
+@pytest.mark.parametrize(
+    ("level", "prefix"),
+    [
+        (logging.CRITICAL, "<2>"),
+        (logging.ERROR, "<3>"),
+        (logging.WARNING, "<4>"),
+        (logging.INFO, "<6>"),
+        (logging.DEBUG, "<7>"),
+        (logging.WARNING + 5, "<3>"),  # a custom level between rounds to the more severe
+    ],
+)
+def test_journal_lines_carry_the_syslog_priority_and_no_timestamp(level: int, prefix: str) -> None:
+    line = logs.JournalFormatter().format(record(level, "the message"))
+    assert line == f"{prefix}the message"
+
+
+def test_every_line_of_a_multiline_journal_record_keeps_its_priority() -> None:
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        failing = logging.LogRecord(
+            "lockwarden", logging.ERROR, __file__, 1, "failed", None, sys.exc_info()
+        )
+    lines = logs.JournalFormatter().format(failing).splitlines()
+    assert len(lines) > 2
+    assert all(line.startswith("<3>") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        (logging.ERROR, "lockwarden: config error: x"),
+        (logging.WARNING, "lockwarden: warning: config error: x"),
+        (logging.DEBUG, "lockwarden: debug: config error: x"),
+    ],
+)
+def test_terminal_lines_are_plain_without_colour(level: int, expected: str) -> None:
+    assert logs.TerminalFormatter(colour=False).format(record(level, "config error: x")) == expected
+
+
+def test_terminal_lines_are_coloured_when_asked() -> None:
+    line = logs.TerminalFormatter(colour=True).format(record(logging.WARNING, "careful"))
+    assert line.startswith(ESCAPE) and line.endswith("\033[0m")
+    assert "lockwarden: warning: careful" in line
+
+
+def test_a_stringio_is_never_the_journal_nor_coloured() -> None:
+    stream = io.StringIO()
+    assert not logs.writes_to_journal(stream, {"JOURNAL_STREAM": "1:2"})
+    assert not logs.wants_colour(stream, {})
+
+
+def test_journal_stream_naming_another_file_is_not_the_journal(tmp_path: Path) -> None:
+    """A unit that redirects stderr to a file keeps JOURNAL_STREAM; lines must stay plain."""
+    with open(tmp_path / "log", "w") as redirected:
+        assert not logs.writes_to_journal(redirected, {"JOURNAL_STREAM": "8:12345"})
+        status = os.fstat(redirected.fileno())
+        named = {"JOURNAL_STREAM": f"{status.st_dev}:{status.st_ino}"}
+        assert logs.writes_to_journal(redirected, named)
+
+
+def run_with_stderr(
+    argv: list[str], stderr_fd: int, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lockwarden", *argv],
+        stdout=subprocess.PIPE,
+        stderr=stderr_fd,
+        text=True,
+        timeout=30,
+        env=cli_env(**env),
+        check=False,
+    )
+
+
+def stderr_of(argv: list[str], tty: bool = False, journal: bool = False, **env: str) -> str:
+    """Run the real CLI with stderr on a pipe (or a pseudo-terminal) and return what it wrote."""
+    read_end, write_end = pty.openpty() if tty else os.pipe()
+    try:
+        if journal:
+            status = os.fstat(write_end)
+            env["JOURNAL_STREAM"] = f"{status.st_dev}:{status.st_ino}"
+        completed = run_with_stderr(argv, write_end, **env)
+        os.close(write_end)
+        write_end = -1
+        assert completed.returncode == 78  # every case below is a configuration error
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(read_end, 65536)
+            except OSError:  # a pty's reader gets EIO once the writer is gone
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks).decode().replace("\r\n", "\n")
+    finally:
+        os.close(read_end)
+        if write_end != -1:
+            os.close(write_end)
+
+
+def bad_config(tmp_path: Path) -> str:
+    return write_config(tmp_path / "bad.toml", '[defaults]\nwarn_afer = "1m"\n')
+
+
+def test_cli_errors_under_systemd_carry_priority_three(tmp_path: Path) -> None:
+    text = stderr_of(["check-config", "--config", bad_config(tmp_path)], journal=True)
+    lines = text.splitlines()
+    assert lines and all(line.startswith("<3>config error: ") for line in lines), text
+    assert "warn_afer: unknown key" in text
+
+
+def test_cli_errors_on_a_pipe_are_plain(tmp_path: Path) -> None:
+    text = stderr_of(["check-config", "--config", bad_config(tmp_path)])
+    assert text.startswith("lockwarden: config error: ")
+    assert ESCAPE not in text and "<3>" not in text
+
+
+def test_cli_errors_on_a_terminal_are_coloured(tmp_path: Path) -> None:
+    text = stderr_of(["check-config", "--config", bad_config(tmp_path)], tty=True)
+    assert ESCAPE in text
+    assert "lockwarden: config error: " in text
+
+
+def test_no_color_turns_colour_off_on_a_terminal(tmp_path: Path) -> None:
+    text = stderr_of(["check-config", "--config", bad_config(tmp_path)], tty=True, NO_COLOR="1")
+    assert ESCAPE not in text
+    assert text.startswith("lockwarden: config error: ")
+
+
+def test_report_goes_to_stdout_and_logs_to_stderr(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "ok.toml", f'[[lock]]\nname = "spare"\npath = "{tmp_path / "LOCK"}"\n'
+    )
+    read_end, write_end = os.pipe()
+    status = os.fstat(write_end)
+    try:
+        completed = run_with_stderr(
+            ["--once", "-v", "--config", config],
+            write_end,
+            JOURNAL_STREAM=f"{status.st_dev}:{status.st_ino}",
+        )
+        os.close(write_end)
+        with os.fdopen(read_end) as stderr:
+            read_end = -1
+            logged = stderr.read()
+    finally:
+        if read_end != -1:
+            os.close(read_end)
+    assert completed.returncode == 0, logged
+    assert "spare" in completed.stdout and "OK" in completed.stdout
+    assert not any(line.startswith("<") for line in completed.stdout.splitlines())
+    assert "<6>checked 1 locks in " in logged
+    assert all(line[:3] in ("<7>", "<6>", "<4>") for line in logged.splitlines()), logged

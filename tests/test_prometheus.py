@@ -1,0 +1,215 @@
+"""The Prometheus textfile: parses with prometheus-client's own text parser, labels escaped,
+written atomically so a reader polling it never sees half a file; the shipped alert rules pass
+promtool (Debian's `prometheus` package)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import (
+    FLOCK_HOLDER,
+    MKDIR_HOLDER,
+    Children,
+    require_tool,
+    run_cli,
+    wait_until,
+    write_config,
+)
+from lockwarden.atomic import write_atomically
+from lockwarden.model import Finding, Holder, Severity, State
+from lockwarden.prometheus import render_metrics
+from lockwarden.run import RunResult
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "packaging" / "prometheus" / "lockwarden.rules.yml"
+RULE_TESTS = ROOT / "packaging" / "prometheus" / "lockwarden.rules.test.yml"
+NASTY = 'role "quoted" \\ back\nslash }'
+# Owner records refuse control characters in a role, so a real holder's role has no newline.
+QUOTED = 'role "quoted" \\ back }'
+
+
+def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample by metric name, parsed by the reference parser (it raises on bad input)."""
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        assert family.type == "gauge", family.name
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return found
+
+
+def finding(name: str, state: State, severity: Severity, **extra: object) -> Finding:
+    return Finding(
+        name=name,
+        path=f"/srv/{name}/LOCK",
+        format="kernel",
+        state=state,
+        severity=severity,
+        reason="test",
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def test_metrics_parse_and_carry_every_label_escaped() -> None:
+    holder = Holder(pid=42, alive=True, role=NASTY, unit="wa-resync.service")
+    result = RunResult(
+        hostname="h",
+        boot_id="b",
+        checked_at=datetime(2026, 12, 2, 12, 0, tzinfo=UTC),
+        findings=(
+            finding("free-one", State.FREE, Severity.OK),
+            finding(
+                "held-one", State.HELD_TOO_LONG, Severity.CRITICAL, holder=holder, held_for_s=7260.5
+            ),
+            finding("unknown-one", State.UNKNOWN, Severity.UNKNOWN),
+        ),
+    )
+    parsed = samples(render_metrics(result, duration_s=0.25))
+    states = {labels["lock"]: (labels, value) for labels, value in parsed["lockwarden_lock_state"]}
+    labels, value = states["held-one"]
+    assert value == 2
+    assert labels == {
+        "lock": "held-one",
+        "path": "/srv/held-one/LOCK",
+        "state": "held_too_long",
+        "holder_role": NASTY,
+        "holder_unit": "wa-resync.service",
+    }
+    assert states["free-one"][1] == 0 and states["unknown-one"][1] == 3
+    held = {labels["lock"]: value for labels, value in parsed["lockwarden_lock_held_seconds"]}
+    assert held["held-one"] == 7260.5 and held["free-one"] == 0
+    assert held["unknown-one"] != held["unknown-one"]  # NaN: not known, not zero
+    assert parsed["lockwarden_last_run_timestamp_seconds"] == [({}, result.checked_at.timestamp())]
+    assert parsed["lockwarden_run_duration_seconds"] == [({}, 0.25)]
+
+
+def prometheus_config(tmp_path: Path, lock: Path, textfile: Path) -> str:
+    return write_config(
+        tmp_path / "config.toml",
+        f"""
+        [prometheus]
+        textfile = "{textfile}"
+
+        [[lock]]
+        name = "store"
+        path = "{lock}"
+        format = "owner-record"
+        """,
+    )
+
+
+def test_a_run_writes_the_textfile_for_a_real_held_lock(tmp_path: Path, children: Children) -> None:
+    lock = tmp_path / "LOCK"
+    # Whole seconds, and at least 1 s after the holder starts (a record older than its
+    # process would prove a reused PID).
+    taken = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    holder = children.python(MKDIR_HOLDER, str(lock), QUOTED, taken.isoformat())
+    textfile = tmp_path / "lockwarden.prom"
+    config = prometheus_config(tmp_path, lock, textfile)
+    later = (taken + timedelta(minutes=5)).isoformat()
+    completed = run_cli("--once", "--config", config, "--now", later)
+    assert completed.returncode == 0, completed.stdout
+    parsed = samples(textfile.read_text())
+    [(labels, value)] = parsed["lockwarden_lock_state"]
+    assert labels["state"] == "held" and labels["holder_role"] == QUOTED and value == 0
+    assert labels["path"] == str(lock)
+    # Held since the record's time or the holder's start, whichever is later: about 300 s.
+    assert 290 <= parsed["lockwarden_lock_held_seconds"][0][1] <= 300
+    assert parsed["lockwarden_lock_waiters"][0][1] == 0
+    assert parsed["lockwarden_run_duration_seconds"][0][1] > 0
+    assert holder.poll() is None
+    assert (textfile.stat().st_mode & 0o777) == 0o644  # node-exporter runs as another user
+    assert sorted(os.listdir(tmp_path)) == ["LOCK", "config.toml", "lockwarden.prom"]
+
+
+def test_a_waiter_is_counted(tmp_path: Path, children: Children) -> None:
+    lock = tmp_path / "flocked"
+    children.python(FLOCK_HOLDER, str(lock))
+    flock = require_tool("flock")
+    waiter = children.start([flock, "-x", str(lock), "true"])
+    textfile = tmp_path / "lockwarden.prom"
+    config = write_config(
+        tmp_path / "c.toml",
+        f'[prometheus]\ntextfile = "{textfile}"\n[[lock]]\nname = "k"\npath = "{lock}"\n'
+        'format = "kernel"\n',
+    )
+
+    def counted() -> float:
+        run_cli("--once", "--config", config)
+        return samples(textfile.read_text())["lockwarden_lock_waiters"][0][1]
+
+    assert wait_until(lambda: counted() == 1, timeout=10, interval=0.1)
+    assert waiter.poll() is None
+
+
+def test_an_unwritable_textfile_is_logged_and_keeps_the_exit_code(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "lockwarden.prom"
+    config = prometheus_config(tmp_path, tmp_path / "LOCK", missing)
+    completed = run_cli("--once", "--config", config)
+    assert completed.returncode == 0
+    assert "could not write the Prometheus textfile" in completed.stderr
+    assert "OK" in completed.stdout
+
+
+def complete(text: str) -> bool:
+    return text.endswith("\n") and "lockwarden_run_duration_seconds " in text
+
+
+def test_a_polling_reader_never_sees_a_half_written_file(tmp_path: Path) -> None:
+    """Large files (hundreds of KB, many write() calls each) rewritten back to back by the real
+    atomic writer, then by real CLI runs, while a reader polls; every read must be whole."""
+    textfile = tmp_path / "lockwarden.prom"
+    bodies = [f"# filler {n} {'x' * 60}\n" * 4000 for n in range(2)]
+    write_atomically(str(textfile), bodies[0] + "lockwarden_run_duration_seconds 1\n", 0o644)
+    stop = threading.Event()
+    reads: list[int] = []
+    torn: list[str] = []
+
+    def poll() -> None:
+        while not stop.is_set():
+            text = textfile.read_text()
+            reads.append(len(text))
+            if not complete(text):
+                torn.append(text[-80:])
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for round_number in range(80):
+            body = bodies[round_number % 2]
+            write_atomically(str(textfile), body + "lockwarden_run_duration_seconds 1\n", 0o644)
+        config = prometheus_config(tmp_path, tmp_path / "LOCK", textfile)
+        for _ in range(3):
+            assert run_cli("--once", "--config", config).returncode == 0
+    finally:
+        stop.set()
+        reader.join(timeout=10)
+    assert torn == []
+    assert len(reads) > 20, "the reader must actually have raced the writers"
+    samples(textfile.read_text())
+    assert [name for name in os.listdir(tmp_path) if name.endswith(".tmp")] == []
+
+
+def test_alert_rules_pass_promtool_check() -> None:
+    promtool = require_tool("promtool")
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 3 rules found" in checked.stdout
+
+
+def test_alert_rules_fire_on_the_right_series() -> None:
+    """promtool's rule unit tests: held too long, stale and agent silent fire (and only then)."""
+    promtool = require_tool("promtool")
+    tested = subprocess.run(
+        [promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, timeout=60
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout

@@ -1,0 +1,150 @@
+"""config.example.toml documents every key the schema accepts; `lockwarden init` writes a
+starter config that `lockwarden check-config` accepts and never silently replaces a file.
+
+The key lists come from the schema (config.SECTIONS, config.LOCK_OPTIONS), so a key added
+there without reaching the example fails here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import FLOCK_HOLDER, Children, run_cli
+from lockwarden import config
+from lockwarden.sample_config import (
+    Candidate,
+    render_example,
+    render_starter,
+    well_known_candidates,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "config.example.toml"
+REGENERATE = "PYTHONPATH=src python -m lockwarden.sample_config > config.example.toml"
+
+
+def schema_keys() -> list[tuple[str, config.Option]]:
+    """(table, option) for every key the config accepts, read from the schema itself."""
+    keys = [(section, option) for section, options in config.SECTIONS.items() for option in options]
+    keys.extend(("lock", option) for option in config.LOCK_OPTIONS)
+    return keys
+
+
+def test_the_example_config_loads() -> None:
+    loaded = config.load(str(EXAMPLE))
+    assert len(loaded.locks) == 1
+
+
+def test_the_example_config_passes_check_config() -> None:
+    completed = run_cli("check-config", "--config", str(EXAMPLE))
+    assert completed.returncode == 0, completed.stderr
+    assert "valid, 1 locks" in completed.stdout
+
+
+def test_every_key_the_schema_accepts_is_set_in_the_example() -> None:
+    document = tomllib.loads(EXAMPLE.read_text())
+    tables = {section: document.get(section, {}) for section in config.SECTIONS}
+    tables["lock"] = document["lock"][0]
+    missing = [
+        f"{table}.{option.key}"
+        for table, option in schema_keys()
+        if option.key not in tables[table]
+    ]
+    assert missing == [], f"not in config.example.toml; regenerate it: {REGENERATE}"
+
+
+def test_every_key_in_the_example_has_its_help_and_default_above_it() -> None:
+    lines = EXAMPLE.read_text().splitlines()
+    for table, option in schema_keys():
+        header = f"[[{table}]]" if table == "lock" else f"[{table}]"
+        start = lines.index(header)
+        assignment = next(
+            number
+            for number in range(start, len(lines))
+            if re.match(rf"{re.escape(option.key)} = ", lines[number])
+        )
+        comment = " ".join(
+            line.lstrip("# ") for line in lines[start + 1 : assignment] if line.startswith("#")
+        )
+        assert option.help.split()[0] in comment, (table, option.key)
+        assert re.search(r"\((default: .+|required)\)$", comment), (table, option.key, comment)
+
+
+def test_the_example_is_what_the_schema_generates() -> None:
+    assert EXAMPLE.read_text() == render_example(), f"config.example.toml drifted: {REGENERATE}"
+
+
+def test_init_writes_a_config_that_check_config_accepts(tmp_path: Path, children: Children) -> None:
+    held = tmp_path / "app" / "held.lock"
+    held.parent.mkdir()
+    held.touch()
+    children.python(FLOCK_HOLDER, str(held))
+    store = tmp_path / "srv" / "notes"
+    store.mkdir(parents=True)
+    os.symlink("wa@somehost.4242:1700000000", store / ".#todo.txt")  # an Emacs lock
+    path = tmp_path / "etc" / "lockwarden" / "config.toml"
+    written = run_cli("init", "--path", str(path), str(tmp_path / "srv"))
+    assert written.returncode == 0, written.stderr
+    assert str(path) in written.stdout
+    assert (path.stat().st_mode & 0o777) == 0o600
+    checked = run_cli("check-config", "--config", str(path))
+    assert checked.returncode == 0, checked.stderr
+    present = [candidate.name for candidate in well_known_candidates()]
+    for name in present:
+        assert f'name = "{name}"' in path.read_text()
+    assert f'path = "{held}"' in path.read_text()  # the kernel shows it locked now
+    assert f'path = "{store / ".#todo.txt"}"' in path.read_text()  # a layout under the directory
+    assert path.read_text().startswith("# lockwarden configuration, written by `lockwarden init`")
+
+
+def test_init_refuses_to_replace_a_file_without_force(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("# mine\n")
+    refused = run_cli("init", "--path", str(path))
+    assert refused.returncode == 64
+    assert "already exists; pass --force" in refused.stderr
+    assert path.read_text() == "# mine\n"
+    forced = run_cli("init", "--path", str(path), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert path.read_text().startswith("# lockwarden configuration")
+    assert [name for name in os.listdir(tmp_path)] == ["config.toml"]
+
+
+@pytest.mark.parametrize(
+    "candidates",
+    [
+        [],
+        [Candidate("wa-store", "/srv/wa/store/LOCK", "owner-record", 'WhatsApp "main" store')],
+        [Candidate("a", "/x/a", "kernel", "first"), Candidate("b", "/x/b", "auto", "second")],
+    ],
+    ids=["none-found", "one-with-quotes", "two"],
+)
+def test_starter_config_for_any_candidates_loads(candidates: list[Candidate]) -> None:
+    text = render_starter(candidates)
+    loaded = config.parse(tomllib.loads(text), "starter")
+    assert [(lock.name, lock.path, lock.format, lock.role) for lock in loaded.locks] == [
+        (c.name, c.path, c.format, c.role) for c in candidates
+    ]
+
+
+def test_the_optional_sections_of_the_starter_are_valid_once_uncommented() -> None:
+    text = render_starter([Candidate("a", "/x/a", "kernel", "first")])
+    uncommented = "\n".join(
+        line[2:] if re.match(r"# (\[\w+\]|\w+ = |\s|\])", line) else line
+        for line in text.splitlines()
+    )
+    document = tomllib.loads(uncommented)
+    for section in config.SECTIONS:
+        assert section in document, section
+    config.parse(document, "uncommented starter")
+
+
+def test_well_known_candidates_are_those_present_on_the_host() -> None:
+    present = {"/var/lib/dpkg/lock"}
+    found = well_known_candidates(exists=lambda path: path in present)
+    assert [(c.name, c.path, c.format) for c in found] == [("dpkg", "/var/lib/dpkg/lock", "kernel")]
