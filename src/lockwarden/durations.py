@@ -37,3 +37,14 @@ def format_duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def format_limit(seconds: float) -> str:
+    """A declared limit as a person writes it, dropping zero parts: 30m, 1h, 1h30m, 90s -> 1m30s."""
+    whole = max(0, int(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"

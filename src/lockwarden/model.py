@@ -41,6 +41,7 @@ class Claim:
     ``existence_is_lock`` is true for layouts where the artefact alone blocks writers (mkdir
     locks, O_EXCL files, symlink locks, pidfiles); false where only a kernel lock counts.
     ``problem`` is set when the record exists but cannot be trusted; the claim's pid is then None.
+    ``max_hold_s`` is the holder's own declared limit (`lockwarden hold --max-hold`), if any.
     """
 
     format: str
@@ -65,6 +66,7 @@ class Claim:
     remove_path: str | None = None
     stale_hint: str | None = None
     executable_hint: tuple[str, ...] = ()
+    max_hold_s: float | None = None
 
 
 @dataclass(frozen=True)
