@@ -85,7 +85,7 @@ class LockHeld(HoldError):
     def __init__(self, path: str, finding: Finding, waited_s: float) -> None:
         self.path = path
         self.finding = finding
-        waited = f" after waiting {format_duration(waited_s)}" if waited_s > 0 else ""
+        waited = f" after waiting {format_limit(waited_s)}" if waited_s > 0 else ""
         action = f"; stop it with: {finding.action}" if finding.action else ""
         super().__init__(f"cannot take {path}{waited}: {finding.reason}{action}")
 
