@@ -6,6 +6,7 @@ A missing tool skips a test on a developer's machine and fails it under CI=true.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -71,7 +72,9 @@ class Children:
         """Start `python -c code args...` and wait until it prints `ready` (its lock is held)."""
         return self.start([sys.executable, "-c", textwrap.dedent(code), *args], ready=ready)
 
-    def start(self, argv: list[str], ready: str | None = None, **kwargs: object) -> subprocess.Popen[str]:
+    def start(
+        self, argv: list[str], ready: str | None = None, **kwargs: object
+    ) -> subprocess.Popen[str]:
         proc = subprocess.Popen(  # type: ignore[call-overload]
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
         )
@@ -90,23 +93,17 @@ class Children:
 
     def cleanup(self) -> None:
         for pid in reversed(self.pids):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for proc in self.procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
             for stream in (proc.stdout, proc.stderr):
                 if stream:
                     stream.close()
         for pid in self.pids:
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
 
 
 @pytest.fixture
