@@ -60,6 +60,13 @@ def gone(pid: int) -> bool:
         return True
 
 
+def blocks(pid: int, number: int) -> bool:
+    """Whether the process has blocked this signal (to collect it with sigtimedwait)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
+    return bool(int(mask, 16) >> (number - 1) & 1)
+
+
 def start_ticks_of(pid: int) -> int:
     text = Path(f"/proc/{pid}/stat").read_text()
     return int(text[text.rfind(")") + 2 :].split()[19])
@@ -316,6 +323,79 @@ def test_file_lock_blocks_is_inspected_and_is_removed(children: Children, tmp_pa
     assert document["locks"][0]["holder"]["pid"] == holder.pid
     assert returncode == 128 + signal.SIGTERM
     assert os.listdir(tmp_path) == []
+
+
+COUNT_INTERRUPTS = """
+import signal, sys, time
+received = []
+signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+print("ready", flush=True)
+while not received:
+    time.sleep(0.01)
+time.sleep(0.5)  # a second, forwarded copy of Ctrl-C would arrive in this time
+sys.exit(len(received))
+"""
+
+
+def test_ctrl_c_on_a_real_terminal_reaches_the_command_once(
+    children: Children, tmp_path: Path
+) -> None:
+    """The terminal driver sends Ctrl-C to the whole foreground group, COMMAND included; the
+    supervisor must not forward its own copy (COMMAND exits with the number it received)."""
+    lock = tmp_path / "LOCK"
+    controller, terminal = os.openpty()
+    terminal_name = os.ttyname(terminal)
+
+    def take_the_terminal() -> None:  # session leader opening a tty: it becomes the controlling one
+        os.close(os.open(terminal_name, os.O_RDWR))
+
+    argv = ["hold", str(lock), "--role", "debug", "--", sys.executable, "-c", COUNT_INTERRUPTS]
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "lockwarden", *argv],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=cli_env(),
+        start_new_session=True,
+        preexec_fn=take_the_terminal,
+    )
+    children.track(holder.pid)
+    os.close(terminal)
+    try:
+        output = b""
+        while b"ready" not in output:
+            output += os.read(controller, 1024)
+        os.write(controller, b"\x03")  # Ctrl-C typed on the terminal
+        returncode = holder.wait(timeout=10)
+    finally:
+        os.close(controller)
+
+    assert returncode == 1  # exactly one SIGINT reached COMMAND, which then exited 1
+    assert not lock.exists()
+
+
+def test_a_hold_waiting_for_the_lock_gives_up_on_sigterm(
+    children: Children, tmp_path: Path
+) -> None:
+    lock = tmp_path / "LOCK"
+    first, _ = start_hold(children, lock, "re-sync", READY_THEN_SLEEP)
+    argv = [sys.executable, "-m", "lockwarden", "hold", str(lock), "--role", "next"]
+    waiting = children.start([*argv, "--wait", "60s", "--", "true"], env=cli_env())
+    assert wait_until(lambda: blocks(waiting.pid, signal.SIGTERM))  # it is waiting, not starting
+
+    os.kill(waiting.pid, signal.SIGTERM)
+    returncode, stderr = finish(waiting)
+
+    assert returncode == 128 + signal.SIGTERM, stderr
+    assert "interrupted by SIGTERM" in stderr
+    assert record_of(lock)["pid"] == first.pid
+
+
+def test_a_lock_that_cannot_be_created_is_its_own_exit_code(tmp_path: Path) -> None:
+    completed = run_cli("hold", str(tmp_path / "missing" / "LOCK"), "--role", "job", "--", "true")
+
+    assert completed.returncode == 71
+    assert "cannot create" in completed.stderr
 
 
 def test_hold_without_a_command_is_a_usage_error(tmp_path: Path) -> None:
