@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
@@ -21,9 +22,12 @@ import pytest
 
 import lockwarden
 from conftest import Children, cli_env, run_cli, run_json, wait_until
+from lockwarden.classify import Policy, classify
 from lockwarden.durations import format_limit, parse_duration
 from lockwarden.formats import FORMATS
 from lockwarden.formats.record import RecordProblem, parse_record
+from lockwarden.identify import Evidence
+from lockwarden.model import Claim, Finding, Process, Severity
 
 EXIT_HELD = 73
 EXIT_STALE = 74
@@ -410,6 +414,7 @@ def test_hold_without_a_command_is_a_usage_error(tmp_path: Path) -> None:
 API_HOLDER = """
 import signal, sys, time
 import lockwarden
+from lockwarden.classify import Policy, classify
 lock, role, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 if mode == "handle-term":  # what an application does to clean up on SIGTERM
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
@@ -542,3 +547,46 @@ def test_a_nonsense_max_hold_makes_the_record_untrusted(value: object) -> None:
 @pytest.mark.parametrize("seconds", [1800, 3600, 5400, 90, 0.2, 1.5, 86461])
 def test_a_declared_limit_is_written_as_a_person_would_and_reads_back(seconds: float) -> None:
     assert parse_duration(format_limit(seconds)) == pytest.approx(seconds)
+
+
+def _declared_limit_finding(held_for_s: float, max_hold_s: float | None) -> Finding:
+    """classify() on a live holder's claim: a table test of the pure stage, no processes."""
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    started = now - timedelta(seconds=held_for_s)
+    process = Process(
+        pid=4242, start_ticks=100, state="S", threads=1, uid=0, user="root",
+        cmdline=("lockwarden", "hold"), name="python", unit=None, user_unit=False,
+        pid_namespace=1, started_at=started,
+    )  # fmt: skip
+    claim = Claim(
+        format="owner-record", path="/s/LOCK", present=True, existence_is_lock=True, pid=4242,
+        role="re-sync", host="h", started_at=started, start_ticks=100, boot_id="b",
+        pid_namespace=1, max_hold_s=max_hold_s,
+    )  # fmt: skip
+    evidence = Evidence(
+        boot_id="b", hostname="h", booted_at=now - timedelta(days=1), captured_at=now,
+        pid_namespace=1, nested_pid_namespace=False, granted=(), kernel_holders=(), waiters=(),
+        openers=(), record_process=process, unreadable_pids=0,
+    )  # fmt: skip
+    return classify("store", claim, evidence, Policy(warn_after=900, critical_after=3600), now)
+
+
+@pytest.mark.parametrize(
+    ("held_for_s", "max_hold_s", "severity", "past_limit"),
+    [
+        (600, None, Severity.OK, False),
+        (600, 1800, Severity.OK, False),
+        (600, 300, Severity.WARNING, True),  # within the agent's budget, past its own limit
+        (2000, 1800, Severity.WARNING, True),
+        (4000, 1800, Severity.CRITICAL, True),  # the configured budget still decides critical
+        (4000, None, Severity.CRITICAL, False),
+    ],
+)
+def test_a_holder_past_its_own_declared_limit_is_at_least_a_warning(
+    held_for_s: float, max_hold_s: float | None, severity: Severity, past_limit: bool
+) -> None:
+    finding = _declared_limit_finding(held_for_s, max_hold_s)
+
+    assert finding.severity is severity
+    limit = format_limit(max_hold_s or 0)
+    assert (f"past its own declared limit of {limit}" in finding.reason) is past_limit

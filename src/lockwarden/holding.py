@@ -86,8 +86,10 @@ class LockHeld(HoldError):
         self.path = path
         self.finding = finding
         waited = f" after waiting {format_limit(waited_s)}" if waited_s > 0 else ""
-        action = f"; stop it with: {finding.action}" if finding.action else ""
-        super().__init__(f"cannot take {path}{waited}: {finding.reason}{action}")
+        reason = finding.reason
+        if finding.action:  # inspect's "… — stop it" then names how
+            reason = f"{reason.removesuffix(' — stop it')}; stop it with: {finding.action}"
+        super().__init__(f"cannot take {path}{waited}: {reason}")
 
 
 class LockStale(HoldError):
