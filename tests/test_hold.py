@@ -230,8 +230,29 @@ def test_kill_9_of_the_holder_leaves_a_stale_lock_refused_until_broken(
     )
 
     assert taken.returncode == 0, taken.stderr
-    assert "breaking the stale lock" in taken.stderr
+    assert "broke the stale lock" in taken.stderr
     assert sorted(os.listdir(tmp_path)) == ["ran"]  # no quarantined copy left behind
+
+
+def test_two_holds_breaking_the_same_stale_lock_never_run_together(
+    children: Children, tmp_path: Path
+) -> None:
+    """Both break or wait, one after the other: COMMAND fails (9) if the other one is inside."""
+    lock = tmp_path / "LOCK"
+    holder = children.python(API_HOLDER, str(lock), "re-sync", "plain")
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=5)
+    inside = tmp_path / "inside"
+    exclusive = 'mkdir "$0" || exit 9; sleep 0.3; rmdir "$0"'
+    argv = [sys.executable, "-m", "lockwarden", "hold", str(lock), "--role", "next"]
+    argv += ["--break-stale", "--wait", "10s", "--", "sh", "-c", exclusive, str(inside)]
+
+    racers = [children.start(argv, env=cli_env()) for _ in range(2)]
+    results = [finish(racer) for racer in racers]
+
+    assert [code for code, _ in results] == [0, 0], results
+    assert sum("broke the stale lock" in stderr for _, stderr in results) == 1
+    assert os.listdir(tmp_path) == []
 
 
 def test_max_hold_warns_every_interval_and_inspect_says_past_its_declared_limit(
@@ -400,6 +421,18 @@ def test_a_lock_that_cannot_be_created_is_its_own_exit_code(tmp_path: Path) -> N
 
     assert completed.returncode == 71
     assert "cannot create" in completed.stderr
+
+
+def test_a_store_directory_is_not_taken_for_its_lock(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "data.db").write_text("rows")
+
+    completed = run_cli("hold", str(store), "--role", "job", "--break-stale", "--", "true")
+
+    assert completed.returncode == 71
+    assert f"did you mean {store / 'LOCK'}?" in completed.stderr
+    assert sorted(os.listdir(store)) == ["data.db"]
 
 
 def test_hold_without_a_command_is_a_usage_error(tmp_path: Path) -> None:

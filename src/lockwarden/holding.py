@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from lockwarden.durations import format_duration, format_limit, parse_duration
+from lockwarden.formats import store_lock_path
 from lockwarden.formats.base import key_of, lstat_or_none
 from lockwarden.host import Snapshot
 from lockwarden.model import Finding, InodeKey, State
@@ -212,6 +213,7 @@ def acquire(
     Raises LockHeld naming the holder in `inspect`'s words, LockStale (unless `break_stale`),
     or LockUnavailable. `sleep` is how the wait passes (the CLI wakes on signals).
     """
+    _refuse_store_directory(path)
     deadline = time.monotonic() + wait_s
     while True:
         taken = try_create(path, record, as_file)
@@ -233,6 +235,14 @@ def acquire(
         if remaining <= 0:
             raise LockHeld(path, finding, wait_s)
         sleep(min(POLL_INTERVAL_S, remaining))
+
+
+def _refuse_store_directory(path: str) -> None:
+    """`hold /srv/store` means the store's lock, not the store: never wait on, or break, a
+    directory that is not a lock."""
+    lock = store_lock_path(path)
+    if lock != path:
+        raise LockUnavailable(f"{path} is a directory, not a lock; did you mean {lock}?")
 
 
 def judge(path: str) -> Finding:
@@ -325,11 +335,13 @@ def break_stale_lock(path: str) -> None:
     after = lstat_or_none(path)
     if finding.state is not State.STALE or after is None or key_of(after) != key_of(before):
         return
-    log.warning("breaking the stale lock %s: %s (%s)", path, finding.reason, finding.proof)
     try:
         _remove_aside(path, key_of(before), "stale")
+    except FileNotFoundError:
+        return  # another process broke it first; the caller judges afresh
     except OSError as error:
         raise LockUnavailable(f"cannot remove the stale lock {path}: {error}") from error
+    log.warning("broke the stale lock %s: %s (%s)", path, finding.reason, finding.proof)
 
 
 def _remove_aside(path: str, key: InodeKey, label: str) -> None:
