@@ -169,7 +169,7 @@ def record_for(
     """This process's identity, read the way the inspecting side reads it (host.Snapshot), so
     the start ticks and boot id it records are exactly what `inspect` will compare. `command`
     None means this process's own command line."""
-    snapshot = Snapshot.capture(proc)
+    snapshot = Snapshot.capture(proc, read_locks=False)
     me = snapshot.process(os.getpid())
     if me is None:
         raise LockUnavailable(f"cannot read this process's own identity from {proc}")
