@@ -264,16 +264,20 @@ def test_max_hold_warns_every_interval_and_inspect_says_past_its_declared_limit(
         children, lock, "re-sync", command, "--max-hold", "1s", "--warn-every", "0.2s"
     )
 
-    def finding() -> dict:  # type: ignore[type-arg]
-        return run_json("inspect", str(lock))[1]["locks"][0]  # type: ignore[no-any-return]
+    started = datetime.fromisoformat(record_of(lock)["started_at"].replace("Z", "+00:00"))
 
-    assert finding()["state"] == "held"
-    assert wait_until(lambda: finding()["state"] == "held_too_long", timeout=5)
-    code, document = run_json("inspect", str(lock))
+    def inspect_at(seconds_later: float) -> tuple[int, dict]:  # type: ignore[type-arg]
+        moment = (started + timedelta(seconds=seconds_later)).isoformat()
+        code, document = run_json("inspect", str(lock), "--now", moment)
+        return code, document["locks"][0]
+
+    within = inspect_at(0)
+    code, past = inspect_at(3)
     returncode, stderr = finish(holder)
 
-    assert code == 1
-    assert "past its own declared limit of 1s" in document["locks"][0]["reason"]
+    assert within[1]["state"] == "held"
+    assert (code, past["state"]) == (1, "held_too_long")
+    assert "past its own declared limit of 1s" in past["reason"]
     assert returncode == 0
     assert stderr.count("past its declared --max-hold of 1s") >= 2
     assert not lock.exists()
@@ -296,7 +300,7 @@ def test_kill_after_stops_the_command(
 ) -> None:
     lock = tmp_path / "LOCK"
     holder, command_pid = start_hold(
-        children, lock, "re-sync", command, "--kill-after", "0.3s", "--kill-grace", "0.3s"
+        children, lock, "re-sync", command, "--kill-after", "1s", "--kill-grace", "0.3s"
     )
 
     returncode, stderr = finish(holder)
