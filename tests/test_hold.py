@@ -34,13 +34,23 @@ EXIT_STALE = 74
 READY_THEN_SLEEP = ["sh", "-c", "echo ready; exec sleep 60"]
 
 
+def default_interrupt() -> None:
+    """Children get SIGINT's default action even when pytest runs as a background job (which
+    a shell starts with SIGINT ignored, and ignored signals stay ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_hold(
     children: Children, lock: Path, role: str, command: list[str], *options: str
 ) -> tuple[subprocess.Popen[str], int]:
     """A running `lockwarden hold`, and the PID of its COMMAND (both killed at teardown)."""
     argv = [sys.executable, "-m", "lockwarden", "hold", str(lock), "--role", role, *options]
     holder = children.start(
-        [*argv, "--", *command], ready="ready", env=cli_env(), start_new_session=True
+        [*argv, "--", *command],
+        ready="ready",
+        env=cli_env(),
+        start_new_session=True,
+        preexec_fn=default_interrupt,
     )
     command_pid = children.track(psutil.Process(holder.pid).children()[0].pid)
     return holder, command_pid
@@ -239,7 +249,7 @@ def test_two_holds_breaking_the_same_stale_lock_never_run_together(
 ) -> None:
     """Both break or wait, one after the other: COMMAND fails (9) if the other one is inside."""
     lock = tmp_path / "LOCK"
-    holder = children.python(API_HOLDER, str(lock), "re-sync", "plain")
+    holder = start_api_holder(children, lock)
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(timeout=5)
     inside = tmp_path / "inside"
@@ -451,7 +461,6 @@ def test_hold_without_a_command_is_a_usage_error(tmp_path: Path) -> None:
 API_HOLDER = """
 import signal, sys, time
 import lockwarden
-from lockwarden.classify import Policy, classify
 lock, role, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 if mode == "handle-term":  # what an application does to clean up on SIGTERM
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
@@ -465,7 +474,8 @@ except KeyboardInterrupt:
 
 
 def start_api_holder(children: Children, lock: Path, mode: str = "plain") -> subprocess.Popen[str]:
-    return children.python(API_HOLDER, str(lock), "re-sync", mode)
+    argv = [sys.executable, "-c", API_HOLDER, str(lock), "re-sync", mode]
+    return children.start(argv, ready="ready", env=cli_env(), preexec_fn=default_interrupt)
 
 
 def test_api_hold_blocks_the_cli_and_the_api_naming_pid_and_role(
