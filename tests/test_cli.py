@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import MKDIR_HOLDER, Children, run_cli
+from conftest import MKDIR_HOLDER, Children, cli_env, run_cli
 from lockwarden import __version__
 
 
@@ -52,14 +54,14 @@ def test_inspect_a_store_without_a_lock_is_free(tmp_path: Path) -> None:
     )
 
 
-RELEASES_SOON = """
-import json, os, socket, sys, time
+RELEASES_ON_REQUEST = """
+import json, os, socket, sys
 lock = sys.argv[1]
 os.mkdir(lock)
 with open(os.path.join(lock, "owner.json"), "w") as handle:
     json.dump({"pid": os.getpid(), "role": "migration", "host": socket.gethostname()}, handle)
 print("ready", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()  # hold until the test says "release"
 os.remove(os.path.join(lock, "owner.json"))
 os.rmdir(lock)
 """
@@ -67,20 +69,33 @@ os.rmdir(lock)
 
 def test_inspect_wait_ms_sees_a_release_mid_wait(tmp_path: Path, children: Children) -> None:
     lock = tmp_path / "LOCK"
-    children.python(RELEASES_SOON, str(lock), "0.6")
-    started = time.monotonic()
-    completed = run_cli("inspect", str(lock), "--wait-ms", "5000")
-    elapsed = time.monotonic() - started
-    assert completed.returncode == 0, completed.stdout
-    assert " free " in completed.stdout
-    assert "released after" in completed.stdout
-    assert "watching" in completed.stderr
-    assert elapsed < 5  # it returned on the release, not at the end of the wait
+    holder = children.start(
+        [sys.executable, "-c", RELEASES_ON_REQUEST, str(lock)],
+        ready="ready",
+        stdin=subprocess.PIPE,
+    )
+    watcher = children.start(
+        [sys.executable, "-m", "lockwarden", "inspect", str(lock), "--wait-ms", "60000"],
+        env=cli_env(),
+    )
+    assert watcher.stderr is not None and holder.stdin is not None
+    assert "watching" in watcher.stderr.readline()  # it saw the lock held, and now waits
+    holder.stdin.write("release\n")
+    holder.stdin.close()
+    output, _ = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, output
+    assert " free " in output
+    assert "released after" in output  # it returned on the release, not after 60 s
 
 
 def test_inspect_wait_ms_reports_a_lock_still_held(tmp_path: Path, children: Children) -> None:
     lock = tmp_path / "LOCK"
-    children.python(RELEASES_SOON, str(lock), "30")
+    holder = children.start(
+        [sys.executable, "-c", RELEASES_ON_REQUEST, str(lock)],
+        ready="ready",
+        stdin=subprocess.PIPE,
+    )
+    assert holder.stdin is not None
     completed = run_cli("inspect", str(lock), "--wait-ms", "300")
     assert completed.returncode == 0
     assert "still held after waiting 300 ms" in completed.stdout

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from lockwarden.durations import format_duration
+from lockwarden.durations import format_duration, format_limit
 from lockwarden.identify import Evidence, holder_from_process
 from lockwarden.model import Claim, Finding, Holder, Process, Severity, State
 
@@ -46,13 +46,16 @@ def classify(name: str, claim: Claim, evidence: Evidence, policy: Policy, now: d
     verdict = judge(claim, evidence, policy)
     held_for = held_seconds(claim, verdict, evidence, now)
     state, severity = grade(verdict.state, held_for, policy)
+    declared_limit = past_declared_limit(claim, state, held_for)
+    if declared_limit is not None and state is State.HELD:
+        state, severity = State.HELD_TOO_LONG, Severity.WARNING
     return Finding(
         name=name,
         path=claim.path,
         format=claim.format,
         state=state,
         severity=severity,
-        reason=explain(name, verdict, state, held_for, policy),
+        reason=explain(name, verdict, state, held_for, policy, declared_limit),
         held_for_s=held_for,
         proof=verdict.proof,
         holder=verdict.holder,
@@ -305,14 +308,34 @@ def grade(state: State, held_for: float | None, policy: Policy) -> tuple[State, 
     return State.HELD, Severity.OK
 
 
+def past_declared_limit(claim: Claim, state: State, held_for: float | None) -> float | None:
+    """The holder's own declared limit (`max_hold` in its record) when a live holder is past
+    it: such a holder is at least a warning, whatever the configured budget."""
+    limit = claim.max_hold_s
+    live = state in (State.HELD, State.HELD_TOO_LONG)
+    if limit is None or held_for is None or not live or held_for < limit:
+        return None
+    return limit
+
+
 def explain(
-    name: str, verdict: Verdict, state: State, held_for: float | None, policy: Policy
+    name: str,
+    verdict: Verdict,
+    state: State,
+    held_for: float | None,
+    policy: Policy,
+    declared_limit: float | None = None,
 ) -> str:
     holder = verdict.holder.describe() if verdict.holder else None
     if state is State.HELD_TOO_LONG and holder and held_for is not None:
+        past = (
+            f", past its own declared limit of {format_limit(declared_limit)}"
+            if declared_limit is not None
+            else ""
+        )
         return (
             f"writes to {name} blocked: {holder} has held the lock for "
-            f"{format_duration(held_for)} — stop it"
+            f"{format_duration(held_for)}{past} — stop it"
         )
     if state is State.HELD and holder:
         since = f" for {format_duration(held_for)}" if held_for is not None else ""

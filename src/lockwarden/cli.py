@@ -29,6 +29,10 @@ EXIT_CRITICAL = 2
 EXIT_UNKNOWN = 3
 EXIT_USAGE = 64
 EXIT_CONFIG = 78
+# `lockwarden hold` only; otherwise it exits with its COMMAND's code (128+N: killed by signal N).
+EXIT_HOLD_OS_ERROR = 71  # sysexits EX_OSERR: the lock could not be created or removed
+EXIT_HOLD_HELD = 73  # sysexits EX_CANTCREAT: another process holds the lock
+EXIT_HOLD_STALE = 74  # the lock is stale (with proof) and --break-stale was not given
 
 EXIT_CODES_HELP = """\
 exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icinga check):
@@ -128,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument("--force", action="store_true", help="replace an existing file")
     _verbosity(init)
+    _hold_parser(commands)
 
     commands.add_parser(
         "demo",
@@ -158,6 +163,64 @@ def _discover_parser(commands: Any) -> None:
     )
     _output(discover)
     _verbosity(discover)
+
+
+HOLD_EXIT_CODES_HELP = """\
+exit codes:
+  N    COMMAND's exit code; 128+N when signal N killed it (130 for Ctrl-C, 143 for SIGTERM)
+  64   usage error
+  71   the lock could not be created or removed (permission, missing directory, ...)
+  73   the lock is held by another process (its PID, role and how to stop it are printed)
+  74   the lock is stale (its holder is provably gone); rerun with --break-stale
+  126  COMMAND is not executable; 127: COMMAND not found
+"""
+
+
+def _hold_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    hold = commands.add_parser(
+        "hold",
+        help="take a lock, recorded and watched, for the time COMMAND runs",
+        description="Create the lock at PATH (mkdir, or a file with --file) with an owner record "
+        "naming this supervisor's PID, ROLE, host, boot id and COMMAND; run COMMAND in the "
+        "foreground; remove the lock when it exits, however it exits. `kill PID` of the "
+        "supervisor stops COMMAND and frees the lock.",
+        epilog=HOLD_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="lockwarden hold PATH --role ROLE [options] -- COMMAND [ARGS...]",
+    )
+    hold.add_argument("path", help="the lock itself (e.g. STORE/LOCK), created by hold")
+    hold.add_argument("--role", required=True, help="what the holder is doing (e.g. re-sync)")
+    hold.add_argument("--max-hold", metavar="DURATION", help="declared limit: warn past it")
+    hold.add_argument(
+        "--wait",
+        default="0",
+        metavar="DURATION",
+        help="wait this long for a holder to let go (default: 0, fail at once)",
+    )
+    hold.add_argument("--file", action="store_true", help="a lock file, not a lock directory")
+    hold.add_argument(
+        "--break-stale",
+        action="store_true",
+        help="remove a lock whose holder is provably gone, then take it",
+    )
+    hold.add_argument(
+        "--kill-after",
+        metavar="DURATION",
+        help="send COMMAND SIGTERM this long after it started, SIGKILL after grace",
+    )
+    hold.add_argument(
+        "--kill-grace",
+        default="10s",
+        metavar="DURATION",
+        help="time between SIGTERM and SIGKILL (default: 10s)",
+    )
+    hold.add_argument(
+        "--warn-every",
+        default="1m",
+        metavar="DURATION",
+        help="repeat the --max-hold warning this often (default: 1m)",
+    )
+    _verbosity(hold)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -214,9 +277,20 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def split_hold_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`hold PATH ... -- COMMAND ARGS`: everything after the first `--` is COMMAND, untouched
+    (argparse would read COMMAND's own options as lockwarden's)."""
+    if "hold" not in argv or "--" not in argv or argv.index("--") < argv.index("hold"):
+        return argv, []
+    split = argv.index("--")
+    return argv[:split], argv[split + 1 :]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    arguments = parser.parse_args(argv)
+    before, command = split_hold_command(list(sys.argv[1:] if argv is None else argv))
+    arguments = parser.parse_args(before)
+    arguments.command_args = command
     verbose = getattr(arguments, "verbose", False)
     logs.configure(verbose, sys.stderr, os.environ)
     try:
@@ -249,6 +323,8 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
         return command_discover(arguments)
     if arguments.command == "init":
         return command_init(arguments)
+    if arguments.command == "hold":
+        return command_hold(arguments)
     if arguments.command == "demo":
         from lockwarden.demo import run_demo
 
@@ -365,6 +441,58 @@ def command_inspect(arguments: argparse.Namespace) -> int:
         result = _watch(look, result, arguments.wait_ms)
     emit(result, arguments.json)
     return int(result.status)
+
+
+def command_hold(arguments: argparse.Namespace) -> int:
+    from lockwarden import holding
+
+    command = arguments.command_args
+    if not command:
+        raise UsageError("hold needs a COMMAND after --")
+    try:
+        supervision = holding.Supervision(
+            max_hold_s=_optional_seconds(arguments.max_hold),
+            warn_every_s=parse_duration(arguments.warn_every),
+            kill_after_s=_optional_seconds(arguments.kill_after),
+            kill_grace_s=parse_duration(arguments.kill_grace),
+        )
+        wait_s = parse_duration(arguments.wait)
+    except DurationError as error:
+        raise UsageError(str(error)) from None
+
+    def warn(message: str) -> None:
+        print(f"lockwarden hold: {message}", file=sys.stderr, flush=True)
+
+    try:
+        return holding.hold_command(
+            os.path.abspath(arguments.path),
+            arguments.role,
+            command,
+            as_file=arguments.file,
+            wait_s=wait_s,
+            break_stale=arguments.break_stale,
+            supervision=supervision,
+            warn=warn,
+        )
+    except holding.HoldError as error:
+        warn(str(error))
+        return _hold_exit_code(error)
+
+
+def _hold_exit_code(error: Exception) -> int:
+    from lockwarden import holding
+
+    if isinstance(error, holding.Interrupted):
+        return 128 + error.signal_number
+    if isinstance(error, holding.LockStale):
+        return EXIT_HOLD_STALE
+    if isinstance(error, holding.LockHeld):
+        return EXIT_HOLD_HELD
+    return EXIT_HOLD_OS_ERROR
+
+
+def _optional_seconds(text: str | None) -> float | None:
+    return None if text is None else parse_duration(text)
 
 
 def _blocking(result: RunResult) -> bool:

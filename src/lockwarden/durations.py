@@ -37,3 +37,18 @@ def format_duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def format_limit(seconds: float) -> str:
+    """A declared limit as a person writes it, zero parts dropped, and read back exactly by
+    parse_duration: 30m, 1h, 1h30m, 90s -> 1m30s, 0.2 -> 200ms."""
+    milliseconds = max(0, round(seconds * 1000))
+    whole, millis = divmod(milliseconds, 1000)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    if millis:
+        parts.append(f"{millis}ms")
+    return "".join(parts) or "0s"

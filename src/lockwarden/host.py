@@ -134,7 +134,9 @@ class Snapshot:
     _node_id: int | None = field(default=None, repr=False)
 
     @classmethod
-    def capture(cls, proc: str = "/proc") -> Snapshot:
+    def capture(cls, proc: str = "/proc", read_locks: bool = True) -> Snapshot:
+        """`read_locks=False` skips /proc/locks (which can hold thousands of lines) for callers
+        that only need identities, such as `lockwarden hold` writing its own record."""
         captured_at = datetime.now(UTC)
         uptime_s = float(_read_text(f"{proc}/uptime").split()[0])
         try:
@@ -150,7 +152,7 @@ class Snapshot:
             pid_max=pid_max,
             pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
             nested_pid_namespace=_own_namespace_is_nested(proc),
-            locks=parse_proc_locks(_read_text(f"{proc}/locks")),
+            locks=parse_proc_locks(_read_text(f"{proc}/locks")) if read_locks else {},
             proc=proc,
         )
 

@@ -46,6 +46,7 @@ class Claim:
     recorded (Emacs), ``host_node`` the machine id recorded beside the host name (borg's
     ``uuid.getnode()``), ``other_pids`` further holders the record lists (borg's roster), and
     ``break_command`` the command the lock's own program offers to break it when stale.
+    ``max_hold_s`` is the holder's own declared limit (`lockwarden hold --max-hold`), if any.
     """
 
     format: str
@@ -74,6 +75,7 @@ class Claim:
     host_node: int | None = None
     other_pids: tuple[int, ...] = ()
     break_command: str | None = None
+    max_hold_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ def claim_from_record(
         start_ticks=record.start_ticks,
         boot_id=record.boot_id,
         pid_namespace=record.pid_namespace,
+        max_hold_s=record.max_hold_s,
         created_at=created_at,
         extra=record.extra,
         record_path=record_path,

@@ -100,7 +100,13 @@ class OwnerRecord:
 
 
 def _pick_record(entries: list[os.DirEntry[str]]) -> os.DirEntry[str] | None:
-    files = [entry for entry in entries if entry.is_file(follow_symlinks=False)]
+    # Hidden names are half-written temporaries (`lockwarden hold` writes `.owner.json.tmp-PID`
+    # and renames it into place): never read one as the record.
+    files = [
+        entry
+        for entry in entries
+        if entry.is_file(follow_symlinks=False) and not entry.name.startswith(".")
+    ]
     by_name = {entry.name: entry for entry in files}
     for name in PREFERRED_RECORDS:
         if name in by_name:

@@ -1,9 +1,10 @@
 """Turn the text of an owner record into typed fields, once, refusing anything untrustworthy.
 
 Accepted: a JSON object (`pid`, `role`, `host`/`hostname`, `startedAt`/`started_at`/
-`acquired_at`, plus lockwarden's own `boot_id`, `start_ticks`, `pid_namespace`), `key=value`
-lines (`pid=N\\nacquired_at=RFC3339\\n`), or a bare PID. Anything ambiguous (duplicate keys,
-NaN, a PID that is not a plain integer in range) becomes a `problem`, never a guess.
+`acquired_at`, plus lockwarden's own `boot_id`, `start_ticks`, `pid_namespace`, `max_hold`),
+`key=value` lines (`pid=N\\nacquired_at=RFC3339\\n`), or a bare PID. Anything ambiguous
+(duplicate keys, NaN, a PID that is not a plain integer in range) becomes a `problem`, never a
+guess.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from lockwarden.durations import DurationError, parse_duration
 
 MAX_PID_DIGITS = 10
 MAX_TEXT = 256
@@ -37,6 +40,7 @@ class Record:
     boot_id: str | None = None
     start_ticks: int | None = None
     pid_namespace: int | None = None
+    max_hold_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     style: str = "empty"
 
@@ -98,6 +102,7 @@ def _from_mapping(mapping: dict[str, Any], pid_max: int, style: str) -> Record:
     pid_value = _first(mapping, PID_KEYS)
     timestamp = _first(mapping, TIME_KEYS)
     known = {*PID_KEYS, *ROLE_KEYS, *HOST_KEYS, *TIME_KEYS, "user", "boot_id", "start_ticks"}
+    known |= {"pid_namespace", "max_hold"}
     return Record(
         pid=None if pid_value is None else parse_pid(pid_value, pid_max),
         role=_text(_first(mapping, ROLE_KEYS)),
@@ -107,6 +112,7 @@ def _from_mapping(mapping: dict[str, Any], pid_max: int, style: str) -> Record:
         boot_id=_text(mapping.get("boot_id")),
         start_ticks=_optional_int(mapping.get("start_ticks"), "start_ticks"),
         pid_namespace=_optional_int(mapping.get("pid_namespace"), "pid_namespace"),
+        max_hold_s=_optional_duration(mapping.get("max_hold")),
         extra={key: value for key, value in list(mapping.items())[:32] if key not in known},
         style=style,
     )
@@ -132,6 +138,23 @@ def _optional_int(value: Any, key: str) -> int | None:
     if type(value) is int and value >= 0:
         return value
     raise RecordProblem(f"the record's {key} is not a non-negative integer")
+
+
+def _optional_duration(value: Any) -> float | None:
+    """`max_hold`, the holder's own declared limit: "30m" (as `lockwarden hold` writes it) or
+    seconds as a number."""
+    if value is None:
+        return None
+    if type(value) in (int, float) and math.isfinite(value) and value > 0:
+        return float(value)
+    try:
+        seconds = parse_duration(value)
+    except DurationError:
+        shown = str(value)[:40]
+        raise RecordProblem(f"the record's max_hold {shown!r} is not a duration") from None
+    if seconds <= 0:
+        raise RecordProblem("the record's max_hold is not a positive duration")
+    return seconds
 
 
 def parse_pid(value: Any, pid_max: int) -> int:

@@ -1,0 +1,574 @@
+"""`lockwarden hold` and `lockwarden.hold()`: take a store lock the right way.
+
+The habit made one command: create the lock atomically, record who holds it (PID, role, host,
+boot id, start ticks, PID namespace, start time, command, user, declared limit), run the work in
+the foreground, and remove the lock the moment it is done. This is the only module besides the
+agent's own run lock that *takes* a lock, and it only ever takes the one it is asked to take.
+
+Whose PID is in the record: the process that holds the lock and will remove it. For the command
+line that is the `lockwarden hold` supervisor, not COMMAND: `kill PID` (what `inspect` says)
+reaches the supervisor, which forwards SIGTERM to COMMAND, waits for it and removes the lock, so
+the advised action stops the work *and* frees the lock. COMMAND is started with a parent-death
+signal (SIGKILL), so a supervisor killed with `kill -9` cannot leave COMMAND writing behind a
+lock that `inspect` rightly calls stale. For the Python API the record names the calling process.
+
+Layouts (both read by the owner-record format):
+
+* directory (default): `mkdir PATH`, then the record is written to `PATH/.owner.json.tmp-PID`
+  and renamed to `PATH/owner.json`, so a reader sees no record or a whole one, never half of
+  one (the reader skips hidden names). Between the mkdir and the rename the lock names no
+  process: `inspect` says unknown, never stale, and another `hold` waits.
+* `--file`: the record is written to a hidden temporary file next to PATH and hard-linked to
+  PATH. link(2) fails with EEXIST exactly like O_EXCL, and the lock appears with its whole
+  record at once. On a filesystem without hard links, PATH is created with O_EXCL and the record
+  written in one write(2); a reader may then briefly see an empty file, which it reports as
+  unknown, not stale.
+
+Releasing and breaking both rename the lock aside (`PATH.released-…`, `PATH.stale-…` in the same
+directory) before deleting it, so the lock disappears atomically and a half-deleted directory is
+never mistaken for a lock. A lock is released only if it is still the inode this holder created.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import logging
+import os
+import pwd
+import secrets
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from lockwarden.durations import format_duration, format_limit, parse_duration
+from lockwarden.formats import store_lock_path
+from lockwarden.formats.base import key_of, lstat_or_none
+from lockwarden.host import Snapshot
+from lockwarden.model import Finding, InodeKey, State
+from lockwarden.run import inspect_path
+
+log = logging.getLogger(__name__)
+
+RECORD_NAME = "owner.json"
+POLL_INTERVAL_S = 0.05
+# Signals the supervisor catches and forwards to COMMAND (see should_forward).
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+SI_KERNEL = 0x80  # si_code of a signal the terminal driver sent to the foreground group
+PR_SET_PDEATHSIG = 1
+EXIT_NOT_EXECUTABLE = 126  # as a shell says it
+EXIT_NOT_FOUND = 127
+
+
+class HoldError(Exception):
+    """The lock could not be taken; the message says why and what to do."""
+
+
+class LockHeld(HoldError):
+    """Someone else holds the lock (or lockwarden cannot tell that nobody does)."""
+
+    def __init__(self, path: str, finding: Finding, waited_s: float) -> None:
+        self.path = path
+        self.finding = finding
+        waited = f" after waiting {format_limit(waited_s)}" if waited_s > 0 else ""
+        reason = finding.reason
+        if finding.action:  # inspect's "… — stop it" then names how
+            reason = f"{reason.removesuffix(' — stop it')}; stop it with: {finding.action}"
+        super().__init__(f"cannot take {path}{waited}: {reason}")
+
+
+class LockStale(HoldError):
+    """The lock's holder is provably gone; it is only removed when breaking was asked for."""
+
+    def __init__(self, path: str, finding: Finding, break_hint: str) -> None:
+        self.path = path
+        self.finding = finding
+        remove = f"remove it with: {finding.action}, or " if finding.action else ""
+        super().__init__(
+            f"cannot take {path}: it is {finding.reason} ({finding.proof}); {remove}{break_hint}"
+        )
+
+
+class LockUnavailable(HoldError):
+    """The lock could not be created or removed for a reason other than a holder."""
+
+
+class Interrupted(HoldError):
+    """A terminating signal arrived before COMMAND started; the lock is not held."""
+
+    def __init__(self, signal_number: int) -> None:
+        self.signal_number = signal_number
+        super().__init__(f"interrupted by {signal.Signals(signal_number).name} before starting")
+
+
+@dataclass(frozen=True)
+class HoldRecord:
+    """The owner record `hold` writes; every field the owner-record reader needs for proof."""
+
+    pid: int
+    role: str
+    host: str
+    boot_id: str
+    start_ticks: int
+    pid_namespace: int | None
+    started_at: datetime
+    command: tuple[str, ...]
+    user: str
+    max_hold_s: float | None = None
+
+    def to_json(self) -> bytes:
+        document: dict[str, object] = {
+            "pid": self.pid,
+            "role": self.role,
+            "host": self.host,
+            "boot_id": self.boot_id,
+            "start_ticks": self.start_ticks,
+            "pid_namespace": self.pid_namespace,
+            "started_at": self.started_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": list(self.command),
+            "user": self.user,
+            "written_by": "lockwarden hold",
+        }
+        if self.max_hold_s is not None:
+            document["max_hold"] = format_limit(self.max_hold_s)
+        return (json.dumps(document, indent=2) + "\n").encode()
+
+
+@dataclass(frozen=True)
+class TakenLock:
+    """A lock this process created: where, which inode, and what it says."""
+
+    path: str
+    key: InodeKey
+    is_directory: bool
+    record: HoldRecord
+
+
+def record_for(
+    role: str,
+    command: Sequence[str] | None,
+    max_hold_s: float | None = None,
+    proc: str = "/proc",
+) -> HoldRecord:
+    """This process's identity, read the way the inspecting side reads it (host.Snapshot), so
+    the start ticks and boot id it records are exactly what `inspect` will compare. `command`
+    None means this process's own command line."""
+    snapshot = Snapshot.capture(proc, read_locks=False)
+    me = snapshot.process(os.getpid())
+    if me is None:
+        raise LockUnavailable(f"cannot read this process's own identity from {proc}")
+    return HoldRecord(
+        pid=me.pid,
+        role=role,
+        host=snapshot.hostname,
+        boot_id=snapshot.boot_id,
+        start_ticks=me.start_ticks,
+        pid_namespace=me.pid_namespace,
+        started_at=datetime.now(UTC),
+        command=tuple(me.cmdline if command is None else command),
+        user=_invoking_user(),
+        max_hold_s=max_hold_s,
+    )
+
+
+def _invoking_user() -> str:
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+# Taking the lock.
+
+
+def acquire(
+    path: str,
+    record: HoldRecord,
+    *,
+    as_file: bool = False,
+    wait_s: float = 0.0,
+    break_stale: bool = False,
+    break_hint: str = "pass --break-stale to remove it and proceed",
+    sleep: Callable[[float], None] = time.sleep,
+) -> TakenLock:
+    """Create the lock, or wait up to `wait_s` for its holder to let go.
+
+    Raises LockHeld naming the holder in `inspect`'s words, LockStale (unless `break_stale`),
+    or LockUnavailable. `sleep` is how the wait passes (the CLI wakes on signals).
+    """
+    _refuse_store_directory(path)
+    deadline = time.monotonic() + wait_s
+    while True:
+        taken = try_create(path, record, as_file)
+        if taken is not None:
+            return taken
+        finding = judge(path)
+        if finding.state is State.FREE:
+            if lstat_or_none(path) is not None:
+                raise LockUnavailable(
+                    f"{path} exists but is not a lock that hold can take ({finding.reason})"
+                )
+            continue  # released between our attempt and our look: try again at once
+        if finding.state is State.STALE:
+            if not break_stale:
+                raise LockStale(path, finding, break_hint)
+            break_stale_lock(path)
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LockHeld(path, finding, wait_s)
+        sleep(min(POLL_INTERVAL_S, remaining))
+
+
+def _refuse_store_directory(path: str) -> None:
+    """`hold /srv/store` means the store's lock, not the store: never wait on, or break, a
+    directory that is not a lock."""
+    lock = store_lock_path(path)
+    if lock != path:
+        raise LockUnavailable(f"{path} is a directory, not a lock; did you mean {lock}?")
+
+
+def judge(path: str) -> Finding:
+    """What `lockwarden inspect PATH --format owner-record` would say, word for word."""
+    return inspect_path(path, datetime.now(UTC), "owner-record").findings[0]
+
+
+def try_create(path: str, record: HoldRecord, as_file: bool) -> TakenLock | None:
+    """Create the lock with its record, or None when something is already there."""
+    try:
+        return _create_file(path, record) if as_file else _create_directory(path, record)
+    except FileExistsError:
+        return None
+    except OSError as error:
+        raise LockUnavailable(f"cannot create {path}: {error.strerror or error}") from error
+
+
+def _create_directory(path: str, record: HoldRecord) -> TakenLock:
+    os.mkdir(path, 0o755)
+    key = key_of(os.lstat(path))
+    try:
+        temporary = os.path.join(path, f".{RECORD_NAME}.tmp-{record.pid}")
+        _write_new(temporary, record.to_json())
+        os.rename(temporary, os.path.join(path, RECORD_NAME))
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)  # ours, made a moment ago: undo it whole
+        raise
+    return TakenLock(path, key, True, record)
+
+
+def _create_file(path: str, record: HoldRecord) -> TakenLock:
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.hold-{record.pid}-{secrets.token_hex(4)}")
+    _write_new(temporary, record.to_json())
+    try:
+        os.link(temporary, path)  # exclusive like O_EXCL, and the record is already whole
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.EOPNOTSUPP):  # else: no hard links here
+            raise
+        _write_new(path, record.to_json())
+    finally:
+        os.unlink(temporary)
+    return TakenLock(path, key_of(os.lstat(path)), False, record)
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Create `path` exclusively and write `data` in one call. No fsync: after a crash the
+    record's boot id proves the lock stale, so durability buys nothing here."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    descriptor = os.open(path, flags, 0o644)
+    try:
+        written = os.write(descriptor, data)
+        if written != len(data):
+            raise OSError(f"short write to {path} ({written} of {len(data)} bytes)")
+    finally:
+        os.close(descriptor)
+
+
+# Letting go, and breaking a stale lock.
+
+
+def release(taken: TakenLock) -> bool:
+    """Remove the lock if it is still the one this holder created; False when it was not."""
+    status = lstat_or_none(taken.path)
+    if status is None or key_of(status) != taken.key:
+        log.warning(
+            "%s is no longer the lock this process took (removed or replaced by someone "
+            "else); left alone",
+            taken.path,
+        )
+        return False
+    try:
+        _remove_aside(taken.path, taken.key, "released")
+    except OSError as error:
+        raise LockUnavailable(f"cannot remove {taken.path}: {error.strerror or error}") from error
+    return True
+
+
+def break_stale_lock(path: str) -> None:
+    """Remove a lock `inspect` calls stale, re-checked right before, moved aside atomically.
+
+    The lock is judged again immediately before the rename and must still be stale and the
+    same inode; the renamed object must be that inode too, or it is put back. Anything else
+    returns quietly and the caller judges the lock afresh.
+    """
+    before = lstat_or_none(path)
+    if before is None:
+        return
+    finding = judge(path)
+    after = lstat_or_none(path)
+    if finding.state is not State.STALE or after is None or key_of(after) != key_of(before):
+        return
+    try:
+        _remove_aside(path, key_of(before), "stale")
+    except FileNotFoundError:
+        return  # another process broke it first; the caller judges afresh
+    except OSError as error:
+        raise LockUnavailable(f"cannot remove the stale lock {path}: {error}") from error
+    log.warning("broke the stale lock %s: %s (%s)", path, finding.reason, finding.proof)
+
+
+def _remove_aside(path: str, key: InodeKey, label: str) -> None:
+    directory, name = os.path.split(path)
+    aside = os.path.join(directory, f"{name}.{label}-{os.getpid()}-{secrets.token_hex(4)}")
+    os.rename(path, aside)
+    moved = os.lstat(aside)
+    if key_of(moved) != key:  # replaced between the check and the rename: not ours to delete
+        _put_back(aside, path, moved)
+        raise LockUnavailable(f"{path} changed while it was being removed; left in place")
+    if stat.S_ISDIR(moved.st_mode):
+        shutil.rmtree(aside)
+    else:
+        os.unlink(aside)
+
+
+def _put_back(aside: str, path: str, status: os.stat_result) -> None:
+    """Undo a rename without replacing whatever appeared at `path` meanwhile."""
+    try:
+        if stat.S_ISDIR(status.st_mode):
+            if lstat_or_none(path) is not None:
+                raise FileExistsError(path)
+            os.rename(aside, path)
+        else:
+            os.link(aside, path)
+            os.unlink(aside)
+    except OSError as error:
+        raise LockUnavailable(
+            f"{path} changed while it was being removed and could not be put back: it is now "
+            f"{aside} ({error})"
+        ) from error
+
+
+# The Python API.
+
+
+@contextmanager
+def hold(
+    path: str | os.PathLike[str],
+    role: str,
+    *,
+    max_hold: float | str | None = None,
+    wait: float | str = 0.0,
+    file: bool = False,
+    break_stale: bool = False,
+) -> Iterator[TakenLock]:
+    """Hold the lock at `path` for the `with` block, recorded as this process in `role`.
+
+    `max_hold` and `wait` are seconds or durations ("30m"). Raises LockHeld (naming the holder
+    as `lockwarden inspect` does), LockStale (unless `break_stale`), or LockUnavailable. The
+    lock is removed when the block ends, however it ends; a process killed outright (SIGKILL, or
+    SIGTERM with Python's default handler) leaves a lock that `inspect` proves stale.
+    """
+    max_hold_s = None if max_hold is None else seconds_of(max_hold)
+    record = record_for(role, None, max_hold_s)
+    taken = acquire(
+        os.path.abspath(os.fspath(path)),
+        record,
+        as_file=file,
+        wait_s=seconds_of(wait),
+        break_stale=break_stale,
+        break_hint="pass break_stale=True to remove it and proceed",
+    )
+    try:
+        yield taken
+    finally:
+        release(taken)
+
+
+def seconds_of(value: float | str) -> float:
+    if isinstance(value, str):
+        return parse_duration(value)
+    if isinstance(value, bool) or value < 0:
+        raise ValueError(f"{value!r} is not a duration in seconds")
+    return float(value)
+
+
+# The command-line supervisor.
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """How `lockwarden hold` watches COMMAND; all durations in seconds."""
+
+    max_hold_s: float | None = None
+    warn_every_s: float = 60.0
+    kill_after_s: float | None = None
+    kill_grace_s: float = 10.0
+
+
+def hold_command(
+    path: str,
+    role: str,
+    command: Sequence[str],
+    *,
+    as_file: bool,
+    wait_s: float,
+    break_stale: bool,
+    supervision: Supervision,
+    warn: Callable[[str], None],
+) -> int:
+    """Take the lock, run COMMAND in the foreground, let go; COMMAND's exit code, or 128+N
+    when a signal N killed it (as a shell reports it).
+
+    Signals are blocked and collected with sigtimedwait, so a SIGTERM or Ctrl-C at any moment
+    (while waiting, while COMMAND runs) ends in the lock being removed, never in a dead
+    supervisor that left it behind.
+    """
+    watched = {*FORWARDED, signal.SIGCHLD}
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    record = record_for(role, command, supervision.max_hold_s)
+    taken = acquire(
+        path, record, as_file=as_file, wait_s=wait_s, break_stale=break_stale, sleep=_wake_on_signal
+    )
+    try:
+        pending = set(TERMINATING) & signal.sigpending()
+        if pending:
+            raise Interrupted(min(pending))
+        return supervise(command, taken, supervision, watched, warn)
+    finally:
+        release(taken)
+
+
+def _wake_on_signal(seconds: float) -> None:
+    """Sleep while waiting for the lock, but give up at once on SIGINT/SIGTERM/SIGHUP/SIGQUIT."""
+    received = signal.sigtimedwait(TERMINATING, seconds)
+    if received is not None:
+        raise Interrupted(received.si_signo)
+
+
+def supervise(
+    command: Sequence[str],
+    taken: TakenLock,
+    supervision: Supervision,
+    watched: set[signal.Signals],
+    warn: Callable[[str], None],
+) -> int:
+    try:
+        child = spawn(command)
+    except FileNotFoundError:
+        warn(f"{command[0]}: command not found")
+        return EXIT_NOT_FOUND
+    except PermissionError:
+        warn(f"{command[0]}: permission denied")
+        return EXIT_NOT_EXECUTABLE
+    watch = Watch(supervision, time.monotonic(), taken, shlex.join(command)[:120], warn)
+    while child.poll() is None:
+        watch.tick(child, time.monotonic())
+        timeout = max(0.0, watch.next_due() - time.monotonic())
+        received = signal.sigtimedwait(watched, timeout)
+        if received is not None and should_forward(received, child.pid):
+            child.send_signal(received.si_signo)
+    return exit_code(child.returncode)
+
+
+def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start COMMAND in our process group (so the terminal's Ctrl-C, Ctrl-Z and window size
+    reach it directly) with the terminal as its stdin/stdout/stderr."""
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: the child only calls it
+    parent = os.getpid()
+
+    def prepare_child() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the supervisor died before the death signal was armed
+            os._exit(128 + signal.SIGKILL)
+
+    return subprocess.Popen(list(command), preexec_fn=prepare_child)
+
+
+def should_forward(received: signal.struct_siginfo, child_pid: int) -> bool:
+    """Forward a signal sent to the supervisor with kill(2) (`kill PID`, systemd, a script);
+    not one the terminal sent to the whole foreground group (COMMAND got it already), not
+    SIGCHLD, and not one COMMAND sent to us."""
+    if received.si_signo == signal.SIGCHLD:
+        return False
+    return received.si_code != SI_KERNEL and received.si_pid != child_pid
+
+
+def exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@dataclass
+class Watch:
+    """The timers of a hold: warn past --max-hold every --warn-every, and --kill-after."""
+
+    supervision: Supervision
+    started: float
+    taken: TakenLock
+    label: str
+    warn: Callable[[str], None]
+    next_warning: float | None = None
+    terminate_at: float | None = None
+    kill_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.supervision.max_hold_s is not None:
+            self.next_warning = self.started + self.supervision.max_hold_s
+        if self.supervision.kill_after_s is not None:
+            self.terminate_at = self.started + self.supervision.kill_after_s
+
+    def next_due(self) -> float:
+        """When something is due next; at least once a second, to notice a lost SIGCHLD."""
+        due = [self.next_warning, self.terminate_at, self.kill_at, time.monotonic() + 1.0]
+        return min(moment for moment in due if moment is not None)
+
+    def tick(self, child: subprocess.Popen[bytes], now: float) -> None:
+        held = format_duration(now - self.started)
+        if self.next_warning is not None and now >= self.next_warning:
+            limit = format_limit(self.supervision.max_hold_s or 0)
+            self.warn(
+                f"WARNING: `{self.label}` has held {self.taken.path} for {held}, past its "
+                f"declared --max-hold of {limit}; lockwarden hold PID {os.getpid()} is still "
+                "waiting for it"
+            )
+            self.next_warning = now + self.supervision.warn_every_s
+        if self.terminate_at is not None and now >= self.terminate_at:
+            grace = format_duration(self.supervision.kill_grace_s)
+            self.warn(
+                f"`{self.label}` ran past --kill-after after {held}: sending SIGTERM "
+                f"(SIGKILL in {grace} if it is still running)"
+            )
+            child.send_signal(signal.SIGTERM)
+            self.terminate_at = None
+            self.kill_at = now + self.supervision.kill_grace_s
+        if self.kill_at is not None and now >= self.kill_at:
+            self.warn(f"`{self.label}` ignored SIGTERM: sending SIGKILL")
+            child.send_signal(signal.SIGKILL)
+            self.kill_at = None
