@@ -18,7 +18,7 @@ from lockwarden.durations import DurationError, parse_duration
 from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
 from lockwarden.report import render_json, render_text
-from lockwarden.run import RunResult, inspect_path, run_once
+from lockwarden.run import RunResult, inspect_path
 
 log = logging.getLogger("lockwarden")
 
@@ -27,6 +27,7 @@ EXIT_WARNING = 1
 EXIT_CRITICAL = 2
 EXIT_UNKNOWN = 3
 EXIT_USAGE = 64
+EXIT_BUSY = 75
 EXIT_CONFIG = 78
 
 EXIT_CODES_HELP = """\
@@ -36,6 +37,7 @@ exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icing
   2   critical: a lock is held past critical_after, or is stale
   3   unknown: lockwarden could not tell (the reason is printed), or an internal error
   64  usage error: bad command-line arguments
+  75  another lockwarden run holds the run lock (its PID is printed); nothing was done
   78  configuration error: every problem is printed, one per line, with file and key
 """
 
@@ -66,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lockwarden {__version__}")
     parser.add_argument(
         "--once", action="store_true", help="check every configured lock once, report, and exit"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --once: decide and print what would be sent; send and write nothing",
     )
     _common(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -104,6 +111,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(check)
 
+    notify_test = commands.add_parser(
+        "notify-test",
+        help="send a test message to every configured service and report each result",
+        description="Send a test message to every configured notification service (or those "
+        "tagged --tag) and say, per service, whether apprise delivered it. Exit 0 when all did.",
+    )
+    notify_test.add_argument("--tag", action="append", default=[], help="only services tagged T")
+    _common(notify_test)
+
+    history = commands.add_parser(
+        "history",
+        help="show incidents from the state journal",
+        description="List incidents from the state journal: when each opened, its reminders, "
+        "when it resolved, and every delivery result.",
+    )
+    history.add_argument("--lock", default=None, metavar="NAME", help="only this lock")
+    _common(history)
+
     commands.add_parser(
         "demo",
         help="show a real blocked write and its diagnosis (about 3 s)",
@@ -128,8 +153,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON document, not text")
-    parser.add_argument("--now", type=_timestamp, default=None, metavar="RFC3339",
-                        help="pretend the current time is this (for tests and what-ifs)")
+    parser.add_argument(
+        "--now",
+        type=_timestamp,
+        default=None,
+        metavar="RFC3339",
+        help="pretend the current time is this (for tests and what-ifs)",
+    )
 
 
 def _timestamp(text: str) -> datetime:
@@ -198,6 +228,13 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
         return command_inspect(arguments)
     if arguments.command == "check-config":
         return command_check_config(arguments)
+    if arguments.command in ("notify-test", "history"):
+        from lockwarden import alert_commands
+
+        config = load_config(arguments.config)
+        if arguments.command == "notify-test":
+            return alert_commands.notify_test(config, arguments.tag, now_of(arguments))
+        return alert_commands.history(config, arguments.lock, arguments.json)
     if arguments.command == "demo":
         from lockwarden.demo import run_demo
 
@@ -218,10 +255,21 @@ def load_config(path: str | None) -> config_module.Config:
 
 
 def command_once(arguments: argparse.Namespace) -> int:
+    from lockwarden import alert_commands
+    from lockwarden.journal import RunBusy
+
     config = load_config(arguments.config)
-    result = run_once(config, now_of(arguments))
-    emit(result, arguments.json)
-    return int(result.status)
+    try:
+        alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run)
+    except RunBusy as busy:
+        print(f"lockwarden: {busy}; this run exits without doing anything", file=sys.stderr)
+        return EXIT_BUSY
+    if arguments.dry_run:
+        sys.stdout.write(alert_commands.render_dry_run(alerted, arguments.json))
+        sys.stdout.flush()
+    else:
+        emit(alerted.result, arguments.json)
+    return int(alerted.result.status)
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:
@@ -294,4 +342,4 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["EXIT_CONFIG", "EXIT_USAGE", "Severity", "main"]
+__all__ = ["EXIT_BUSY", "EXIT_CONFIG", "EXIT_USAGE", "Severity", "main"]
