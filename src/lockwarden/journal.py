@@ -197,7 +197,9 @@ class Journal:
         try:
             written = os.write(descriptor, data)
             if written != len(data):
-                raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)")
+                raise OSError(
+                    errno.ENOSPC, f"short write ({written} of {len(data)} bytes): disk full?"
+                )
             os.fsync(descriptor)
         except OSError as error:
             self._undo_partial(descriptor, before)

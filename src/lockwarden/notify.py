@@ -178,7 +178,7 @@ class Notifier:
     def _install_redaction(self) -> None:
         secrets: set[str] = set()
         for service in self.services:
-            secrets |= secrets_of(service.plugin.url(), service.url)
+            secrets |= secrets_of(service.plugin.url(), service.plugin.url(privacy=True))
         redaction = RedactingFilter(secrets)
         for handler in logging.getLogger().handlers:
             handler.addFilter(redaction)
