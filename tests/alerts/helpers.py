@@ -94,7 +94,7 @@ class MailSink:
     def __init__(self) -> None:
         self.messages: list[Message] = []
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.messages.append(message_from_bytes(envelope.original_content or envelope.content))
         return "250 OK"
 

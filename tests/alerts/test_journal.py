@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.conftest import SRC, require_tool
 
 from lockwarden.journal import (
     Journal,
@@ -21,7 +22,6 @@ from lockwarden.journal import (
     check_state_dir,
     default_state_path,
 )
-from tests.conftest import SRC, require_tool
 
 
 def state_dir(tmp_path: Path) -> Path:
@@ -172,7 +172,7 @@ def test_enospc_leaves_no_partial_record(tiny_tmpfs: Path) -> None:
     finally:
         os.close(filler)
     big = {"type": "run", "at": "B", "locks": {}, "pad": "y" * 20000}
-    with pytest.raises(StateError, match="short write|No space left"):
+    with pytest.raises(StateError, match=r"short write|No space left"):
         journal.append(big)
     journal.close()
     assert [record["at"] for record in Journal(journal.path).load().records] == ["A"]
