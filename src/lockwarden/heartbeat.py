@@ -22,14 +22,23 @@ def ping_url(url: str, signal: str | None) -> str:
     return url if signal is None else f"{url.rstrip('/')}/{signal}"
 
 
+def _path_pieces(url: str) -> set[str]:
+    """Everything after the host of a ping URL is its secret (a check UUID or key)."""
+    path = url.split("://", 1)[-1].partition("/")[2]
+    return {piece for piece in path.replace("?", "/").split("/") if len(piece) >= 8} | {path}
+
+
 def ping(settings: HeartbeatSettings, signal: str | None = None) -> bool:
     """True when the ping was answered with a 2xx; never raises."""
     if not settings.url:
         return False
     import requests
 
+    from lockwarden.notify import redact_in_logs
+
     target = ping_url(settings.url, signal)
     shown = hide_url(target)
+    redact_in_logs(_path_pieces(settings.url))  # urllib3 logs the path at debug level
     try:
         response = requests.get(target, timeout=settings.timeout)
     except requests.RequestException as error:

@@ -133,6 +133,13 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+def redact_in_logs(secrets: Iterable[str]) -> None:
+    """Mask these strings in every line any handler of the root logger writes."""
+    redaction = RedactingFilter(secret for secret in secrets if secret)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redaction)
+
+
 class Notifier:
     """The configured services, loaded once per run, and a send budget for the whole run."""
 
@@ -179,9 +186,7 @@ class Notifier:
         secrets: set[str] = set()
         for service in self.services:
             secrets |= secrets_of(service.plugin.url(), service.plugin.url(privacy=True))
-        redaction = RedactingFilter(secrets)
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(redaction)
+        redact_in_logs(secrets)
 
     def targets(self, tags: tuple[str, ...]) -> tuple[str, ...]:
         """The services a lock routes to: all of them, or those with one of its tags."""

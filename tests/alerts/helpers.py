@@ -28,6 +28,7 @@ class Receiver:
         self.port = free_port()
         self.mode = "ok"
         self.payloads: list[dict[str, Any]] = []
+        self.pings: list[str] = []
         self.requests = 0
         self.release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -44,6 +45,8 @@ class Receiver:
                 if receiver.mode == "hang":
                     receiver.release.wait(30)
                     return
+                if receiver.mode == "slow":
+                    receiver.release.wait(1.5)
                 if receiver.mode == "fail":
                     self.send_response(500)
                     self.end_headers()
@@ -51,6 +54,11 @@ class Receiver:
                     return
                 receiver.payloads.append(json.loads(body))
                 self.send_response(200)
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                receiver.pings.append(self.path)
+                self.send_response(500 if receiver.mode == "fail" else 200)
                 self.end_headers()
 
             def log_message(self, *args: object) -> None:
