@@ -98,12 +98,17 @@ def alert_stage(
     now: datetime,
     dry_run: bool = False,
 ) -> AlertOutcome:
+    """Decide, send, journal. With no [notify] service configured, alerting is off: the
+    journal is only read (never created), and the report says how many alerts were due."""
     journal = Journal(state_path(config), config.state.max_bytes)
     problems: list[str] = []
-    history = load_history(config, journal, problems, dry_run)
+    read_only = dry_run or not config.notify.configured
+    history = load_history(config, journal, problems, read_only)
     plan = decide(findings, history, now, policies(config), hostname)
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)
-    if dry_run:
+    if read_only:
+        outcome.state_problems = [] if not dry_run else problems
+        outcome.unsent = 0 if dry_run else len(plan.outgoing)
         return outcome
     writer = JournalWriter(journal, problems)
     for record in plan.records:
@@ -124,11 +129,6 @@ def _deliver(
 ) -> None:
     wants_notice = bool(outcome.state_problems)
     if not (plan.sends_anything or wants_notice):
-        return
-    if not config.notify.configured:
-        outcome.unsent = len(plan.outgoing)
-        for item in plan.outgoing:
-            writer.append(_due_record(item, (), now))
         return
     try:
         notifier = Notifier(config.notify)
@@ -250,7 +250,10 @@ def with_outcome(
     if outcome.notify_problem:
         extra_notes.append(f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent")
     elif outcome.unsent:
-        extra_notes.append(f"{outcome.unsent} alert(s) not sent: no [notify] service configured")
+        extra_notes.append(
+            f"alerting is off: {outcome.unsent} alert(s) not sent, as no [notify] service is "
+            "configured (see the README's Alerts section)"
+        )
     if not outcome.state_problems:
         return findings, tuple(extra_notes)
     problem = "; ".join(outcome.state_problems)

@@ -22,7 +22,7 @@ from lockwarden.journal import Record
 
 GOOD = "good"
 KEEP_CLOSED_INCIDENTS = 50
-KEEP_RUNS = 20
+KEEP_RUNS = 5  # at least; compaction keeps max(resolve_after, unknown_after) + 1 if more
 
 
 def timestamp(moment: datetime) -> str:

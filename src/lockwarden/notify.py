@@ -17,7 +17,6 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,6 +210,8 @@ class Notifier:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0.05:
             return [Delivery(s.service_id, s.url, False, "out of time budget") for s in chosen]
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
             futures = [pool.submit(self._send_one, s, message, remaining) for s in chosen]
             return [future.result() for future in futures]

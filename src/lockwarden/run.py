@@ -132,7 +132,8 @@ def run_and_alert(
     (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes."""
     from lockwarden.alerting import alert_stage, state_directory, with_outcome
 
-    run_lock = None if dry_run else _take_run_lock(state_directory(config))
+    alerting = config.notify.configured and not dry_run
+    run_lock = _take_run_lock(state_directory(config)) if alerting else None
     try:
         if on_start is not None:
             on_start()

@@ -555,3 +555,45 @@ def test_a_quiet_run_imports_neither_apprise_nor_requests(
         timeout=30,
     )
     assert loud.stderr.strip().splitlines()[-1].startswith("2 True")  # the probe can tell
+
+
+def test_compaction_keeps_the_journal_bounded_without_duplicate_alerts(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([receiver.url(TOKEN)])
+    text = scenario.config.read_text().replace("[notify]", "max_bytes = 3000\n\n[notify]")
+    scenario.config.write_text(text)
+    scenario.hold()
+    sizes = []
+    for minutes in range(120, 250, 10):
+        scenario.once(minutes)
+        sizes.append(scenario.state_path.stat().st_size)
+    assert sizes[4] == sizes[5]  # past the bound, each run's record replaces the oldest one
+    records = [json.loads(line) for line in scenario.journal_text().splitlines()]
+    assert sum(1 for record in records if record["type"] == "run") == 5
+    assert [t.split(":")[0] for t in titles(receiver)] == ["writes blocked", "reminder", "reminder"]
+    assert sorted(p.name for p in scenario.state_dir.iterdir()) == ["run.lock", "state.jsonl"]
+
+
+def test_apprise_config_file_with_tags(
+    scenario: Scenario, receiver: Receiver, smtp: Smtp, tmp_path: Path
+) -> None:
+    apprise_config = tmp_path / "apprise.txt"
+    apprise_config.write_text(f"chat={receiver.url(TOKEN)}\nmail={smtp.url()}\n")
+    scenario.configure([], extra=f'config = "{apprise_config}"\n')
+    done = run_cli("notify-test", "--config", str(scenario.config), "--tag", "mail")
+    assert done.returncode == 0, done.stderr
+    assert len(smtp.sink.messages) == 1 and receiver.payloads == []
+    assert TOKEN not in done.stdout
+
+
+def test_without_notify_alerting_is_off_and_no_state_is_written(scenario: Scenario) -> None:
+    scenario.config.write_text(
+        f'[state]\npath = "{scenario.state_path}"\n\n'
+        f'[[lock]]\nname = "wa-store"\npath = "{scenario.lock}"\ncritical_after = "1h"\n'
+    )
+    scenario.hold()
+    done = scenario.once(120)
+    assert done.returncode == 2
+    assert "alerting is off: 1 alert(s) not sent" in done.stdout
+    assert list(scenario.state_dir.iterdir()) == []
