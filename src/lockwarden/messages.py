@@ -6,6 +6,7 @@ the body says where, who, for how long, who waits, and what to do.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -103,7 +104,7 @@ def finding_rows(finding: Finding) -> list[Row]:
     if finding.action:
         rows.append(Row("Action", finding.action, code=True))
     if finding.state is State.STALE and finding.action and finding.action.startswith("rm "):
-        rows.append(Row("Remove", finding.path, code=True))
+        rows.append(Row("Remove", shlex.split(finding.action)[-1], code=True))
     return rows
 
 

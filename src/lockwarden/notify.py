@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 EMAIL_SCHEMES = frozenset({"mailto", "mailtos"})
 TAGGED_URL = re.compile(r"^\s*([A-Za-z0-9_.\-, ]+?)\s*=\s*([A-Za-z][\w+.-]*://.*)$", re.DOTALL)
 MIN_SECRET_LENGTH = 4
+ALWAYS_TAG = "always"
 
 
 class NotifyConfigError(Exception):
@@ -163,10 +164,11 @@ class Notifier:
             source.add(config)
         self._source = source
         self.services = [self._service(plugin) for plugin in source.find()]
-        self._by_plugin = {id(service.plugin): service for service in self.services}
         self._install_redaction()
 
     def _service(self, plugin: Any) -> Service:
+        # Named before the timeouts change its URL: the id must not move with [notify] timeout.
+        service_id = service_id_of(plugin.url())
         # Short socket timeouts, so a dead or hanging endpoint fails within the budget.
         cap = max(0.5, self.budget)
         plugin.socket_connect_timeout = min(float(plugin.socket_connect_timeout), cap)
@@ -174,7 +176,7 @@ class Notifier:
         protocols = {plugin.protocol, getattr(plugin, "secure_protocol", None)}
         flat = {p for item in protocols for p in (item if isinstance(item, tuple) else (item,))}
         return Service(
-            service_id=service_id_of(plugin.url()),
+            service_id=service_id,
             url=plugin.url(privacy=True).split("?", 1)[0],
             tags=frozenset(plugin.tags or ()),
             email=bool(flat & EMAIL_SCHEMES),
@@ -188,12 +190,14 @@ class Notifier:
         redact_in_logs(secrets)
 
     def targets(self, tags: tuple[str, ...]) -> tuple[str, ...]:
-        """The services a lock routes to: all of them, or those with one of its tags."""
-        if not tags:
-            return tuple(service.service_id for service in self.services)
-        matching = self._source.find(tag=list(tags))
-        ids = {self._by_plugin[id(plugin)].service_id for plugin in matching}
-        return tuple(s.service_id for s in self.services if s.service_id in ids)
+        """The services a lock routes to: all of them, or those sharing one of its tags (and
+        those tagged `always`, as apprise does)."""
+        wanted = set(tags)
+        return tuple(
+            service.service_id
+            for service in self.services
+            if not wanted or service.tags & wanted or ALWAYS_TAG in service.tags
+        )
 
     def known(self, service_id: str) -> bool:
         return any(service.service_id == service_id for service in self.services)
