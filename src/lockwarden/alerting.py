@@ -16,7 +16,7 @@ from datetime import datetime
 
 from lockwarden.config import Config
 from lockwarden.decide import LockPolicy, Outgoing, Plan, Retry, decide
-from lockwarden.history import KEEP_RUNS, History, fold, keep_for_dedupe, timestamp
+from lockwarden.history import KEEP_RUNS, UNRESOLVED, History, fold, keep_for_dedupe, timestamp
 from lockwarden.journal import Journal, Record, StateError, check_state_dir, default_state_path
 from lockwarden.messages import Message, render_state_degraded
 from lockwarden.model import Finding, Severity, State
@@ -135,8 +135,8 @@ def _deliver(
     except NotifyConfigError as error:
         outcome.notify_problem = str(error)
         outcome.unsent = len(plan.outgoing) + len(plan.retries)
-        for item in plan.outgoing:  # recorded with no target: retried once notify is fixed
-            writer.append(_due_record(item, (), now))
+        for item in plan.outgoing:  # targets unresolved: sent once notify works again
+            writer.append(_due_record(item, None, now))
         return
     for retry in plan.retries:
         _retry(notifier, retry, writer, outcome, now)
@@ -154,6 +154,10 @@ def _deliver(
 def _retry(
     notifier: Notifier, retry: Retry, writer: JournalWriter, outcome: AlertOutcome, now: datetime
 ) -> None:
+    if UNRESOLVED in retry.services:  # due while notify was broken: resolve its services now
+        targets = notifier.targets(retry.sent.tags)
+        writer.append(_resolved_due(retry, targets))
+        retry = Retry(retry.sent, targets)
     gone = [service for service in retry.services if not notifier.known(service)]
     if gone:  # a service removed from the config can never confirm: stop waiting for it
         writer.append(
@@ -171,7 +175,23 @@ def _retry(
     _record(writer, outcome, retry.sent.message_id, retry.sent.kind, "", message, sent, now)
 
 
-def _due_record(item: Outgoing, targets: tuple[str, ...], now: datetime) -> Record:
+def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> Record:
+    sent = retry.sent
+    return {
+        "type": "due",
+        "at": timestamp(sent.due_at),
+        "incident": sent.incident,
+        "message": sent.message_id,
+        "kind": sent.kind,
+        "title": sent.title,
+        "markdown": sent.markdown,
+        "text": sent.text,
+        "tags": list(sent.tags),
+        "targets": list(targets),
+    }
+
+
+def _due_record(item: Outgoing, targets: tuple[str, ...] | None, now: datetime) -> Record:
     return {
         "type": "due",
         "at": timestamp(now),
@@ -183,7 +203,7 @@ def _due_record(item: Outgoing, targets: tuple[str, ...], now: datetime) -> Reco
         "markdown": item.message.markdown,
         "text": item.message.text,
         "tags": list(item.tags),
-        "targets": list(targets),
+        "targets": None if targets is None else list(targets),
     }
 
 

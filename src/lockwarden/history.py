@@ -21,6 +21,7 @@ from typing import Any
 from lockwarden.journal import Record
 
 GOOD = "good"
+UNRESOLVED = "*"  # a message due before its services were known: every matching service
 KEEP_CLOSED_INCIDENTS = 50
 KEEP_RUNS = 5  # at least; compaction keeps max(resolve_after, unknown_after) + 1 if more
 
@@ -60,7 +61,7 @@ class Sent:
     markdown: str
     text: str
     tags: tuple[str, ...]
-    targets: tuple[str, ...]
+    targets: tuple[str, ...] | None
     attempts: list[Attempt] = field(default_factory=list)
     gave_up: set[str] = field(default_factory=set)
 
@@ -71,7 +72,8 @@ class Sent:
     @property
     def pending(self) -> tuple[str, ...]:
         done = self.delivered | self.gave_up
-        return tuple(service for service in self.targets if service not in done)
+        targets = (UNRESOLVED,) if self.targets is None else self.targets
+        return tuple(service for service in targets if service not in done)
 
 
 @dataclass
@@ -191,6 +193,11 @@ def _apply(history: History, record: Record) -> None:
 
 
 def _apply_due(history: History, record: Record, at: datetime) -> None:
+    targets = None if record.get("targets") is None else tuple(record["targets"])
+    previous = history.messages.get(record["message"])
+    if previous is not None:  # its services resolved later: the same message, now addressed
+        previous.targets = targets
+        return
     message = Sent(
         message_id=record["message"],
         incident=record["incident"],
@@ -200,14 +207,11 @@ def _apply_due(history: History, record: Record, at: datetime) -> None:
         markdown=record["markdown"],
         text=record["text"],
         tags=tuple(record.get("tags") or ()),
-        targets=tuple(record.get("targets") or ()),
+        targets=targets,
     )
-    previous = history.messages.get(message.message_id)
-    if previous is not None:  # a retry with newly resolved targets: keep what was delivered
-        message.attempts, message.gave_up = previous.attempts, previous.gave_up
     history.messages[message.message_id] = message
     incident = history.incidents.get(message.incident)
-    if incident is not None and previous is None:
+    if incident is not None:
         incident.messages.append(message)
 
 

@@ -596,3 +596,18 @@ def test_without_notify_alerting_is_off_and_no_state_is_written(scenario: Scenar
     assert done.returncode == 2
     assert "alerting is off: 1 alert(s) not sent" in done.stdout
     assert list(scenario.state_dir.iterdir()) == []
+
+
+def test_alert_due_while_notify_is_broken_is_sent_once_it_works(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([], extra='urls_env = "LOCKWARDEN_TEST_URLS"\n')
+    scenario.hold()
+    broken = scenario.once(120)
+    assert broken.returncode == 2
+    assert "$LOCKWARDEN_TEST_URLS is not set" in broken.stdout
+    fixed = scenario.once(125, LOCKWARDEN_TEST_URLS=receiver.url(TOKEN))
+    assert fixed.returncode == 2
+    scenario.once(130, LOCKWARDEN_TEST_URLS=receiver.url(TOKEN))
+    assert titles(receiver) == [titles(receiver)[0]]
+    assert titles(receiver)[0].startswith("writes blocked: wa-store")
