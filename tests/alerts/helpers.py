@@ -20,7 +20,8 @@ import pytest
 
 
 class Receiver:
-    """A JSON webhook receiver. `mode`: ok (200), fail (500), hang (never answers), and
+    """A JSON webhook receiver. `mode`: ok (200), fail (500), hang (never answers), slow
+    (answers 200 once `release` is set), and
     `stop()` closes the listening socket so connections are refused; `start()` reopens it
     on the same port."""
 
@@ -45,8 +46,8 @@ class Receiver:
                 if receiver.mode == "hang":
                     receiver.release.wait(30)
                     return
-                if receiver.mode == "slow":
-                    receiver.release.wait(1.5)
+                if receiver.mode == "slow":  # answers 200 once the test sets `release`
+                    receiver.release.wait(30)
                 if receiver.mode == "fail":
                     self.send_response(500)
                     self.end_headers()

@@ -336,9 +336,9 @@ def test_unusable_state_dir_still_alerts_and_says_why(
 def test_overlapping_runs_send_no_duplicate_and_the_second_names_the_first(
     scenario: Scenario, receiver: Receiver
 ) -> None:
-    scenario.configure([receiver.url(TOKEN)])
+    scenario.configure([receiver.url(TOKEN)], timeout="25s")
     scenario.hold()
-    receiver.mode = "slow"  # the first run is mid-send while the second starts
+    receiver.mode = "slow"  # the first run is mid-send until the second has come and gone
     first = subprocess.Popen(
         [
             sys.executable,
@@ -362,6 +362,7 @@ def test_overlapping_runs_send_no_duplicate_and_the_second_names_the_first(
     assert second.returncode == EXIT_BUSY
     assert f"another lockwarden run is in progress (PID {first.pid}" in second.stderr
     assert second.stdout == ""
+    receiver.release.set()
     first.wait(timeout=15)
     assert first.returncode == 2
     assert len(receiver.payloads) == 1

@@ -63,7 +63,17 @@ def test_each_record_is_one_write_then_fsync_and_the_new_file_dir_is_fsynced(
         """
     )
     trace = subprocess.run(
-        [strace, "-f", "-e", "trace=openat,write,fsync", sys.executable, "-c", program],
+        [
+            strace,
+            "-f",
+            "-s",
+            "4096",
+            "-e",
+            "trace=openat,write,fsync",
+            sys.executable,
+            "-c",
+            program,
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": SRC},
@@ -78,7 +88,9 @@ def test_each_record_is_one_write_then_fsync_and_the_new_file_dir_is_fsynced(
     mine = [line for line in calls if re.search(rf"\((\s*){journal_fd}[,)]", line)]
     writes = [line for line in mine if "write(" in line]
     assert len(writes) == 2
-    assert all(line.rstrip().endswith(f"= {len(json.dumps({}))}") is False for line in writes)
+    lengths = [re.search(r", (\d+)\) += (\d+)$", line) for line in writes]
+    assert all(m is not None and m.group(1) == m.group(2) for m in lengths), writes
+    assert all('}\\n", ' in line for line in writes)  # each write() is one whole record line
     assert [("write" if "write(" in line else "fsync") for line in mine] == [
         "write",
         "fsync",
@@ -218,3 +230,41 @@ def test_run_lock_refuses_a_second_holder_and_names_the_first(tmp_path: Path) ->
 )
 def test_default_state_path(euid: int, environ: dict[str, str], expected: str) -> None:
     assert default_state_path(euid, environ, home="/home/u") == expected
+
+
+def test_compaction_syscalls_are_temp_file_fsync_rename_then_directory_fsync(
+    tmp_path: Path,
+) -> None:
+    """strace shows the order that makes compaction crash-safe: the new file is written and
+    fsynced in the same directory, renamed over the journal, then the directory is fsynced."""
+    strace = require_tool("strace")
+    path = state_dir(tmp_path) / "state.jsonl"
+    path.write_text("".join(f'{{"type":"run","at":"T{n}","locks":{{}}}}\n' for n in range(50)))
+    program = textwrap.dedent(
+        f"""
+        from lockwarden.journal import Journal
+        Journal({str(path)!r}, max_bytes=100).compact(lambda records: records[-3:])
+        """
+    )
+    trace = subprocess.run(
+        [strace, "-f", "-e", "trace=openat,fsync,rename,close", sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        check=True,
+    ).stderr
+    steps = []
+    descriptors: dict[str, str] = {}
+    for line in trace.splitlines():
+        opened = re.search(r'openat\(.*"([^"]+)".*= (\d+)$', line)
+        if opened and str(path.parent) in opened.group(1):
+            name = "dir" if "O_DIRECTORY" in line else Path(opened.group(1)).name
+            descriptors[opened.group(2)] = name
+        synced = re.search(r"fsync\((\d+)\)", line)
+        if synced and synced.group(1) in descriptors:
+            steps.append(f"fsync {descriptors[synced.group(1)]}")
+        if "rename(" in line:
+            steps.append("rename")
+    assert len(steps) == 3 and steps[0].startswith("fsync .state.jsonl.compact-"), steps
+    assert steps[1:] == ["rename", "fsync dir"]
+    assert len(lines(path)) == 3
