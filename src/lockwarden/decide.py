@@ -102,7 +102,9 @@ def decide(
     host: str,
 ) -> Plan:
     plan = Plan()
-    plan.records.append(_run_record(findings, policies, now))
+    run = _run_record(findings, policies, now)
+    if _worth_recording(run, history):
+        plan.records.append(run)
     for finding in findings:
         _decide_lock(plan, finding, history, now, policies.get(finding.name, LockPolicy()), host)
     _close_unchecked(plan, history, {finding.name for finding in findings}, now)
@@ -119,6 +121,13 @@ def _run_record(
         if klass != GOOD:
             locks[finding.name] = [klass, incident_key(finding, klass)]
     return {"type": "run", "at": timestamp(now), "locks": locks}
+
+
+def _worth_recording(run: Record, history: History) -> bool:
+    """A run changes what the streaks count unless it is all good, nothing is open, and the
+    last recorded run was all good too: skipping those keeps quiet runs free of writes."""
+    last_was_bad = bool(history.runs and history.runs[-1].locks)
+    return bool(run["locks"]) or bool(history.open_incidents()) or last_was_bad
 
 
 def _decide_lock(

@@ -251,3 +251,14 @@ def test_compaction_keeps_open_and_pending_incidents_and_recent_runs() -> None:
     ]
     plan = decide([finding(pid=6)], after, T0 + timedelta(minutes=3702), {}, HOST)
     assert kinds(plan) == [] and len(plan.retries) == 2  # pid 5 resolved + pid 6 alert
+
+
+def test_quiet_runs_record_nothing_but_a_return_to_good_is_recorded() -> None:
+    journal = Journal(LockPolicy(AlertSettings(unknown_after=3)))
+    assert journal.run(0, FREE).records == []
+    assert journal.run(1, UNKNOWN).records  # bad: recorded
+    assert [r["type"] for r in journal.run(2, FREE).records] == ["run"]  # the streak breaks
+    assert journal.run(3, FREE).records == []
+    assert kinds(journal.run(4, UNKNOWN)) == []
+    assert kinds(journal.run(5, UNKNOWN)) == []
+    assert kinds(journal.run(6, UNKNOWN)) == ["alert"]  # 3 in a row, not 4 with the one before

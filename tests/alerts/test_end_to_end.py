@@ -536,6 +536,7 @@ def test_a_quiet_run_imports_neither_apprise_nor_requests(
         timeout=30,
     )
     assert quiet.stderr.strip().splitlines()[-1] == "0 False False"
+    assert not scenario.state_path.exists()  # and writes no journal record either
     scenario.hold()
     loud = subprocess.run(
         [
