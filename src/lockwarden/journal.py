@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 Record = dict[str, Any]
 JOURNAL_NAME = "state.jsonl"
 RUN_LOCK_NAME = "run.lock"
+COMPACT_PREFIX = f".{JOURNAL_NAME}.compact-"
 MAX_JOURNAL_READ = 64 * 1024 * 1024
 
 
@@ -241,7 +242,8 @@ class Journal:
         """Rewrite the journal as `keep(records)`: temp file, fsync, rename, fsync dir."""
         records = self.load().records
         kept = keep(records)
-        temporary = os.path.join(self.directory, f".{JOURNAL_NAME}.compact-{os.getpid()}")
+        self._remove_leftovers()
+        temporary = os.path.join(self.directory, f"{COMPACT_PREFIX}{os.getpid()}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             descriptor = os.open(temporary, flags, 0o600)
@@ -257,6 +259,13 @@ class Journal:
             _remove_quietly(temporary)
             raise StateError(f"cannot compact {self.path}: {error.strerror or error}") from None
         return len(records) - len(kept)
+
+    def _remove_leftovers(self) -> None:
+        """A run killed mid-compaction leaves its temp file; the run lock makes this safe."""
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.directory):
+                if name.startswith(COMPACT_PREFIX):
+                    _remove_quietly(os.path.join(self.directory, name))
 
     def close(self) -> None:
         if self._descriptor is not None:

@@ -194,6 +194,7 @@ def test_enospc_leaves_no_partial_record(tiny_tmpfs: Path) -> None:
 def test_compaction_rewrites_atomically_and_keeps_what_it_is_told(tmp_path: Path) -> None:
     path = state_dir(tmp_path) / "state.jsonl"
     journal = Journal(str(path), max_bytes=2000)
+    (path.parent / ".state.jsonl.compact-99999").write_text("left by a run killed mid-compaction")
     for number in range(100):
         journal.append({"type": "run", "at": f"T{number:03d}", "locks": {}})
     assert journal.needs_compaction()
