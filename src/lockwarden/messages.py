@@ -95,7 +95,7 @@ def finding_rows(finding: Finding) -> list[Row]:
         rows.append(Row("Held for", format_duration(finding.held_for_s)))
     if finding.waiters:
         named = ", ".join(
-            f"PID {waiter.pid} ({' '.join(waiter.cmdline)[:60]})"
+            f"PID {waiter.pid} ({' '.join(waiter.cmdline).replace(chr(10), ' ')[:60]})"
             for waiter in finding.waiters[:MAX_WAITERS_NAMED]
         )
         rows.append(Row("Waiting", f"{len(finding.waiters)} blocked: {named}"))
@@ -121,7 +121,8 @@ def holder_rows(holder: Holder | None) -> list[Row]:
         facts.append(f"started {stamp(holder.started_at)}")
     rows = [Row("Holder", ", ".join(facts))]
     if holder.cmdline:
-        rows.append(Row("Command", " ".join(holder.cmdline)[:MAX_COMMAND], code=True))
+        command = " ".join(holder.cmdline).replace("\r", "\\r").replace("\n", "\\n")
+        rows.append(Row("Command", command[:MAX_COMMAND], code=True))
     return rows
 
 

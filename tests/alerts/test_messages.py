@@ -92,3 +92,12 @@ def test_reminder_and_resolved_are_marked() -> None:
     )
     assert "it lasted 2h31m" in resolved.text
     assert "From:        2026-12-02T08:48:00Z to 2026-12-02T11:19:00Z" in resolved.text
+
+
+def test_a_multi_line_command_stays_on_one_line() -> None:
+    from dataclasses import replace
+
+    holder = replace(HOLDER, cmdline=("python", "-c", "\nimport time\ntime.sleep(9)\n"))
+    message = render_alert(replace(HELD, holder=holder), "db1")
+    command = [line for line in message.text.splitlines() if line.startswith("Command:")]
+    assert command == ["Command:  python -c \\nimport time\\ntime.sleep(9)\\n"]
