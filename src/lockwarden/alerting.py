@@ -81,9 +81,10 @@ class JournalWriter:
             self.problems.append(str(error))
 
 
-def load_history(config: Config, journal: Journal, problems: list[str], dry_run: bool) -> History:
+def load_history(journal: Journal, problems: list[str], read_only: bool) -> History:
+    """The journal's history; a state problem is noted and the run goes on with none."""
     try:
-        if not dry_run:
+        if not read_only:  # only a run that will write may create the state directory
             check_state_dir(journal.directory)
         return fold(journal.load().records)
     except StateError as error:
@@ -103,7 +104,7 @@ def alert_stage(
     journal = Journal(state_path(config), config.state.max_bytes)
     problems: list[str] = []
     read_only = dry_run or not config.notify.configured
-    history = load_history(config, journal, problems, read_only)
+    history = load_history(journal, problems, read_only)
     plan = decide(findings, history, now, policies(config), hostname)
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)
     if read_only:
@@ -146,7 +147,8 @@ def _deliver(
         sent = notifier.send(item.message, targets)
         _record(writer, outcome, item.message_id, item.kind, item.lock, item.message, sent, now)
     if outcome.state_problems:
-        notice = render_state_degraded("; ".join(outcome.state_problems), hostname, now)
+        problems = "; ".join(dict.fromkeys(outcome.state_problems))
+        notice = render_state_degraded(problems, hostname, now)
         sent = notifier.send(notice, notifier.targets(()))
         _record(writer, outcome, "state-degraded", "state degraded", "", notice, sent, now)
 
@@ -276,7 +278,7 @@ def with_outcome(
         )
     if not outcome.state_problems:
         return findings, tuple(extra_notes)
-    problem = "; ".join(outcome.state_problems)
+    problem = "; ".join(dict.fromkeys(outcome.state_problems))  # each problem once
     state = Finding(
         name=STATE_FINDING,
         path=outcome.state_path,
