@@ -25,6 +25,7 @@ from lockwarden.notify import Delivery, Notifier, NotifyConfigError
 log = logging.getLogger(__name__)
 
 STATE_FINDING = "lockwarden:state"
+NOTICE_ID = "state-degraded"  # the per-run notice: never journaled, so never retried
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def _deliver(
         problems = "; ".join(dict.fromkeys(outcome.state_problems))
         notice = render_state_degraded(problems, hostname, now)
         sent = notifier.send(notice, notifier.targets(()))
-        _record(writer, outcome, "state-degraded", "state degraded", "", notice, sent, now)
+        _record(writer, outcome, NOTICE_ID, "state degraded notice", "", notice, sent, now)
 
 
 def _retry(
@@ -225,7 +226,7 @@ def _record(
                 message_id, kind, lock, message.title, delivery.url, delivery.ok, delivery.status
             )
         )
-        if message_id == "state-degraded":
+        if message_id == NOTICE_ID:
             continue
         writer.append(
             {
@@ -262,7 +263,8 @@ def with_outcome(
     each delivery and failure a note. The lock findings are never hidden or changed."""
     extra_notes = list(notes)
     for sending in outcome.deliveries:
-        verdict = "delivered" if sending.ok else f"NOT delivered ({sending.status}); will retry"
+        retried = "" if sending.message_id == NOTICE_ID else "; will retry"
+        verdict = "delivered" if sending.ok else f"NOT delivered ({sending.status}){retried}"
         extra_notes.append(f"{sending.kind} {verdict} to {sending.service_url}: {sending.title}")
     for retry in outcome.plan.given_up:
         extra_notes.append(
