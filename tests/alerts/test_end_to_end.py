@@ -18,9 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from tests.conftest import Children, cli_env, run_cli, wait_until
 
-from .helpers import Receiver, Smtp
+from .helpers import Children, Receiver, Smtp, cli_env, run_cli, wait_until
 
 TOKEN = "Tok3nSecretAbcdefXyz"
 HEARTBEAT_TOKEN = "hb0123456789abcdefSecret"

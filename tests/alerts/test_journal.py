@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.conftest import SRC, require_tool
 
 from lockwarden.journal import (
     Journal,
@@ -22,6 +21,8 @@ from lockwarden.journal import (
     check_state_dir,
     default_state_path,
 )
+
+from .helpers import SRC, require_tool
 
 
 def state_dir(tmp_path: Path) -> Path:
