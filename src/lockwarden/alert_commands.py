@@ -1,11 +1,10 @@
 """The alerting side of the command line: `--once` (with the heartbeat), `--once --dry-run`,
-`notify-test` and `history`. Kept apart from cli.py so the quiet path imports none of it
-until a command needs it; it returns exit codes and text, cli.py prints and exits."""
+`notify-test` and `history`. Each returns its exit code and text; cli.py prints and exits."""
 
 from __future__ import annotations
 
 import json
-import sys
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +18,15 @@ from lockwarden.report import json_document, render_text
 from lockwarden.run import AlertedRun, run_and_alert
 
 EXIT_NOTIFY_FAILED = 1
+EXIT_UNKNOWN = 3
 EXIT_CONFIG = 78
+
+
+@dataclass(frozen=True)
+class Output:
+    code: int
+    stdout: str = ""
+    error: str = ""
 
 
 def once(config: Config, now: datetime, dry_run: bool) -> AlertedRun:
@@ -77,48 +84,40 @@ def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def notify_test(config: Config, tags: list[str], now: datetime) -> int:
+def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
+    import socket
+
     from lockwarden.notify import Notifier, NotifyConfigError
 
     if not config.notify.configured:
-        print("lockwarden: no [notify] service is configured", file=sys.stderr)
-        return EXIT_CONFIG
+        return Output(EXIT_CONFIG, error="no [notify] service is configured")
     try:
         notifier = Notifier(config.notify)
     except NotifyConfigError as error:
-        print(f"lockwarden: config error: {error}", file=sys.stderr)
-        return EXIT_CONFIG
-    import socket
-
+        return Output(EXIT_CONFIG, error=f"config error: {error}")
     targets = notifier.targets(tuple(tags))
     if not targets:
-        print("lockwarden: no configured service matches those tags", file=sys.stderr)
-        return EXIT_CONFIG
+        return Output(EXIT_CONFIG, error="no configured service matches those tags")
     deliveries = notifier.send(render_test(socket.gethostname(), now), targets)
-    for delivery in deliveries:
-        verdict = "delivered" if delivery.ok else f"FAILED ({delivery.status})"
-        print(f"{verdict:<20} {delivery.url}")
-    return 0 if all(delivery.ok for delivery in deliveries) else EXIT_NOTIFY_FAILED
+    lines = [f"{'delivered' if d.ok else f'FAILED ({d.status})':<20} {d.url}" for d in deliveries]
+    code = 0 if all(delivery.ok for delivery in deliveries) else EXIT_NOTIFY_FAILED
+    return Output(code, "\n".join(lines) + "\n")
 
 
-def history(config: Config, lock: str | None, as_json: bool) -> int:
+def history(config: Config, lock: str | None, as_json: bool) -> Output:
     journal = Journal(state_path(config), config.state.max_bytes)
     try:
         records = journal.load().records
     except StateError as error:
-        print(f"lockwarden: {error}", file=sys.stderr)
-        return 3
+        return Output(EXIT_UNKNOWN, error=str(error))
     incidents = sorted(fold(records).incidents.values(), key=lambda i: i.opened_at)
     chosen = [incident for incident in incidents if lock is None or incident.lock == lock]
     if as_json:
         document = {"journal": journal.path, "incidents": [_incident_doc(i) for i in chosen]}
-        print(json.dumps(document, indent=2))
-        return 0
+        return Output(0, json.dumps(document, indent=2) + "\n")
     if not chosen:
-        print(f"no incidents in {journal.path}" + (f" for {lock}" if lock else ""))
-    for incident in chosen:
-        print("\n".join(_incident_lines(incident)))
-    return 0
+        return Output(0, f"no incidents in {journal.path}" + (f" for {lock}\n" if lock else "\n"))
+    return Output(0, "".join("\n".join(_incident_lines(i)) + "\n" for i in chosen))
 
 
 def _incident_doc(incident: Incident) -> dict[str, Any]:

@@ -233,8 +233,13 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
 
         config = load_config(arguments.config)
         if arguments.command == "notify-test":
-            return alert_commands.notify_test(config, arguments.tag, now_of(arguments))
-        return alert_commands.history(config, arguments.lock, arguments.json)
+            output = alert_commands.notify_test(config, arguments.tag, now_of(arguments))
+        else:
+            output = alert_commands.history(config, arguments.lock, arguments.json)
+        sys.stdout.write(output.stdout)
+        if output.error:
+            print(f"lockwarden: {output.error}", file=sys.stderr)
+        return output.code
     if arguments.command == "demo":
         from lockwarden.demo import run_demo
 
