@@ -96,6 +96,8 @@ def _make_state_dir(directory: str) -> None:
     parent = os.path.dirname(directory.rstrip("/")) or "/"
     try:
         os.mkdir(directory, 0o700)
+    except FileExistsError:
+        return  # a concurrent run made it first; the caller checks what it is
     except FileNotFoundError:
         raise StateError(
             f"state directory {directory} does not exist, nor does its parent {parent}"

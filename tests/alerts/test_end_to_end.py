@@ -612,3 +612,43 @@ def test_alert_due_while_notify_is_broken_is_sent_once_it_works(
     scenario.once(130, LOCKWARDEN_TEST_URLS=receiver.url(TOKEN))
     assert titles(receiver) == [titles(receiver)[0]]
     assert titles(receiver)[0].startswith("writes blocked: wa-store")
+
+
+def test_eight_concurrent_runs_on_a_fresh_state_dir_send_one_alert(
+    scenario: Scenario, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The state directory does not exist yet: every run races to make it, one wins the run
+    lock, the others exit 75 naming a PID (or are done before the next one starts)."""
+    fresh = tmp_path / "fresh-state"
+    scenario.configure([receiver.url(TOKEN)], state_path=str(fresh / "state.jsonl"))
+    scenario.hold()
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lockwarden",
+                "--once",
+                "--config",
+                str(scenario.config),
+                "--now",
+                scenario.at(120),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+        )
+        for _ in range(8)
+    ]
+    scenario.children.procs.extend(runs)
+    scenario.children.pids.extend(run.pid for run in runs)
+    codes = []
+    for run in runs:
+        _, stderr = run.communicate(timeout=30)
+        codes.append(run.returncode)
+        if run.returncode == EXIT_BUSY:
+            assert "another lockwarden run is in progress (PID " in stderr
+    assert set(codes) <= {2, EXIT_BUSY} and 2 in codes
+    assert len(receiver.payloads) == 1
+    assert os.stat(fresh).st_mode & 0o777 == 0o700
