@@ -197,11 +197,10 @@ def _maybe_remind(
     interval = policy.alerts.repeat_interval
     if interval <= 0 or (now - incident.last_notice_at).total_seconds() < interval:
         return
-    number = incident.reminders + 1
     message = render_alert(finding, host, REMINDER)
     plan.outgoing.append(
         Outgoing(
-            f"{incident.incident_id}/{REMINDER}{number}",
+            f"{incident.incident_id}/{REMINDER}@{timestamp(now)}",
             incident.incident_id,
             incident.lock,
             REMINDER,

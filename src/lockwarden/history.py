@@ -99,9 +99,11 @@ class Incident:
         notices = [m.due_at for m in self.messages if m.kind in ("alert", "reminder")]
         return max(notices, default=self.opened_at)
 
-    @property
-    def reminders(self) -> int:
-        return sum(1 for message in self.messages if message.kind == "reminder")
+    def superseded_reminders(self) -> set[str]:
+        """Delivered reminders older than the latest: dedupe needs only the latest one."""
+        reminders = [m for m in self.messages if m.kind == "reminder" and not m.pending]
+        latest = max((m.due_at for m in reminders), default=None)
+        return {m.message_id for m in reminders if m.due_at != latest}
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,8 @@ def _apply_due(history: History, record: Record, at: datetime) -> None:
 
 def keep_for_dedupe(records: list[Record], keep_runs: int = KEEP_RUNS) -> list[Record]:
     """What compaction keeps: open incidents, incidents with messages still pending, the last
-    KEEP_CLOSED_INCIDENTS closed ones (for `history`), and the last `keep_runs` run records."""
+    KEEP_CLOSED_INCIDENTS closed ones (for `history`), and the last `keep_runs` run records;
+    of an incident's delivered reminders only the latest (a week-long incident stays small)."""
     history = fold(records)
     closed = sorted(
         (i for i in history.incidents.values() if not i.open and not _has_pending(i)),
@@ -229,6 +232,8 @@ def keep_for_dedupe(records: list[Record], keep_runs: int = KEEP_RUNS) -> list[R
     dropped_messages = {
         message_id for message_id, m in history.messages.items() if m.incident in dropped
     }
+    for incident in history.incidents.values():
+        dropped_messages |= incident.superseded_reminders()
     runs = [index for index, record in enumerate(records) if record.get("type") == "run"]
     kept_runs = set(runs[-keep_runs:])
     kept: list[Record] = []

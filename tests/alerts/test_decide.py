@@ -262,3 +262,16 @@ def test_quiet_runs_record_nothing_but_a_return_to_good_is_recorded() -> None:
     assert kinds(journal.run(4, UNKNOWN)) == []
     assert kinds(journal.run(5, UNKNOWN)) == []
     assert kinds(journal.run(6, UNKNOWN)) == ["alert"]  # 3 in a row, not 4 with the one before
+
+
+def test_compaction_keeps_only_the_latest_delivered_reminder_and_reminders_stay_on_time() -> None:
+    journal = Journal()
+    journal.run(0, finding())
+    for hour in range(1, 25):
+        assert kinds(journal.run(hour * 60, finding())) == ["reminder"]
+    kept = keep_for_dedupe(journal.records)
+    reminders = [r for r in kept if r["type"] == "due" and r["kind"] == "reminder"]
+    assert len(reminders) == 1 and reminders[0]["message"].endswith("@2026-12-03T09:00:00Z")
+    journal.records = kept
+    assert kinds(journal.run(24 * 60 + 59, finding())) == []
+    assert kinds(journal.run(25 * 60, finding())) == ["reminder"]
