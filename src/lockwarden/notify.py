@@ -149,7 +149,8 @@ class Notifier:
         self._apprise = apprise
         self.budget = settings.timeout
         self.deadline = time.monotonic() + settings.timeout
-        source = apprise.Apprise()
+        asset = apprise.AppriseAsset(app_id="lockwarden", app_desc="lockwarden lock alerts")
+        source = apprise.Apprise(asset=asset)
         for number, spec in enumerate(url_specs(settings, environ), start=1):
             if not source.add(spec.url, tag=list(spec.tags) or None):
                 scheme = spec.url.split("://", 1)[0] if "://" in spec.url else "?"
@@ -158,7 +159,7 @@ class Notifier:
                     "(not shown: it may hold secrets)"
                 )
         if settings.config:
-            config = apprise.AppriseConfig()
+            config = apprise.AppriseConfig(asset=asset)
             if not config.add(settings.config):
                 raise NotifyConfigError(f"notify.config: cannot load {settings.config}")
             source.add(config)
