@@ -69,6 +69,34 @@ def would_send(alerted: AlertedRun) -> list[dict[str, Any]]:
     return items
 
 
+def alerts_document(alerted: AlertedRun) -> dict[str, Any]:
+    """What the alert stage did, for `--once --json`: each delivery, each state problem."""
+    outcome = alerted.outcome
+    return {
+        "deliveries": [
+            {
+                "message": sending.message_id,
+                "kind": sending.kind,
+                "lock": sending.lock or None,
+                "title": sending.title,
+                "service": sending.service_url,
+                "delivered": sending.ok,
+                "status": sending.status,
+            }
+            for sending in outcome.deliveries
+        ],
+        "undeliverable": [retry.sent.message_id for retry in outcome.plan.given_up],
+        "state_problems": list(dict.fromkeys(outcome.state_problems)),
+        "notify_problem": outcome.notify_problem,
+        "journal": outcome.state_path,
+    }
+
+
+def render_once_json(alerted: AlertedRun) -> str:
+    document = json_document(alerted.result) | {"alerts": alerts_document(alerted)}
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
 def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
     items = would_send(alerted)
     if as_json:

@@ -271,9 +271,11 @@ def command_once(arguments: argparse.Namespace) -> int:
         return EXIT_BUSY
     if arguments.dry_run:
         sys.stdout.write(alert_commands.render_dry_run(alerted, arguments.json))
-        sys.stdout.flush()
+    elif arguments.json:
+        sys.stdout.write(alert_commands.render_once_json(alerted))
     else:
         emit(alerted.result, arguments.json)
+    sys.stdout.flush()
     return int(alerted.result.status)
 
 

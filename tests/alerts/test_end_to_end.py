@@ -272,6 +272,8 @@ def test_enospc_state_still_alerts_and_reports_state_degraded(
     states = {lock["name"]: lock for lock in report["locks"]}
     assert states["wa-store"]["state"] == "held_too_long"  # the finding is not hidden
     assert "state degraded" in states["lockwarden:state"]["reason"]
+    assert report["alerts"]["state_problems"]
+    assert [d["delivered"] for d in report["alerts"]["deliveries"]] == [True, True]
     assert [t.split(":")[0] for t in titles(receiver)] == [
         "writes blocked",
         "lockwarden state degraded on " + report["host"],
