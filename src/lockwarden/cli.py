@@ -19,7 +19,7 @@ from lockwarden.durations import DurationError, parse_duration
 from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
 from lockwarden.report import render_json, render_text
-from lockwarden.run import RunResult, inspect_path, run_once
+from lockwarden.run import RunResult, inspect_path
 
 log = logging.getLogger("lockwarden")
 
@@ -28,6 +28,7 @@ EXIT_WARNING = 1
 EXIT_CRITICAL = 2
 EXIT_UNKNOWN = 3
 EXIT_USAGE = 64
+EXIT_BUSY = 75
 EXIT_CONFIG = 78
 # `lockwarden hold` only; otherwise it exits with its COMMAND's code (128+N: killed by signal N).
 EXIT_HOLD_OS_ERROR = 71  # sysexits EX_OSERR: the lock could not be created or removed
@@ -41,6 +42,7 @@ exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icing
   2   critical: a lock is held past critical_after, or is stale
   3   unknown: lockwarden could not tell (the reason is printed), or an internal error
   64  usage error: bad command-line arguments
+  75  another lockwarden run holds the run lock (its PID is printed); nothing was done
   78  configuration error: every problem is printed, one per line, with file and key
 """
 
@@ -71,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lockwarden {__version__}")
     parser.add_argument(
         "--once", action="store_true", help="check every configured lock once, report, and exit"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --once: decide and print what would be sent; send and write nothing",
     )
     _common(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -133,6 +140,23 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--force", action="store_true", help="replace an existing file")
     _verbosity(init)
     _hold_parser(commands)
+    notify_test = commands.add_parser(
+        "notify-test",
+        help="send a test message to every configured service and report each result",
+        description="Send a test message to every configured notification service (or those "
+        "tagged --tag) and say, per service, whether apprise delivered it. Exit 0 when all did.",
+    )
+    notify_test.add_argument("--tag", action="append", default=[], help="only services tagged T")
+    _common(notify_test)
+
+    history = commands.add_parser(
+        "history",
+        help="show incidents from the state journal",
+        description="List incidents from the state journal: when each opened, its reminders, "
+        "when it resolved, and every delivery result.",
+    )
+    history.add_argument("--lock", default=None, metavar="NAME", help="only this lock")
+    _common(history)
 
     commands.add_parser(
         "demo",
@@ -325,6 +349,18 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
         return command_init(arguments)
     if arguments.command == "hold":
         return command_hold(arguments)
+    if arguments.command in ("notify-test", "history"):
+        from lockwarden import alert_commands
+
+        config = load_config(arguments.config)
+        if arguments.command == "notify-test":
+            output = alert_commands.notify_test(config, arguments.tag, now_of(arguments))
+        else:
+            output = alert_commands.history(config, arguments.lock, arguments.json)
+        sys.stdout.write(output.stdout)
+        if output.error:
+            print(f"lockwarden: {output.error}", file=sys.stderr)
+        return output.code
     if arguments.command == "demo":
         from lockwarden.demo import run_demo
 
@@ -345,13 +381,27 @@ def load_config(path: str | None) -> config_module.Config:
 
 
 def command_once(arguments: argparse.Namespace) -> int:
+    from lockwarden import alert_commands
+    from lockwarden.journal import RunBusy
+
     config = load_config(arguments.config)
     started = time.monotonic()
-    result = run_once(config, now_of(arguments))
+    try:
+        alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run)
+    except RunBusy as busy:
+        print(f"lockwarden: {busy}; this run exits without doing anything", file=sys.stderr)
+        return EXIT_BUSY
+    result = alerted.result
     duration = time.monotonic() - started
     log.info("checked %d locks in %.3f s: %s", len(result.findings), duration, result.status.label)
-    emit(result, arguments.json)
-    if config.prometheus_textfile:
+    if arguments.dry_run:
+        sys.stdout.write(alert_commands.render_dry_run(alerted, arguments.json))
+    elif arguments.json:
+        sys.stdout.write(alert_commands.render_once_json(alerted))
+    else:
+        emit(result, arguments.json)
+    sys.stdout.flush()
+    if config.prometheus_textfile and not arguments.dry_run:
         write_metrics(config.prometheus_textfile, result, duration)
     return int(result.status)
 
@@ -533,4 +583,4 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["EXIT_CONFIG", "EXIT_USAGE", "Severity", "main"]
+__all__ = ["EXIT_BUSY", "EXIT_CONFIG", "EXIT_USAGE", "Severity", "main"]

@@ -12,7 +12,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from lockwarden.durations import DurationError, parse_duration
@@ -93,6 +93,60 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _secret_strings(value: Any) -> tuple[str, ...]:
+    """Like _strings, but never echoes the value: apprise URLs carry tokens."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("is not a list of strings (value not shown: it may hold secrets)")
+    return tuple(value)
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{value!r} is not a whole number of at least 1")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{value!r} is not true or false")
+    return value
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    tags = _strings(value)
+    for tag in tags:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", tag):
+            raise ValueError(f"{tag!r} is not a tag; use letters, digits, '_', '.', '-'")
+    return tags
+
+
+def _alert_severity(value: Any) -> str:
+    if value not in ("warning", "critical"):
+        raise ValueError(f"{value!r} is not 'warning' or 'critical'")
+    return str(value)
+
+
+def _environment_name(value: Any) -> str:
+    text = _string(value)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise ValueError(f"{text!r} is not an environment variable name")
+    return text
+
+
+def _credential_path(value: Any) -> str:
+    """An absolute path, or a bare name looked up in $CREDENTIALS_DIRECTORY at run time."""
+    text = _string(value)
+    if "/" in text and not os.path.isabs(text):
+        raise ValueError(f"{text!r} is neither an absolute path nor a bare credential name")
+    return text
+
+
+def _secret_http_url(value: Any) -> str:
+    if not isinstance(value, str) or not re.match(r"https?://[^/\s]+", value):
+        raise ValueError("is not an http:// or https:// URL (value not shown: it may hold secrets)")
+    return value
+
+
 DEFAULTS_OPTIONS = (
     Option("warn_after", _duration, "15m", "a lock held this long is a warning", "30m"),
     Option("critical_after", _duration, "1h", "a lock held this long is critical", "2h"),
@@ -131,10 +185,147 @@ PROMETHEUS_OPTIONS = (
     ),
 )
 
+ALERT_OPTIONS = (
+    Option(
+        "repeat_interval",
+        _duration,
+        "1h",
+        'remind this often while an incident lasts ("0" = never)',
+        "2h",
+    ),
+    Option("resolve_after", _positive_int, 1, "good runs in a row before 'resolved' is sent", 2),
+    Option(
+        "unknown_after", _positive_int, 3, "unknown runs in a row before an unknown lock alerts", 5
+    ),
+    Option(
+        "give_up_after",
+        _duration,
+        "24h",
+        "stop retrying an undelivered message after this long (it is reported undeliverable)",
+        "12h",
+    ),
+    Option(
+        "min_severity",
+        _alert_severity,
+        "critical",
+        "a lock held too long alerts from this severity on: 'warning' or 'critical'",
+        "warning",
+    ),
+)
+
+STATE_OPTIONS = (
+    Option(
+        "path",
+        _absolute_path,
+        None,
+        "the state journal (default /var/lib/lockwarden/state.jsonl as root, else "
+        "$XDG_STATE_HOME/lockwarden/state.jsonl)",
+        "/var/lib/lockwarden/state.jsonl",
+    ),
+    Option(
+        "max_bytes", _positive_int, 262144, "compact the journal when it grows past this", 1048576
+    ),
+)
+
+NOTIFY_OPTIONS = (
+    Option(
+        "urls",
+        _secret_strings,
+        [],
+        "apprise URLs; 'TAG1,TAG2=URL' tags one for notify_tags routing",
+        ["json://alerts.example.net/hook", "ops=mailto://user:password@mail.example.net"],
+    ),
+    Option("config", _absolute_path, None, "an apprise config file", "/etc/lockwarden/apprise.yml"),
+    Option(
+        "urls_file",
+        _credential_path,
+        None,
+        "a file of apprise URLs, one per line; a bare name is read from $CREDENTIALS_DIRECTORY "
+        "(systemd LoadCredential=)",
+        "apprise-urls",
+    ),
+    Option(
+        "urls_env",
+        _environment_name,
+        None,
+        "an environment variable holding apprise URLs (whitespace separated)",
+        "LOCKWARDEN_APPRISE_URLS",
+    ),
+    Option("timeout", _duration, "10s", "the longest one run spends sending", "10s"),
+)
+
+HEARTBEAT_OPTIONS = (
+    Option(
+        "url",
+        _secret_http_url,
+        None,
+        "pinged after every completed run (URL/fail when the run failed)",
+        "https://hc-ping.com/your-uuid",
+    ),
+    Option("send_start", _boolean, False, "also ping URL/start when a run begins", True),
+    Option("timeout", _duration, "5s", "the longest a ping may take", "5s"),
+)
+
+LOCK_ALERT_KEYS = (
+    "repeat_interval",
+    "resolve_after",
+    "unknown_after",
+    "give_up_after",
+    "min_severity",
+)
+
+LOCK_ALERT_OPTIONS = (
+    *(
+        Option(option.key, option.convert, None, f"overrides [alerts] {option.key}", option.example)
+        for option in ALERT_OPTIONS
+        if option.key in LOCK_ALERT_KEYS
+    ),
+    Option("notify_tags", _tags, [], "send this lock's alerts only to URLs with a tag", ["ops"]),
+)
+
 SECTIONS: dict[str, tuple[Option, ...]] = {
     "defaults": DEFAULTS_OPTIONS,
     "prometheus": PROMETHEUS_OPTIONS,
+    "alerts": ALERT_OPTIONS,
+    "state": STATE_OPTIONS,
+    "notify": NOTIFY_OPTIONS,
+    "heartbeat": HEARTBEAT_OPTIONS,
 }
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    repeat_interval: float = 3600.0
+    resolve_after: int = 1
+    unknown_after: int = 3
+    give_up_after: float = 86400.0
+    min_severity: str = "critical"
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    urls: tuple[str, ...] = ()
+    config: str | None = None
+    urls_file: str | None = None
+    urls_env: str | None = None
+    timeout: float = 10.0
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.urls or self.config or self.urls_file or self.urls_env)
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    path: str | None = None
+    max_bytes: int = 262144
+
+
+@dataclass(frozen=True)
+class HeartbeatSettings:
+    url: str | None = None
+    send_start: bool = False
+    timeout: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +337,8 @@ class LockConfig:
     critical_after: float
     role: str | None = None
     host_aliases: tuple[str, ...] = ()
+    alerts: AlertSettings = AlertSettings()
+    notify_tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +348,10 @@ class Config:
     defaults: dict[str, Any] = field(default_factory=dict)
     builtin: bool = False
     prometheus_textfile: str | None = None
+    alerts: AlertSettings = AlertSettings()
+    notify: NotifySettings = NotifySettings()
+    state: StateSettings = StateSettings()
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
 
 
 def load(path: str) -> Config:
@@ -187,7 +384,8 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
         name: _section(document.get(name, {}), options, name, report)
         for name, options in SECTIONS.items()
     }
-    locks = _locks(document.get("lock", []), sections["defaults"], report)
+    alerts = AlertSettings(**sections["alerts"])
+    locks = _locks(document.get("lock", []), sections["defaults"], alerts, report)
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -195,6 +393,10 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
         locks=tuple(locks),
         defaults=sections["defaults"],
         prometheus_textfile=sections["prometheus"]["textfile"],
+        alerts=alerts,
+        notify=NotifySettings(**sections["notify"]),
+        state=StateSettings(**sections["state"]),
+        heartbeat=HeartbeatSettings(**sections["heartbeat"]),
     )
 
 
@@ -250,7 +452,10 @@ def _default(option: Option) -> Any:
 
 
 def _locks(
-    tables: Any, defaults: dict[str, Any], report: Callable[[str, str], None]
+    tables: Any,
+    defaults: dict[str, Any],
+    alerts: AlertSettings,
+    report: Callable[[str, str], None],
 ) -> list[LockConfig]:
     if not isinstance(tables, list):
         report("lock", "must be an array of tables: write each lock as [[lock]]")
@@ -262,7 +467,8 @@ def _locks(
         if not isinstance(table, dict):
             report(f"lock[{number}]", "must be a table")
             continue
-        values = _apply(table, LOCK_OPTIONS, prefix, report)
+        values = _apply(table, (*LOCK_OPTIONS, *LOCK_ALERT_OPTIONS), prefix, report)
+        _lock_alerts(values, alerts)
         for key in ("warn_after", "critical_after"):
             if values[key] is None:
                 values[key] = defaults[key] if isinstance(defaults[key], float) else None
@@ -277,6 +483,15 @@ def _locks(
         ):
             locks.append(LockConfig(**values))
     return locks
+
+
+def _lock_alerts(values: dict[str, Any], alerts: AlertSettings) -> None:
+    """Fold a lock's alert overrides into its own AlertSettings; unset keys inherit [alerts]."""
+    overrides = {key: values.pop(key) for key in LOCK_ALERT_KEYS}
+    values["alerts"] = replace(
+        alerts, **{key: value for key, value in overrides.items() if value is not None}
+    )
+    values["notify_tags"] = tuple(values["notify_tags"] or ())
 
 
 def _check_order(values: dict[str, Any], prefix: str, report: Callable[[str, str], None]) -> None:
@@ -318,13 +533,69 @@ def effective(config: Config) -> dict[str, Any]:
             entry["role"] = lock.role
         if lock.host_aliases:
             entry["host_aliases"] = list(lock.host_aliases)
+        entry.update(_alerts_document(lock.alerts, LOCK_ALERT_KEYS))
+        if lock.notify_tags:
+            entry["notify_tags"] = list(lock.notify_tags)
         locks.append(entry)
     defaults = {key: _seconds(value) for key, value in config.defaults.items()}
-    document: dict[str, Any] = {"defaults": defaults}
+    document: dict[str, Any] = {
+        "defaults": defaults,
+        "alerts": _alerts_document(config.alerts, tuple(asdict(config.alerts))),
+        "state": _state_document(config.state),
+        "notify": _notify_document(config.notify),
+        "heartbeat": _heartbeat_document(config.heartbeat),
+    }
     if config.prometheus_textfile:
         document["prometheus"] = {"textfile": config.prometheus_textfile}
     document["lock"] = locks
     return document
+
+
+def _alerts_document(alerts: AlertSettings, keys: tuple[str, ...]) -> dict[str, Any]:
+    values = asdict(alerts)
+    return {
+        key: _seconds(values[key]) if isinstance(values[key], float) else values[key]
+        for key in keys
+    }
+
+
+def _state_document(state: StateSettings) -> dict[str, Any]:
+    from lockwarden.journal import default_state_path
+
+    return {"path": state.path or default_state_path(), "max_bytes": state.max_bytes}
+
+
+def _notify_document(notify: NotifySettings) -> dict[str, Any]:
+    """URLs carry tokens: show only each one's scheme (and tags), never the rest."""
+    document: dict[str, Any] = {
+        "urls": [hide_url(url) for url in notify.urls],
+        "timeout": _seconds(notify.timeout),
+    }
+    for key in ("config", "urls_file", "urls_env"):
+        if getattr(notify, key):
+            document[key] = getattr(notify, key)
+    return document
+
+
+def _heartbeat_document(heartbeat: HeartbeatSettings) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "send_start": heartbeat.send_start,
+        "timeout": _seconds(heartbeat.timeout),
+    }
+    if heartbeat.url:
+        document["url"] = hide_url(heartbeat.url)
+    return document
+
+
+def hide_url(url: str) -> str:
+    """`slack://(hidden)`, `ops=mailto://(hidden)`, `https://hc-ping.com/(hidden)`."""
+    match = re.match(r"\s*(?:([\w,\s-]+)=)?([A-Za-z][\w+.-]*)://([^/?#]*)", url)
+    if not match:
+        return "(hidden)"
+    tags, scheme, authority = match.groups()
+    prefix = f"{tags}=" if tags else ""
+    shown_host = authority if scheme in ("http", "https") and "@" not in authority else ""
+    return f"{prefix}{scheme}://{shown_host}{'/' if shown_host else ''}(hidden)"
 
 
 def _seconds(value: float) -> str:

@@ -6,16 +6,21 @@ No argparse, no printing, no exit: the CLI does that. `now` is passed in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from lockwarden.classify import Policy, classify
 from lockwarden.config import Config, LockConfig
 from lockwarden.formats import read_claim
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
+from lockwarden.journal import RunLock, StateError
 from lockwarden.model import Claim, Finding, Severity, State
+
+if TYPE_CHECKING:
+    from lockwarden.alerting import AlertOutcome
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +114,41 @@ def inspect_path(
     snapshot = Snapshot.capture(proc)
     findings = inspect_locks([lock], snapshot, now)
     return RunResult(snapshot.hostname, snapshot.boot_id, now, findings)
+
+
+@dataclass(frozen=True)
+class AlertedRun:
+    result: RunResult
+    outcome: AlertOutcome
+
+
+def run_and_alert(
+    config: Config,
+    now: datetime,
+    dry_run: bool = False,
+    on_start: Callable[[], None] | None = None,
+) -> AlertedRun:
+    """`--once`: inspect, then decide, notify and journal, holding the run lock throughout
+    (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes."""
+    from lockwarden.alerting import alert_stage, state_directory, with_outcome
+
+    alerting = config.notify.configured and not dry_run
+    run_lock = _take_run_lock(state_directory(config)) if alerting else None
+    try:
+        if on_start is not None:
+            on_start()
+        result = run_once(config, now)
+        outcome = alert_stage(config, result.findings, result.hostname, now, dry_run)
+        findings, notes = with_outcome(result.findings, result.notes, outcome)
+        return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
+    finally:
+        if run_lock is not None:
+            run_lock.release()
+
+
+def _take_run_lock(directory: str) -> RunLock | None:
+    """The run lock; None when the state directory is unusable (the alert stage reports it)."""
+    try:
+        return RunLock.acquire(directory)
+    except StateError:
+        return None

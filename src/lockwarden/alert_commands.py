@@ -1,0 +1,192 @@
+"""The alerting side of the command line: `--once` (with the heartbeat), `--once --dry-run`,
+`notify-test` and `history`. Each returns its exit code and text; cli.py prints and exits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lockwarden import heartbeat
+from lockwarden.alerting import state_path
+from lockwarden.config import Config
+from lockwarden.history import Incident, fold
+from lockwarden.journal import Journal, StateError
+from lockwarden.messages import render_test, stamp
+from lockwarden.report import json_document, render_text
+from lockwarden.run import AlertedRun, run_and_alert
+
+EXIT_NOTIFY_FAILED = 1
+EXIT_UNKNOWN = 3
+EXIT_CONFIG = 78
+
+
+@dataclass(frozen=True)
+class Output:
+    code: int
+    stdout: str = ""
+    error: str = ""
+
+
+def once(config: Config, now: datetime, dry_run: bool) -> AlertedRun:
+    """One checked, alerted, journaled run, then the heartbeat (never for a dry run)."""
+    beat = config.heartbeat.url is not None and not dry_run
+
+    def on_start() -> None:
+        if beat and config.heartbeat.send_start:
+            heartbeat.ping(config.heartbeat, heartbeat.START)
+
+    alerted = run_and_alert(config, now, dry_run, on_start)
+    if beat:
+        heartbeat.ping(config.heartbeat, heartbeat.FAIL if alerted.outcome.failed else None)
+    return alerted
+
+
+def would_send(alerted: AlertedRun) -> list[dict[str, Any]]:
+    plan = alerted.outcome.plan
+    items: list[dict[str, Any]] = [
+        {
+            "kind": item.kind,
+            "lock": item.lock,
+            "tags": list(item.tags),
+            "title": item.message.title,
+            "text": item.message.text,
+        }
+        for item in plan.outgoing
+    ]
+    items.extend(
+        {
+            "kind": f"retry of {retry.sent.kind}",
+            "lock": "",
+            "tags": list(retry.sent.tags),
+            "title": retry.sent.title,
+            "text": retry.sent.text,
+            "services": len(retry.services),
+        }
+        for retry in plan.retries
+    )
+    return items
+
+
+def alerts_document(alerted: AlertedRun) -> dict[str, Any]:
+    """What the alert stage did, for `--once --json`: each delivery, each state problem."""
+    outcome = alerted.outcome
+    return {
+        "deliveries": [
+            {
+                "message": sending.message_id,
+                "kind": sending.kind,
+                "lock": sending.lock or None,
+                "title": sending.title,
+                "service": sending.service_url,
+                "delivered": sending.ok,
+                "status": sending.status,
+            }
+            for sending in outcome.deliveries
+        ],
+        "undeliverable": [retry.sent.message_id for retry in outcome.plan.given_up],
+        "state_problems": list(dict.fromkeys(outcome.state_problems)),
+        "notify_problem": outcome.notify_problem,
+        "journal": outcome.state_path,
+    }
+
+
+def render_once_json(alerted: AlertedRun) -> str:
+    document = json_document(alerted.result) | {"alerts": alerts_document(alerted)}
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
+    items = would_send(alerted)
+    if as_json:
+        document = json_document(alerted.result) | {"dry_run": True, "would_send": items}
+        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    lines = [render_text(alerted.result).rstrip("\n"), ""]
+    if not items:
+        lines.append("dry run: nothing would be sent")
+    for item in items:
+        lines.append(f"dry run: would send {item['kind']} for {item['lock'] or '-'}")
+        lines.extend(f"    {line}" for line in str(item["text"]).splitlines())
+    lines.append("dry run: nothing was sent and the journal was not written")
+    return "\n".join(lines) + "\n"
+
+
+def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
+    import socket
+
+    from lockwarden.notify import Notifier, NotifyConfigError
+
+    if not config.notify.configured:
+        return Output(EXIT_CONFIG, error="no [notify] service is configured")
+    try:
+        notifier = Notifier(config.notify)
+    except NotifyConfigError as error:
+        return Output(EXIT_CONFIG, error=f"config error: {error}")
+    targets = notifier.targets(tuple(tags))
+    if not targets:
+        return Output(EXIT_CONFIG, error="no configured service matches those tags")
+    deliveries = notifier.send(render_test(socket.gethostname(), now), targets)
+    lines = [f"{'delivered' if d.ok else f'FAILED ({d.status})':<20} {d.url}" for d in deliveries]
+    code = 0 if all(delivery.ok for delivery in deliveries) else EXIT_NOTIFY_FAILED
+    return Output(code, "\n".join(lines) + "\n")
+
+
+def history(config: Config, lock: str | None, as_json: bool) -> Output:
+    journal = Journal(state_path(config), config.state.max_bytes)
+    try:
+        records = journal.load().records
+    except StateError as error:
+        return Output(EXIT_UNKNOWN, error=str(error))
+    incidents = sorted(fold(records).incidents.values(), key=lambda i: i.opened_at)
+    chosen = [incident for incident in incidents if lock is None or incident.lock == lock]
+    if as_json:
+        document = {"journal": journal.path, "incidents": [_incident_doc(i) for i in chosen]}
+        return Output(0, json.dumps(document, indent=2) + "\n")
+    if not chosen:
+        return Output(0, f"no incidents in {journal.path}" + (f" for {lock}\n" if lock else "\n"))
+    return Output(0, "".join("\n".join(_incident_lines(i)) + "\n" for i in chosen))
+
+
+def _incident_doc(incident: Incident) -> dict[str, Any]:
+    return {
+        "incident": incident.incident_id,
+        "lock": incident.lock,
+        "class": incident.state_class,
+        "holder": incident.holder,
+        "opened_at": stamp(incident.opened_at),
+        "closed_at": stamp(incident.closed_at) if incident.closed_at else None,
+        "why_closed": incident.why_closed,
+        "messages": [
+            {
+                "kind": message.kind,
+                "due_at": stamp(message.due_at),
+                "title": message.title,
+                "pending": len(message.pending),
+                "gave_up": len(message.gave_up),
+                "attempts": [
+                    {"at": stamp(a.at), "url": a.url, "ok": a.ok, "status": a.status}
+                    for a in message.attempts
+                ],
+            }
+            for message in incident.messages
+        ],
+    }
+
+
+def _incident_lines(incident: Incident) -> list[str]:
+    ended = f"{incident.why_closed} {stamp(incident.closed_at)}" if incident.closed_at else "OPEN"
+    lines = [
+        f"{incident.lock}  {incident.state_class}  {incident.holder or 'no holder'}  "
+        f"opened {stamp(incident.opened_at)}  {ended}  [{incident.incident_id}]"
+    ]
+    for message in incident.messages:
+        lines.append(f"    {message.kind:<9} due {stamp(message.due_at)}  {message.title}")
+        for attempt in message.attempts:
+            verdict = "delivered" if attempt.ok else f"failed ({attempt.status})"
+            lines.append(f"        {stamp(attempt.at)}  {verdict:<18} {attempt.url}")
+        if message.pending:
+            lines.append(f"        still pending for {len(message.pending)} service(s)")
+        if message.gave_up:
+            lines.append(f"        undeliverable to {len(message.gave_up)} service(s)")
+    return lines

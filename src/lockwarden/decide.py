@@ -1,0 +1,273 @@
+"""findings + journal history + now -> what to send. Pure: no clock, no files, no network.
+
+An incident is one bad episode of one lock: its key is the lock name, the state class
+(held_too_long, stale, unknown) and the holder's identity (pid + start ticks + boot id, or the
+lock's inode and record). A new key for a lock is a new incident; the old one is resolved.
+
+* open:     notify once (`alert`); unknown only after `unknown_after` unknown runs in a row;
+* ongoing:  remind every `repeat_interval` ("0" = never);
+* over:     after `resolve_after` good runs in a row, send `resolved` (how long, who held it);
+* pending:  a message some service has not confirmed is retried every run until
+            `give_up_after` after it was due, then recorded undeliverable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from lockwarden.config import AlertSettings
+from lockwarden.history import GOOD, History, Incident, Sent, timestamp
+from lockwarden.journal import Record
+from lockwarden.messages import (
+    ALERT,
+    REMINDER,
+    RESOLVED,
+    Ended,
+    Message,
+    holder_label,
+    render_alert,
+    render_resolved,
+)
+from lockwarden.model import Finding, Severity, State
+
+
+@dataclass(frozen=True)
+class LockPolicy:
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A new message to send; its targets are resolved by the notifier at send time."""
+
+    message_id: str
+    incident: str
+    lock: str
+    kind: str
+    message: Message
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A message due earlier that some services have not confirmed yet."""
+
+    sent: Sent
+    services: tuple[str, ...]
+
+
+@dataclass
+class Plan:
+    records: list[Record] = field(default_factory=list)
+    outgoing: list[Outgoing] = field(default_factory=list)
+    retries: list[Retry] = field(default_factory=list)
+    given_up: list[Retry] = field(default_factory=list)
+
+    @property
+    def sends_anything(self) -> bool:
+        return bool(self.outgoing or self.retries)
+
+
+def state_class(finding: Finding, alerts: AlertSettings) -> str:
+    """The class an incident is about, or GOOD when this finding pages nobody."""
+    if finding.state is State.STALE:
+        return State.STALE.value
+    if finding.state is State.UNKNOWN:
+        return State.UNKNOWN.value
+    threshold = Severity.WARNING if alerts.min_severity == "warning" else Severity.CRITICAL
+    if finding.state is State.HELD_TOO_LONG and finding.severity >= threshold:
+        return State.HELD_TOO_LONG.value
+    return GOOD
+
+
+def incident_key(finding: Finding, klass: str) -> str:
+    """Unknown findings share one key per lock: a flapping reason is not a new incident."""
+    identity = "-" if klass == State.UNKNOWN.value else (finding.identity or "-")
+    return f"{finding.name}|{klass}|{identity}"
+
+
+def incident_id(key: str, opened_at: datetime) -> str:
+    return hashlib.sha256(f"{key}|{timestamp(opened_at)}".encode()).hexdigest()[:12]
+
+
+def decide(
+    findings: Sequence[Finding],
+    history: History,
+    now: datetime,
+    policies: Mapping[str, LockPolicy],
+    host: str,
+) -> Plan:
+    plan = Plan()
+    run = _run_record(findings, policies, now)
+    if _worth_recording(run, history):
+        plan.records.append(run)
+    for finding in findings:
+        _decide_lock(plan, finding, history, now, policies.get(finding.name, LockPolicy()), host)
+    _close_unchecked(plan, history, {finding.name for finding in findings}, now)
+    _retry_pending(plan, history, now, policies)
+    return plan
+
+
+def _run_record(
+    findings: Sequence[Finding], policies: Mapping[str, LockPolicy], now: datetime
+) -> Record:
+    locks: dict[str, list[str | None]] = {}
+    for finding in findings:
+        klass = state_class(finding, policies.get(finding.name, LockPolicy()).alerts)
+        if klass != GOOD:
+            locks[finding.name] = [klass, incident_key(finding, klass)]
+    return {"type": "run", "at": timestamp(now), "locks": locks}
+
+
+def _worth_recording(run: Record, history: History) -> bool:
+    """A run changes what the streaks count unless it is all good, nothing is open, and the
+    last recorded run was all good too: skipping those keeps quiet runs free of writes."""
+    last_was_bad = bool(history.runs and history.runs[-1].locks)
+    return bool(run["locks"]) or bool(history.open_incidents()) or last_was_bad
+
+
+def _decide_lock(
+    plan: Plan,
+    finding: Finding,
+    history: History,
+    now: datetime,
+    policy: LockPolicy,
+    host: str,
+) -> None:
+    klass = state_class(finding, policy.alerts)
+    current = history.open_incident(finding.name)
+    if klass == GOOD:
+        if current is not None and history.streak(finding.name, GOOD) + 1 >= (
+            policy.alerts.resolve_after
+        ):
+            _resolve(plan, current, finding, now, policy, host, why="resolved")
+        return
+    key = incident_key(finding, klass)
+    if current is not None and current.key == key:
+        _maybe_remind(plan, current, finding, now, policy, host)
+        return
+    if klass == State.UNKNOWN.value and (
+        history.streak(finding.name, klass) + 1 < policy.alerts.unknown_after
+    ):
+        return  # a transient permission error pages nobody
+    if current is not None:
+        _resolve(plan, current, finding, now, policy, host, why="superseded")
+    _open(plan, finding, klass, key, now, policy, host)
+
+
+def _open(
+    plan: Plan,
+    finding: Finding,
+    klass: str,
+    key: str,
+    now: datetime,
+    policy: LockPolicy,
+    host: str,
+) -> None:
+    identifier = incident_id(key, now)
+    held_since = (
+        now - timedelta(seconds=finding.held_for_s) if finding.held_for_s is not None else None
+    )
+    plan.records.append(
+        {
+            "type": "open",
+            "at": timestamp(now),
+            "incident": identifier,
+            "lock": finding.name,
+            "key": key,
+            "class": klass,
+            "path": finding.path,
+            "holder": holder_label(finding.holder),
+            "held_since": timestamp(held_since) if held_since else None,
+        }
+    )
+    message = render_alert(finding, host, ALERT)
+    plan.outgoing.append(
+        Outgoing(f"{identifier}/{ALERT}", identifier, finding.name, ALERT, message, policy.tags)
+    )
+
+
+def _maybe_remind(
+    plan: Plan, incident: Incident, finding: Finding, now: datetime, policy: LockPolicy, host: str
+) -> None:
+    interval = policy.alerts.repeat_interval
+    if interval <= 0 or (now - incident.last_notice_at).total_seconds() < interval:
+        return
+    message = render_alert(finding, host, REMINDER)
+    plan.outgoing.append(
+        Outgoing(
+            f"{incident.incident_id}/{REMINDER}@{timestamp(now)}",
+            incident.incident_id,
+            incident.lock,
+            REMINDER,
+            message,
+            policy.tags,
+        )
+    )
+
+
+def _resolve(
+    plan: Plan,
+    incident: Incident,
+    finding: Finding | None,
+    now: datetime,
+    policy: LockPolicy,
+    host: str,
+    why: str,
+) -> None:
+    plan.records.append(
+        {"type": "close", "at": timestamp(now), "incident": incident.incident_id, "why": why}
+    )
+    if why == "unchecked":
+        return
+    ended = Ended(
+        lock=incident.lock,
+        path=incident.path,
+        holder=incident.holder,
+        opened_at=incident.opened_at,
+        held_since=incident.held_since,
+        state=incident.state_class,
+    )
+    message = render_resolved(ended, finding, host, now, superseded=why == "superseded")
+    plan.outgoing.append(
+        Outgoing(
+            f"{incident.incident_id}/{RESOLVED}",
+            incident.incident_id,
+            incident.lock,
+            RESOLVED,
+            message,
+            policy.tags,
+        )
+    )
+
+
+def _close_unchecked(plan: Plan, history: History, checked: set[str], now: datetime) -> None:
+    """An incident of a lock no longer in the config ends without a message."""
+    for incident in history.open_incidents():
+        if incident.lock not in checked:
+            _resolve(plan, incident, None, now, LockPolicy(), "", why="unchecked")
+
+
+def _retry_pending(
+    plan: Plan, history: History, now: datetime, policies: Mapping[str, LockPolicy]
+) -> None:
+    for sent in history.pending_messages():
+        lock = history.incidents[sent.incident].lock if sent.incident in history.incidents else ""
+        give_up_after = policies.get(lock, LockPolicy()).alerts.give_up_after
+        retry = Retry(sent, sent.pending)
+        if (now - sent.due_at).total_seconds() >= give_up_after:
+            plan.given_up.append(retry)
+            plan.records.append(
+                {
+                    "type": "giveup",
+                    "at": timestamp(now),
+                    "message": sent.message_id,
+                    "services": list(sent.pending),
+                }
+            )
+        else:
+            plan.retries.append(retry)

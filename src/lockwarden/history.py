@@ -1,0 +1,251 @@
+"""The journal's records folded into what dedupe needs: runs, incidents, messages, deliveries.
+
+Pure: records in, typed history out. The record kinds (one JSON object per line):
+
+* ``run``      ``{at, locks: {name: [class, key]}}`` — only locks that were not good;
+* ``open``     ``{at, incident, lock, key, class, path, holder, held_since}``;
+* ``due``      ``{at, incident, message, kind, title, markdown, text, tags, targets}`` — written
+  before sending, so a crash mid-send is retried (at most one duplicate), never lost;
+* ``sent``     ``{at, message, service, url, ok, status}`` — one per service and attempt;
+  ``url`` is apprise's privacy form, never the URL itself;
+* ``close``    ``{at, incident, why}``;
+* ``giveup``   ``{at, message, services}`` — undeliverable after give_up_after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from lockwarden.journal import Record
+
+GOOD = "good"
+UNRESOLVED = "*"  # a message due before its services were known: every matching service
+KEEP_CLOSED_INCIDENTS = 50
+KEEP_RUNS = 5  # at least; compaction keeps max(resolve_after, unknown_after) + 1 if more
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@dataclass
+class Attempt:
+    at: datetime
+    service: str
+    url: str
+    ok: bool
+    status: str
+
+
+@dataclass
+class Sent:
+    """One message an incident produced, and what each service did with it."""
+
+    message_id: str
+    incident: str
+    kind: str
+    due_at: datetime
+    title: str
+    markdown: str
+    text: str
+    tags: tuple[str, ...]
+    targets: tuple[str, ...] | None
+    attempts: list[Attempt] = field(default_factory=list)
+    gave_up: set[str] = field(default_factory=set)
+
+    @property
+    def delivered(self) -> set[str]:
+        return {attempt.service for attempt in self.attempts if attempt.ok}
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        done = self.delivered | self.gave_up
+        targets = (UNRESOLVED,) if self.targets is None else self.targets
+        return tuple(service for service in targets if service not in done)
+
+
+@dataclass
+class Incident:
+    incident_id: str
+    lock: str
+    key: str
+    state_class: str
+    path: str
+    holder: str | None
+    opened_at: datetime
+    held_since: datetime | None
+    closed_at: datetime | None = None
+    why_closed: str | None = None
+    messages: list[Sent] = field(default_factory=list)
+
+    @property
+    def open(self) -> bool:
+        return self.closed_at is None
+
+    @property
+    def last_notice_at(self) -> datetime:
+        notices = [m.due_at for m in self.messages if m.kind in ("alert", "reminder")]
+        return max(notices, default=self.opened_at)
+
+    def superseded_reminders(self) -> set[str]:
+        """Delivered reminders older than the latest: dedupe needs only the latest one."""
+        reminders = [m for m in self.messages if m.kind == "reminder" and not m.pending]
+        latest = max((m.due_at for m in reminders), default=None)
+        return {m.message_id for m in reminders if m.due_at != latest}
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    at: datetime
+    locks: dict[str, tuple[str, str | None]]
+
+    def state_class(self, lock: str) -> str:
+        return self.locks.get(lock, (GOOD, None))[0]
+
+
+@dataclass
+class History:
+    runs: list[RunSummary] = field(default_factory=list)
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    messages: dict[str, Sent] = field(default_factory=dict)
+
+    def open_incident(self, lock: str) -> Incident | None:
+        found = [i for i in self.incidents.values() if i.open and i.lock == lock]
+        return max(found, key=lambda incident: incident.opened_at, default=None)
+
+    def open_incidents(self) -> list[Incident]:
+        return [incident for incident in self.incidents.values() if incident.open]
+
+    def pending_messages(self) -> list[Sent]:
+        return [message for message in self.messages.values() if message.pending]
+
+    def streak(self, lock: str, state_class: str) -> int:
+        """How many of the latest recorded runs in a row saw `lock` in `state_class`."""
+        count = 0
+        for run in reversed(self.runs):
+            if run.state_class(lock) != state_class:
+                break
+            count += 1
+        return count
+
+
+def fold(records: list[Record]) -> History:
+    history = History()
+    for record in records:
+        try:
+            _apply(history, record)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # a record of an unknown shape teaches nothing; the rest still counts
+    return history
+
+
+def _apply(history: History, record: Record) -> None:
+    kind = record["type"]
+    at = parse_time(record.get("at"))
+    if at is None:
+        return
+    if kind == "run":
+        locks = {str(name): (str(v[0]), v[1]) for name, v in dict(record["locks"]).items()}
+        history.runs.append(RunSummary(at, locks))
+    elif kind == "open":
+        history.incidents[record["incident"]] = Incident(
+            incident_id=record["incident"],
+            lock=record["lock"],
+            key=record["key"],
+            state_class=record["class"],
+            path=record.get("path") or "",
+            holder=record.get("holder"),
+            opened_at=at,
+            held_since=parse_time(record.get("held_since")),
+        )
+    elif kind == "close":
+        incident = history.incidents.get(record["incident"])
+        if incident is not None and incident.open:
+            incident.closed_at, incident.why_closed = at, record.get("why")
+    elif kind == "due":
+        _apply_due(history, record, at)
+    elif kind == "sent":
+        message = history.messages.get(record["message"])
+        if message is not None:
+            message.attempts.append(
+                Attempt(
+                    at,
+                    record["service"],
+                    record.get("url", "?"),
+                    bool(record["ok"]),
+                    str(record.get("status")),
+                )
+            )
+    elif kind == "giveup":
+        message = history.messages.get(record["message"])
+        if message is not None:
+            message.gave_up.update(record["services"])
+
+
+def _apply_due(history: History, record: Record, at: datetime) -> None:
+    targets = None if record.get("targets") is None else tuple(record["targets"])
+    previous = history.messages.get(record["message"])
+    if previous is not None:  # its services resolved later: the same message, now addressed
+        previous.targets = targets
+        return
+    message = Sent(
+        message_id=record["message"],
+        incident=record["incident"],
+        kind=record["kind"],
+        due_at=at,
+        title=record["title"],
+        markdown=record["markdown"],
+        text=record["text"],
+        tags=tuple(record.get("tags") or ()),
+        targets=targets,
+    )
+    history.messages[message.message_id] = message
+    incident = history.incidents.get(message.incident)
+    if incident is not None:
+        incident.messages.append(message)
+
+
+def keep_for_dedupe(records: list[Record], keep_runs: int = KEEP_RUNS) -> list[Record]:
+    """What compaction keeps: open incidents, incidents with messages still pending, the last
+    KEEP_CLOSED_INCIDENTS closed ones (for `history`), and the last `keep_runs` run records;
+    of an incident's delivered reminders only the latest (a week-long incident stays small)."""
+    history = fold(records)
+    closed = sorted(
+        (i for i in history.incidents.values() if not i.open and not _has_pending(i)),
+        key=lambda incident: incident.closed_at or incident.opened_at,
+    )
+    dropped = {incident.incident_id for incident in closed[:-KEEP_CLOSED_INCIDENTS]}
+    if len(closed) <= KEEP_CLOSED_INCIDENTS:
+        dropped = set()
+    dropped_messages = {
+        message_id for message_id, m in history.messages.items() if m.incident in dropped
+    }
+    for incident in history.incidents.values():
+        dropped_messages |= incident.superseded_reminders()
+    runs = [index for index, record in enumerate(records) if record.get("type") == "run"]
+    kept_runs = set(runs[-keep_runs:])
+    kept: list[Record] = []
+    for index, record in enumerate(records):
+        kind = record.get("type")
+        if kind == "run" and index not in kept_runs:
+            continue
+        if record.get("incident") in dropped or record.get("message") in dropped_messages:
+            continue
+        kept.append(record)
+    return kept
+
+
+def _has_pending(incident: Incident) -> bool:
+    return any(message.pending for message in incident.messages)

@@ -1,0 +1,350 @@
+"""The state journal: an append-only JSON Lines file of runs, incidents and deliveries.
+
+Durability rules (each has a test in tests/alerts/test_journal.py):
+
+* one record = one ``write()`` on an ``O_APPEND`` descriptor, its length checked, then
+  ``fsync``; the directory is fsynced after the file is created or renamed;
+* a torn last line (a crash mid-write) is cut off before the next append; a corrupt line in
+  the middle is skipped with a warning, so the journal fails toward one duplicate alert and
+  never toward silence;
+* compaction writes a new file in the same directory, fsyncs it, renames it over the journal
+  and fsyncs the directory;
+* the state directory is refused when it is a symlink, writable by others, or owned by
+  another user: anyone able to write the journal can silence alerts.
+
+The run lock is a file in the state directory, never a monitored lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Record = dict[str, Any]
+JOURNAL_NAME = "state.jsonl"
+RUN_LOCK_NAME = "run.lock"
+COMPACT_PREFIX = f".{JOURNAL_NAME}.compact-"
+MAX_JOURNAL_READ = 64 * 1024 * 1024
+
+
+class StateError(Exception):
+    """The journal cannot be read or written; the run goes on and reports it."""
+
+
+class RunBusy(Exception):
+    """Another run holds the run lock."""
+
+    def __init__(self, pid: int | None, lock_path: str) -> None:
+        who = f"PID {pid}" if pid is not None else "a process whose PID is not recorded yet"
+        super().__init__(f"another lockwarden run is in progress ({who}, run lock {lock_path})")
+        self.pid = pid
+
+
+def default_state_path(
+    euid: int | None = None, environ: dict[str, str] | None = None, home: str | None = None
+) -> str:
+    """/var/lib/lockwarden/state.jsonl for root, else under $XDG_STATE_HOME (~/.local/state)."""
+    uid = os.geteuid() if euid is None else euid
+    if uid == 0:
+        return f"/var/lib/lockwarden/{JOURNAL_NAME}"
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or os.path.join(
+        home or os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(base, "lockwarden", JOURNAL_NAME)
+
+
+def check_state_dir(directory: str) -> None:
+    """Make the state directory if only its last part is missing; refuse an unsafe one."""
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        _make_state_dir(directory)
+        info = os.lstat(directory)
+    except OSError as error:
+        raise StateError(f"state directory {directory}: {error.strerror}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise StateError(
+            f"state directory {directory} is a symlink; refused (whoever controls the link "
+            "target could silence alerts): use a real directory"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise StateError(f"state directory {directory} is not a directory")
+    if info.st_mode & stat.S_IWOTH:
+        raise StateError(
+            f"state directory {directory} is writable by every user (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}); refused, as anyone could silence alerts: "
+            f"chmod 0700 {directory}"
+        )
+    if info.st_uid not in (0, os.geteuid()):
+        raise StateError(
+            f"state directory {directory} belongs to uid {info.st_uid}, not to this user; refused"
+        )
+
+
+def _make_state_dir(directory: str) -> None:
+    parent = os.path.dirname(directory.rstrip("/")) or "/"
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        return  # a concurrent run made it first; the caller checks what it is
+    except FileNotFoundError:
+        raise StateError(
+            f"state directory {directory} does not exist, nor does its parent {parent}"
+        ) from None
+    except OSError as error:
+        raise StateError(f"cannot create state directory {directory}: {error.strerror}") from None
+    fsync_directory(parent)
+
+
+def fsync_directory(directory: str) -> None:
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@dataclass
+class Loaded:
+    """What a load found: the good records, warnings, and where a torn tail starts."""
+
+    records: list[Record] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    torn_at: int | None = None
+    size: int = 0
+
+
+def parse_lines(data: bytes, path: str) -> Loaded:
+    loaded = Loaded(size=len(data))
+    complete_end = data.rfind(b"\n") + 1
+    if complete_end < len(data):
+        loaded.torn_at = complete_end
+        loaded.warnings.append(
+            f"{path}: the last line is torn (a run was interrupted mid-write); it is ignored "
+            "and cut off before the next append"
+        )
+    for number, line in enumerate(data[:complete_end].splitlines(), start=1):
+        record = _parse_line(line)
+        if record is None:
+            loaded.warnings.append(f"{path}: line {number} is not a journal record; skipped")
+        elif record:
+            loaded.records.append(record)
+    return loaded
+
+
+def _parse_line(line: bytes) -> Record | None:
+    """A record, {} for a blank line, or None for a corrupt one."""
+    if not line.strip():
+        return {}
+    try:
+        value = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        return None
+    return value
+
+
+def encode(record: Record) -> bytes:
+    text = json.dumps(record, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
+    return text.encode() + b"\n"
+
+
+class Journal:
+    """One state file. `load` reads only; `append` and `compact` write."""
+
+    def __init__(self, path: str, max_bytes: int = 262144) -> None:
+        self.path = path
+        self.directory = os.path.dirname(path) or "."
+        self.max_bytes = max_bytes
+        self._descriptor: int | None = None
+        self._torn_at: int | None = None
+
+    def load(self) -> Loaded:
+        """Read every record; a missing journal is an empty one."""
+        try:
+            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return Loaded()
+        except OSError as error:
+            raise StateError(f"cannot read {self.path}: {error.strerror}") from None
+        try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_JOURNAL_READ:
+                raise StateError(f"{self.path} is not a regular journal file of sane size")
+            data = _read_all(descriptor)
+        finally:
+            os.close(descriptor)
+        loaded = parse_lines(data, self.path)
+        self._torn_at = loaded.torn_at
+        for warning in loaded.warnings:
+            log.warning("%s", warning)
+        return loaded
+
+    def append(self, record: Record) -> None:
+        """One write(), length checked, then fsync; raise StateError on any failure."""
+        descriptor = self._open_for_append()
+        data = encode(record)
+        before = os.fstat(descriptor).st_size
+        try:
+            written = os.write(descriptor, data)
+            if written != len(data):
+                raise OSError(
+                    errno.ENOSPC, f"short write ({written} of {len(data)} bytes): disk full?"
+                )
+            os.fsync(descriptor)
+        except OSError as error:
+            self._undo_partial(descriptor, before)
+            raise StateError(f"cannot write {self.path}: {error.strerror or error}") from None
+
+    def _undo_partial(self, descriptor: int, size: int) -> None:
+        """Cut a partial record so the next append does not glue onto it."""
+        try:
+            os.ftruncate(descriptor, size)
+        except OSError:
+            self._torn_at = size  # the next run's load cuts it
+
+    def _open_for_append(self) -> int:
+        if self._descriptor is not None:
+            return self._descriptor
+        check_state_dir(self.directory)
+        existed = os.path.lexists(self.path)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            descriptor = os.open(self.path, flags, 0o600)
+            if self._torn_at is not None:
+                os.ftruncate(descriptor, self._torn_at)
+                os.fsync(descriptor)
+                self._torn_at = None
+            if not existed:
+                fsync_directory(self.directory)
+        except OSError as error:
+            raise StateError(f"cannot open {self.path} for writing: {error.strerror}") from None
+        self._descriptor = descriptor
+        return descriptor
+
+    def needs_compaction(self) -> bool:
+        try:
+            return os.stat(self.path).st_size > self.max_bytes
+        except OSError:
+            return False
+
+    def compact(self, keep: Callable[[list[Record]], list[Record]]) -> int:
+        """Rewrite the journal as `keep(records)`: temp file, fsync, rename, fsync dir."""
+        records = self.load().records
+        kept = keep(records)
+        self._remove_leftovers()
+        temporary = os.path.join(self.directory, f"{COMPACT_PREFIX}{os.getpid()}")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            descriptor = os.open(temporary, flags, 0o600)
+            try:
+                _write_all(descriptor, b"".join(encode(record) for record in kept))
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+            self.close()
+            os.rename(temporary, self.path)
+            fsync_directory(self.directory)
+        except OSError as error:
+            _remove_quietly(temporary)
+            raise StateError(f"cannot compact {self.path}: {error.strerror or error}") from None
+        return len(records) - len(kept)
+
+    def _remove_leftovers(self) -> None:
+        """A run killed mid-compaction leaves its temp file; the run lock makes this safe."""
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.directory):
+                if name.startswith(COMPACT_PREFIX):
+                    _remove_quietly(os.path.join(self.directory, name))
+
+    def close(self) -> None:
+        if self._descriptor is not None:
+            os.close(self._descriptor)
+            self._descriptor = None
+
+
+def _read_all(descriptor: int) -> bytes:
+    chunks: list[bytes] = []
+    while chunk := os.read(descriptor, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(descriptor, view)
+        view = view[written:]
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+class RunLock:
+    """`run.lock` in the state directory, held with a non-blocking flock for the whole run.
+
+    The holder writes its PID into the file so an overlapping run can say who runs.
+    """
+
+    def __init__(self, descriptor: int, path: str) -> None:
+        self._descriptor = descriptor
+        self.path = path
+
+    @classmethod
+    def acquire(cls, directory: str) -> RunLock:
+        check_state_dir(directory)
+        path = os.path.join(directory, RUN_LOCK_NAME)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            descriptor = os.open(path, flags, 0o600)
+        except OSError as error:
+            raise StateError(f"cannot open the run lock {path}: {error.strerror}") from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_pid(descriptor)
+            os.close(descriptor)
+            raise RunBusy(pid, path) from None
+        _record_pid(descriptor)
+        return cls(descriptor, path)
+
+    def release(self) -> None:
+        os.close(self._descriptor)
+
+
+def _record_pid(descriptor: int) -> None:
+    try:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+    except OSError as error:  # the lock itself is held; only the courtesy PID is missing
+        log.warning("cannot record this run's PID in the run lock: %s", error.strerror)
+
+
+def _read_pid(descriptor: int) -> int | None:
+    """The running PID; the winner writes it just after its flock, so look a few times."""
+    import time
+
+    for _ in range(20):
+        text = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
+        if text.isdigit():
+            return int(text)
+        time.sleep(0.005)
+    return None
+
+
+def iterate_types(records: list[Record], *types: str) -> Iterator[Record]:
+    return (record for record in records if record.get("type") in types)

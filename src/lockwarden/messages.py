@@ -1,0 +1,185 @@
+"""The words of an alert: a title, a Markdown body for chat, a plain-text body for email.
+
+Pure: everything (host, finding, times) is passed in. The title names the process to stop;
+the body says where, who, for how long, who waits, and what to do.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from lockwarden.durations import format_duration
+from lockwarden.model import Finding, Holder, State
+
+ALERT = "alert"
+REMINDER = "reminder"
+RESOLVED = "resolved"
+MAX_COMMAND = 300
+MAX_WAITERS_NAMED = 5
+
+
+@dataclass(frozen=True)
+class Message:
+    title: str
+    markdown: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    value: str
+    code: bool = False
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What a resolved message needs to know about the incident that ended."""
+
+    lock: str
+    path: str
+    holder: str | None
+    opened_at: datetime
+    held_since: datetime | None
+    state: str
+
+
+def stamp(moment: datetime | None) -> str:
+    if moment is None:
+        return "unknown"
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def holder_label(holder: Holder | None) -> str | None:
+    """`PID 64969 (maintenance-job)`: the role if the record gave one, else the program."""
+    if holder is None:
+        return None
+    who = holder.role or holder.name
+    if holder.pid is None:
+        return f"an unnamed process ({who})" if who else None
+    return f"PID {holder.pid} ({who})" if who else f"PID {holder.pid}"
+
+
+def alert_title(finding: Finding) -> str:
+    held = format_duration(finding.held_for_s) if finding.held_for_s is not None else None
+    holder = holder_label(finding.holder)
+    if finding.state is State.HELD_TOO_LONG:
+        by = f" by {holder}" if holder else ""
+        return f"writes blocked: {finding.name} held {held or 'too long'}{by}"
+    if finding.state is State.STALE:
+        return f"stale lock: {finding.name} is left over from a dead holder; writes blocked"
+    if finding.state is State.UNKNOWN:
+        return f"cannot tell: {finding.name}: {finding.reason}"[:200]
+    return f"{finding.name}: {finding.state.value}"
+
+
+def render_alert(finding: Finding, host: str, kind: str = ALERT) -> Message:
+    title = alert_title(finding)
+    if kind == REMINDER:
+        title = f"reminder: {title}"
+    rows = [Row("Host", host), *finding_rows(finding)]
+    if kind == REMINDER:
+        rows.insert(0, Row("Reminder", "still going on; this incident was reported before"))
+    return Message(title, render_markdown(rows), render_text(title, rows))
+
+
+def finding_rows(finding: Finding) -> list[Row]:
+    rows = [
+        Row("Lock", f"{finding.name} at {finding.path} ({finding.format})"),
+        Row("State", f"{finding.state.value} ({finding.severity.label}): {finding.reason}"),
+    ]
+    rows.extend(holder_rows(finding.holder))
+    if finding.held_for_s is not None:
+        rows.append(Row("Held for", format_duration(finding.held_for_s)))
+    if finding.waiters:
+        named = ", ".join(
+            f"PID {waiter.pid} ({' '.join(waiter.cmdline).replace(chr(10), ' ')[:60]})"
+            for waiter in finding.waiters[:MAX_WAITERS_NAMED]
+        )
+        rows.append(Row("Waiting", f"{len(finding.waiters)} blocked: {named}"))
+    if finding.proof:
+        rows.append(Row("Proof", finding.proof))
+    if finding.action:
+        rows.append(Row("Action", finding.action, code=True))
+    if finding.state is State.STALE and finding.action and finding.action.startswith("rm "):
+        rows.append(Row("Remove", shlex.split(finding.action)[-1], code=True))
+    return rows
+
+
+def holder_rows(holder: Holder | None) -> list[Row]:
+    if holder is None:
+        return []
+    facts = [f"PID {holder.pid}" if holder.pid is not None else "PID unknown"]
+    facts.extend(
+        f"{label} {value}"
+        for label, value in (("role", holder.role), ("user", holder.user), ("unit", holder.unit))
+        if value
+    )
+    if holder.started_at is not None:
+        facts.append(f"started {stamp(holder.started_at)}")
+    rows = [Row("Holder", ", ".join(facts))]
+    if holder.cmdline:
+        command = " ".join(holder.cmdline).replace("\r", "\\r").replace("\n", "\\n")
+        rows.append(Row("Command", command[:MAX_COMMAND], code=True))
+    return rows
+
+
+def render_resolved(
+    ended: Ended, finding: Finding | None, host: str, now: datetime, superseded: bool = False
+) -> Message:
+    since = ended.held_since or ended.opened_at
+    lasted = format_duration((now - since).total_seconds())
+    was = f", held by {ended.holder}" if ended.holder else ""
+    title = f"resolved: {ended.lock} is no longer blocked after {lasted}{was}"
+    if superseded:
+        title = f"resolved: {ended.lock} incident over after {lasted}{was}; a new one follows"
+    now_state = finding.reason if finding is not None else "no longer checked"
+    rows = [
+        Row("Resolved", f"the {ended.state} incident is over; it lasted {lasted}"),
+        Row("Host", host),
+        Row("Lock", f"{ended.lock} at {ended.path}"),
+        Row("Was held by", ended.holder or "unknown"),
+        Row("From", f"{stamp(since)} to {stamp(now)}"),
+        Row("Now", now_state),
+    ]
+    return Message(title, render_markdown(rows), render_text(title, rows))
+
+
+def render_test(host: str, now: datetime) -> Message:
+    title = f"lockwarden test message from {host}"
+    rows = [
+        Row("Host", host),
+        Row("Sent", stamp(now)),
+        Row("Meaning", "this service will receive lockwarden's alerts"),
+    ]
+    return Message(title, render_markdown(rows), render_text(title, rows))
+
+
+def render_state_degraded(problem: str, host: str, now: datetime) -> Message:
+    title = f"lockwarden state degraded on {host}: alerts may repeat"
+    rows = [
+        Row("Host", host),
+        Row("Problem", problem),
+        Row("Effect", "lockwarden cannot remember what it sent, so alerts may be repeated"),
+        Row("Seen", stamp(now)),
+    ]
+    return Message(title, render_markdown(rows), render_text(title, rows))
+
+
+def render_markdown(rows: list[Row]) -> str:
+    return "\n".join(f"**{row.label}:** {_markdown_value(row)}  " for row in rows)
+
+
+def _markdown_value(row: Row) -> str:
+    if row.code:
+        return "`" + row.value.replace("`", "'") + "`"
+    return row.value
+
+
+def render_text(title: str, rows: list[Row]) -> str:
+    width = max(len(row.label) for row in rows) + 1
+    lines = [title, ""]
+    lines.extend(f"{row.label + ':':<{width}} {row.value}" for row in rows)
+    return "\n".join(lines) + "\n"

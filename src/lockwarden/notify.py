@@ -1,0 +1,241 @@
+"""Delivery through apprise: the only module that imports it, and only when something is sent.
+
+Each configured service gets its own delivery result, so a message counts as sent to a service
+only when apprise reported that service delivered; the others stay pending. Every service gets
+short socket timeouts (apprise's `cto`/`rto`, set on the plugin) and every send a call deadline
+(`Apprise.notify(timeout=...)`), so a dead endpoint cannot hold the run past its budget.
+
+URLs carry tokens: they are logged, reported and journaled only in apprise's privacy form
+(`url(privacy=True)`), and a logging filter masks any token that leaks into a log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lockwarden.config import NotifySettings
+from lockwarden.messages import Message
+
+log = logging.getLogger(__name__)
+
+EMAIL_SCHEMES = frozenset({"mailto", "mailtos"})
+TAGGED_URL = re.compile(r"^\s*([A-Za-z0-9_.\-, ]+?)\s*=\s*([A-Za-z][\w+.-]*://.*)$", re.DOTALL)
+MIN_SECRET_LENGTH = 4
+ALWAYS_TAG = "always"
+
+
+class NotifyConfigError(Exception):
+    """The notification settings cannot be used (a missing credential file, a bad URL)."""
+
+
+@dataclass(frozen=True)
+class UrlSpec:
+    url: str
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    service: str
+    url: str
+    ok: bool
+    status: str
+
+
+def split_tags(entry: str) -> UrlSpec:
+    """`ops,db=slack://...` -> tags (ops, db); a plain URL has no tags."""
+    match = TAGGED_URL.match(entry)
+    if match and "://" not in match.group(1):
+        tags = tuple(tag.strip() for tag in match.group(1).split(",") if tag.strip())
+        return UrlSpec(match.group(2).strip(), tags)
+    return UrlSpec(entry.strip(), ())
+
+
+def url_specs(settings: NotifySettings, environ: Mapping[str, str] | None = None) -> list[UrlSpec]:
+    """Every URL from `urls`, `urls_env` and `urls_file` (not the apprise config file)."""
+    env = os.environ if environ is None else environ
+    entries = list(settings.urls)
+    if settings.urls_env:
+        value = env.get(settings.urls_env)
+        if not value:
+            raise NotifyConfigError(f"notify.urls_env: ${settings.urls_env} is not set or empty")
+        entries.extend(value.split())
+    if settings.urls_file:
+        entries.extend(_url_lines(credential_path(settings.urls_file, env)))
+    return [split_tags(entry) for entry in entries if entry.strip()]
+
+
+def credential_path(name: str, environ: Mapping[str, str]) -> str:
+    """An absolute path as is; a bare name inside $CREDENTIALS_DIRECTORY (LoadCredential=)."""
+    if os.path.isabs(name):
+        return name
+    directory = environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        raise NotifyConfigError(
+            f"notify.urls_file: {name!r} is a credential name but $CREDENTIALS_DIRECTORY is not "
+            "set (use LoadCredential= in the service, or an absolute path)"
+        )
+    return os.path.join(directory, name)
+
+
+def _url_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read(1 << 20).splitlines()
+    except OSError as error:
+        raise NotifyConfigError(f"notify.urls_file: cannot read {path}: {error.strerror}") from None
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+@dataclass(frozen=True)
+class Service:
+    service_id: str
+    url: str
+    tags: frozenset[str]
+    email: bool
+    plugin: Any
+
+
+def service_id_of(full_url: str) -> str:
+    """A stable name for one service in the journal: a hash, never the URL (it has tokens)."""
+    return hashlib.sha256(full_url.encode()).hexdigest()[:16]
+
+
+def secrets_of(full_url: str, private_url: str) -> set[str]:
+    """The pieces of a URL that its privacy form hides: those must never be printed."""
+    pieces = re.split(r"[/:@?&=#,%\s]+", full_url)
+    return {
+        piece for piece in pieces if len(piece) >= MIN_SECRET_LENGTH and piece not in private_url
+    }
+
+
+class RedactingFilter(logging.Filter):
+    """Masks secrets in every log record that passes a handler it is attached to."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.secrets = sorted(set(secrets), key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = message
+        for secret in self.secrets:
+            masked = masked.replace(secret, "****")
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def redact_in_logs(secrets: Iterable[str]) -> None:
+    """Mask these strings in every line any handler of the root logger writes."""
+    redaction = RedactingFilter(secret for secret in secrets if secret)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redaction)
+
+
+class Notifier:
+    """The configured services, loaded once per run, and a send budget for the whole run."""
+
+    def __init__(self, settings: NotifySettings, environ: Mapping[str, str] | None = None):
+        import apprise
+
+        self._apprise = apprise
+        self.budget = settings.timeout
+        self.deadline = time.monotonic() + settings.timeout
+        asset = apprise.AppriseAsset(app_id="lockwarden", app_desc="lockwarden lock alerts")
+        source = apprise.Apprise(asset=asset)
+        for number, spec in enumerate(url_specs(settings, environ), start=1):
+            if not source.add(spec.url, tag=list(spec.tags) or None):
+                scheme = spec.url.split("://", 1)[0] if "://" in spec.url else "?"
+                raise NotifyConfigError(
+                    f"notify URL #{number} ({scheme}://…) is not a valid apprise URL "
+                    "(not shown: it may hold secrets)"
+                )
+        if settings.config:
+            config = apprise.AppriseConfig(asset=asset)
+            if not config.add(settings.config):
+                raise NotifyConfigError(f"notify.config: cannot load {settings.config}")
+            source.add(config)
+        self._source = source
+        self.services = [self._service(plugin) for plugin in source.find()]
+        self._install_redaction()
+
+    def _service(self, plugin: Any) -> Service:
+        # Named before the timeouts change its URL: the id must not move with [notify] timeout.
+        service_id = service_id_of(plugin.url())
+        # Short socket timeouts, so a dead or hanging endpoint fails within the budget.
+        cap = max(0.5, self.budget)
+        plugin.socket_connect_timeout = min(float(plugin.socket_connect_timeout), cap)
+        plugin.socket_read_timeout = min(float(plugin.socket_read_timeout), cap)
+        protocols = {plugin.protocol, getattr(plugin, "secure_protocol", None)}
+        flat = {p for item in protocols for p in (item if isinstance(item, tuple) else (item,))}
+        return Service(
+            service_id=service_id,
+            url=plugin.url(privacy=True).split("?", 1)[0],
+            tags=frozenset(plugin.tags or ()),
+            email=bool(flat & EMAIL_SCHEMES),
+            plugin=plugin,
+        )
+
+    def _install_redaction(self) -> None:
+        secrets: set[str] = set()
+        for service in self.services:
+            secrets |= secrets_of(service.plugin.url(), service.plugin.url(privacy=True))
+        redact_in_logs(secrets)
+
+    def targets(self, tags: tuple[str, ...]) -> tuple[str, ...]:
+        """The services a lock routes to: all of them, or those sharing one of its tags (and
+        those tagged `always`, as apprise does)."""
+        wanted = set(tags)
+        return tuple(
+            service.service_id
+            for service in self.services
+            if not wanted or service.tags & wanted or ALWAYS_TAG in service.tags
+        )
+
+    def known(self, service_id: str) -> bool:
+        return any(service.service_id == service_id for service in self.services)
+
+    def url_of(self, service_id: str) -> str:
+        found = [s.url for s in self.services if s.service_id == service_id]
+        return found[0] if found else f"(service {service_id} no longer configured)"
+
+    def send(self, message: Message, service_ids: Iterable[str]) -> list[Delivery]:
+        """Send to each service at once; each one's own outcome, within the run's budget."""
+        chosen = [s for s in self.services if s.service_id in set(service_ids)]
+        if not chosen:
+            return []
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0.05:
+            return [Delivery(s.service_id, s.url, False, "out of time budget") for s in chosen]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
+            futures = [pool.submit(self._send_one, s, message, remaining) for s in chosen]
+            return [future.result() for future in futures]
+
+    def _send_one(self, service: Service, message: Message, timeout: float) -> Delivery:
+        apprise = self._apprise
+        single = apprise.Apprise()
+        single.add(service.plugin)
+        body, body_format = (
+            (message.text, apprise.NotifyFormat.TEXT)
+            if service.email
+            else (message.markdown, apprise.NotifyFormat.MARKDOWN)
+        )
+        try:
+            result = single.notify(
+                body=body, title=message.title, body_format=body_format, timeout=timeout
+            )
+        except Exception as error:  # a plugin bug is one failed delivery, not a failed run
+            log.debug("sending to %s raised %s", service.url, type(error).__name__)
+            return Delivery(service.service_id, service.url, False, "error")
+        status = getattr(getattr(result, "status", None), "name", "unknown").lower()
+        return Delivery(service.service_id, service.url, bool(result), status)

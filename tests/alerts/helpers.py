@@ -1,0 +1,224 @@
+"""Real servers on 127.0.0.1 for alert tests: an HTTP receiver (for apprise's json://) that can
+answer 200, answer 500, hang, or be down (connection refused), and an SMTP server (aiosmtpd)
+for mailto://. Plus a tiny tmpfs for ENOSPC. Everything is stopped at teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from email import message_from_bytes
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+# The same helpers as tests/conftest.py, repeated here so this package imports the same way
+# under `pytest` and `python -m pytest` (tests/ is not a package).
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+class Children(Protocol):
+    """The root conftest's `children` fixture: processes killed by PID at teardown."""
+
+    pids: list[int]
+    procs: list[subprocess.Popen[str]]
+
+    def python(self, code: str, *args: str, ready: str = "ready") -> subprocess.Popen[str]: ...
+
+
+def require_tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed (tests/debian-packages.txt installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("NO_COLOR", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
+    """The real command, `python -m lockwarden ARGS`."""
+    return subprocess.run(
+        [sys.executable, "-m", "lockwarden", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(**env),
+        check=False,
+    )
+
+
+def wait_until(predicate: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
+
+
+class Receiver:
+    """A JSON webhook receiver. `mode`: ok (200), fail (500), hang (never answers), slow
+    (answers 200 once `release` is set), and
+    `stop()` closes the listening socket so connections are refused; `start()` reopens it
+    on the same port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.mode = "ok"
+        self.payloads: list[dict[str, Any]] = []
+        self.pings: list[str] = []
+        self.requests = 0
+        self.release = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                receiver.requests += 1
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length)
+                if receiver.mode == "hang":
+                    receiver.release.wait(30)
+                    return
+                if receiver.mode == "slow":  # answers 200 once the test sets `release`
+                    receiver.release.wait(30)
+                if receiver.mode == "fail":
+                    self.send_response(500)
+                    self.end_headers()
+                    self.wfile.write(f"failed for {self.path} {self.headers}".encode())
+                    return
+                receiver.payloads.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                receiver.pings.append(self.path)
+                self.send_response(500 if receiver.mode == "fail" else 200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def url(self, secret: str = "") -> str:
+        auth = f"lockwarden:{secret}@" if secret else ""
+        return f"json://{auth}127.0.0.1:{self.port}/hook"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.release.set()
+        server.stop()
+
+
+class MailSink:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.messages.append(message_from_bytes(envelope.original_content or envelope.content))
+        return "250 OK"
+
+
+class Smtp:
+    def __init__(self) -> None:
+        from aiosmtpd.controller import Controller
+
+        self.sink = MailSink()
+        self.port = free_port()
+        self.controller = Controller(self.sink, hostname="127.0.0.1", port=self.port)
+
+    def url(self) -> str:
+        return (
+            f"mailto://127.0.0.1:{self.port}?to=oncall@example.net"
+            "&from=lockwarden@example.net&mode=insecure"
+        )
+
+    def bodies(self) -> list[str]:
+        texts = []
+        for message in self.sink.messages:
+            parts = message.walk() if message.is_multipart() else [message]
+            for part in parts:
+                if part.get_content_type() == "text/plain":
+                    payload = part.get_payload(decode=True)
+                    assert isinstance(payload, bytes)
+                    texts.append(payload.decode())
+        return texts
+
+    def subjects(self) -> list[str]:
+        return [str(message["Subject"]) for message in self.sink.messages]
+
+
+@pytest.fixture
+def smtp() -> Iterator[Smtp]:
+    server = Smtp()
+    server.controller.start()
+    try:
+        yield server
+    finally:
+        server.controller.stop()
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KiB tmpfs (needs root or CAP_SYS_ADMIN; a failure under CI=true)."""
+    mountpoint = tmp_path / "tiny"
+    mountpoint.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mountpoint)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        message = f"cannot mount a tmpfs here: {done.stderr.strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)

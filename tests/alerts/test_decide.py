@@ -1,0 +1,277 @@
+"""decide() is pure: tables of findings and journal histories in, messages out. No clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lockwarden.config import AlertSettings
+from lockwarden.decide import LockPolicy, Plan, decide, incident_key, state_class
+from lockwarden.history import fold, keep_for_dedupe
+from lockwarden.model import Finding, Holder, Severity, State
+
+T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+HOST = "db1"
+
+
+def finding(
+    state: State = State.HELD_TOO_LONG,
+    severity: Severity = Severity.CRITICAL,
+    pid: int = 64969,
+    name: str = "wa-store",
+) -> Finding:
+    holder = Holder(pid=pid, alive=True, role="maintenance-job", unit="wa-resync.service")
+    return Finding(
+        name=name,
+        path="/srv/wa/store/LOCK",
+        format="owner-record",
+        state=state,
+        severity=severity,
+        reason="writes blocked",
+        held_for_s=7260.0 if state is not State.FREE else None,
+        holder=holder if state in (State.HELD, State.HELD_TOO_LONG) else None,
+        action="systemctl stop wa-resync.service",
+        identity=f"pid:{pid}:1234:boot",
+    )
+
+
+FREE = finding(State.FREE, Severity.OK)
+UNKNOWN = finding(State.UNKNOWN, Severity.UNKNOWN)
+
+
+class Journal:
+    """Replays plans as the alert stage would, with every service delivering (or not)."""
+
+    def __init__(self, policy: LockPolicy | None = None, services: tuple[str, ...] = ("s1",)):
+        self.records: list[dict[str, object]] = []
+        self.policy = policy or LockPolicy()
+        self.services = services
+
+    def run(self, minutes: float, *findings: Finding, delivered: bool = True) -> Plan:
+        now = T0 + timedelta(minutes=minutes)
+        policies = {f.name: self.policy for f in findings} or {"wa-store": self.policy}
+        plan = decide(findings, fold(self.records), now, policies, HOST)
+        self.records.extend(plan.records)
+        for item in plan.outgoing:
+            self.records.append(
+                {
+                    "type": "due",
+                    "at": now.isoformat(),
+                    "incident": item.incident,
+                    "message": item.message_id,
+                    "kind": item.kind,
+                    "title": item.message.title,
+                    "markdown": "",
+                    "text": "",
+                    "targets": list(self.services),
+                }
+            )
+        pending = [(i.message_id, self.services) for i in plan.outgoing]
+        pending += [(r.sent.message_id, r.services) for r in plan.retries]
+        for message_id, services in pending:
+            for service in services:
+                self.records.append(
+                    {
+                        "type": "sent",
+                        "at": now.isoformat(),
+                        "message": message_id,
+                        "service": service,
+                        "ok": delivered,
+                        "status": "x",
+                    }
+                )
+        return plan
+
+
+def kinds(plan: Plan) -> list[str]:
+    return [item.kind for item in plan.outgoing]
+
+
+@pytest.mark.parametrize(
+    ("state", "severity", "min_severity", "expected"),
+    [
+        (State.FREE, Severity.OK, "critical", "good"),
+        (State.HELD, Severity.OK, "critical", "good"),
+        (State.HELD_TOO_LONG, Severity.WARNING, "critical", "good"),
+        (State.HELD_TOO_LONG, Severity.WARNING, "warning", "held_too_long"),
+        (State.HELD_TOO_LONG, Severity.CRITICAL, "critical", "held_too_long"),
+        (State.STALE, Severity.CRITICAL, "critical", "stale"),
+        (State.UNKNOWN, Severity.UNKNOWN, "critical", "unknown"),
+    ],
+)
+def test_state_class_table(
+    state: State, severity: Severity, min_severity: str, expected: str
+) -> None:
+    alerts = AlertSettings(min_severity=min_severity)
+    assert state_class(finding(state, severity), alerts) == expected
+
+
+def test_lifecycle_alert_then_silence_then_reminder_then_resolved() -> None:
+    journal = Journal()
+    assert kinds(journal.run(0, finding())) == ["alert"]
+    assert kinds(journal.run(1, finding())) == []
+    assert kinds(journal.run(59, finding())) == []
+    assert kinds(journal.run(60, finding())) == ["reminder"]
+    assert kinds(journal.run(61, finding())) == []
+    assert kinds(journal.run(120, finding())) == ["reminder"]
+    resolved = journal.run(125, FREE)
+    assert kinds(resolved) == ["resolved"]
+    assert "4h06m" in resolved.outgoing[0].message.title  # held 2h01m when it opened, +2h05m
+    assert "PID 64969 (maintenance-job)" in resolved.outgoing[0].message.title
+    assert kinds(journal.run(126, FREE)) == []
+
+
+def test_repeat_interval_zero_never_reminds() -> None:
+    journal = Journal(LockPolicy(AlertSettings(repeat_interval=0.0)))
+    assert kinds(journal.run(0, finding())) == ["alert"]
+    assert [kinds(journal.run(m, finding())) for m in (60, 600, 6000)] == [[], [], []]
+
+
+def test_new_holder_is_a_new_incident() -> None:
+    journal = Journal()
+    first = journal.run(0, finding(pid=100))
+    second = journal.run(5, finding(pid=200))
+    assert kinds(first) == ["alert"]
+    assert kinds(second) == ["resolved", "alert"]
+    assert second.outgoing[0].incident == first.outgoing[0].incident
+    assert second.outgoing[1].incident != first.outgoing[0].incident
+
+
+def test_new_holder_after_resolution_alerts_again() -> None:
+    journal = Journal()
+    journal.run(0, finding(pid=100))
+    assert kinds(journal.run(10, FREE)) == ["resolved"]
+    assert kinds(journal.run(20, finding(pid=200))) == ["alert"]
+
+
+def test_resolve_after_needs_that_many_good_runs_in_a_row() -> None:
+    journal = Journal(LockPolicy(AlertSettings(resolve_after=3)))
+    journal.run(0, finding())
+    assert kinds(journal.run(1, FREE)) == []
+    assert kinds(journal.run(2, FREE)) == []
+    assert kinds(journal.run(3, finding())) == []  # the streak is broken: same incident goes on
+    assert kinds(journal.run(4, FREE)) == []
+    assert kinds(journal.run(5, FREE)) == []
+    assert kinds(journal.run(6, FREE)) == ["resolved"]
+
+
+@pytest.mark.parametrize(("unknown_after", "first_alert_run"), [(1, 1), (3, 3), (5, 5)])
+def test_unknown_alerts_only_after_unknown_after_runs(
+    unknown_after: int, first_alert_run: int
+) -> None:
+    journal = Journal(LockPolicy(AlertSettings(unknown_after=unknown_after)))
+    alerted = [run for run in range(1, 7) if kinds(journal.run(run, UNKNOWN)) == ["alert"]]
+    assert alerted == [first_alert_run]
+
+
+def test_a_transient_unknown_pages_nobody_and_resets() -> None:
+    journal = Journal()
+    sequence = [UNKNOWN, UNKNOWN, FREE, UNKNOWN, UNKNOWN, FREE]
+    assert [kinds(journal.run(minute, f)) for minute, f in enumerate(sequence)] == [[]] * 6
+
+
+def test_a_transient_unknown_does_not_resolve_a_held_incident() -> None:
+    journal = Journal(LockPolicy(AlertSettings(repeat_interval=0.0)))
+    journal.run(0, finding())
+    assert kinds(journal.run(1, UNKNOWN)) == []
+    assert kinds(journal.run(2, finding())) == []
+
+
+def test_undelivered_message_is_retried_until_delivered() -> None:
+    journal = Journal(services=("up", "down"))
+    plan = journal.run(0, finding(), delivered=False)
+    assert kinds(plan) == ["alert"]
+    retry = journal.run(1, finding(), delivered=False)
+    assert kinds(retry) == [] and [r.services for r in retry.retries] == [("up", "down")]
+    journal.run(2, finding(), delivered=True)
+    assert journal.run(3, finding()).retries == []
+
+
+def test_only_the_service_that_failed_is_retried() -> None:
+    journal = Journal(services=("up", "down"))
+    plan = journal.run(0, finding())
+    journal.records.append(
+        {
+            "type": "sent",
+            "at": T0.isoformat(),
+            "message": plan.outgoing[0].message_id,
+            "service": "up",
+            "ok": True,
+            "status": "success",
+        }
+    )
+    # Rewrite the outcome: "down" failed.
+    journal.records = [
+        r for r in journal.records if not (r.get("service") == "down" and r.get("ok"))
+    ]
+    retry = journal.run(1, finding())
+    assert [r.services for r in retry.retries] == [("down",)]
+
+
+def test_give_up_after_records_the_message_undeliverable() -> None:
+    journal = Journal(LockPolicy(AlertSettings(give_up_after=3600.0)))
+    journal.run(0, finding(), delivered=False)
+    assert journal.run(59, finding(), delivered=False).retries
+    late = journal.run(60, finding(), delivered=False)
+    assert late.retries == [] and len(late.given_up) == 1
+    assert any(r["type"] == "giveup" for r in late.records)
+    assert journal.run(61, finding()).given_up == []
+
+
+def test_incident_key_names_lock_class_and_holder() -> None:
+    assert incident_key(finding(pid=7), "held_too_long") == (
+        "wa-store|held_too_long|pid:7:1234:boot"
+    )
+    assert incident_key(UNKNOWN, "unknown") == "wa-store|unknown|-"
+
+
+def test_a_lock_dropped_from_the_config_closes_silently() -> None:
+    journal = Journal()
+    journal.run(0, finding())
+    plan = journal.run(1, finding(State.FREE, Severity.OK, name="other"))
+    assert kinds(plan) == []
+    assert any(r["type"] == "close" and r["why"] == "unchecked" for r in plan.records)
+
+
+def test_compaction_keeps_open_and_pending_incidents_and_recent_runs() -> None:
+    journal = Journal()
+    for hour in range(60):
+        journal.run(hour * 60, finding(pid=1000 + hour))
+        journal.run(hour * 60 + 30, FREE)
+    journal.run(3700, finding(pid=5))
+    journal.run(3701, finding(pid=6), delivered=False)
+    kept = keep_for_dedupe(journal.records, keep_runs=5)
+    before, after = fold(journal.records), fold(kept)
+    assert len(kept) < len(journal.records)
+    assert sum(1 for r in kept if r["type"] == "run") == 5
+    assert [i.key for i in after.open_incidents()] == [i.key for i in before.open_incidents()]
+    assert [m.message_id for m in after.pending_messages()] == [
+        m.message_id for m in before.pending_messages()
+    ]
+    plan = decide([finding(pid=6)], after, T0 + timedelta(minutes=3702), {}, HOST)
+    assert kinds(plan) == [] and len(plan.retries) == 2  # pid 5 resolved + pid 6 alert
+
+
+def test_quiet_runs_record_nothing_but_a_return_to_good_is_recorded() -> None:
+    journal = Journal(LockPolicy(AlertSettings(unknown_after=3)))
+    assert journal.run(0, FREE).records == []
+    assert journal.run(1, UNKNOWN).records  # bad: recorded
+    assert [r["type"] for r in journal.run(2, FREE).records] == ["run"]  # the streak breaks
+    assert journal.run(3, FREE).records == []
+    assert kinds(journal.run(4, UNKNOWN)) == []
+    assert kinds(journal.run(5, UNKNOWN)) == []
+    assert kinds(journal.run(6, UNKNOWN)) == ["alert"]  # 3 in a row, not 4 with the one before
+
+
+def test_compaction_keeps_only_the_latest_delivered_reminder_and_reminders_stay_on_time() -> None:
+    journal = Journal()
+    journal.run(0, finding())
+    for hour in range(1, 25):
+        assert kinds(journal.run(hour * 60, finding())) == ["reminder"]
+    kept = keep_for_dedupe(journal.records)
+    reminders = [r for r in kept if r["type"] == "due" and r["kind"] == "reminder"]
+    assert len(reminders) == 1 and reminders[0]["message"].endswith("@2026-12-03T09:00:00Z")
+    journal.records = kept
+    assert kinds(journal.run(24 * 60 + 59, finding())) == []
+    assert kinds(journal.run(25 * 60, finding())) == ["reminder"]

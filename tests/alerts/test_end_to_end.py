@@ -1,0 +1,654 @@
+"""End to end through the real CLI (`python -m lockwarden --once`), with a real child process
+holding a real mkdir lock, a real HTTP receiver (apprise `json://`) and a real SMTP server
+(aiosmtpd, apprise `mailto://`) on 127.0.0.1. The clock moves with `--now`.
+
+The holder takes its lock at about the real "now" (`base`); `--now base+2h` makes it held 2h,
+past critical_after = 1h.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from .helpers import Children, Receiver, Smtp, cli_env, run_cli, wait_until
+
+TOKEN = "Tok3nSecretAbcdefXyz"
+HEARTBEAT_TOKEN = "hb0123456789abcdefSecret"
+EXIT_BUSY = 75
+
+# The holder removes its lock when told to stop, as a well-behaved job does.
+TIDY_HOLDER = """
+import json, os, shutil, signal, socket, sys, time
+lock, role = sys.argv[1], sys.argv[2]
+os.mkdir(lock)
+started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+record = {"pid": os.getpid(), "role": role, "host": socket.gethostname(), "startedAt": started}
+with open(os.path.join(lock, "owner.json"), "w") as handle:
+    json.dump(record, handle)
+def stop(*_):
+    shutil.rmtree(lock)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+class Scenario:
+    def __init__(self, tmp_path: Path, children: Children) -> None:
+        self.tmp_path = tmp_path
+        self.children = children
+        self.store = tmp_path / "store"
+        self.store.mkdir()
+        self.lock = self.store / "LOCK"
+        self.state_dir = tmp_path / "state"
+        self.state_dir.mkdir(mode=0o700)
+        self.state_path = self.state_dir / "state.jsonl"
+        self.config = tmp_path / "lockwarden.toml"
+        self.base = datetime.now(UTC)
+        self.holder: subprocess.Popen[str] | None = None
+
+    def configure(
+        self,
+        urls: list[str],
+        timeout: str = "3s",
+        extra: str = "",
+        state_path: str | None = None,
+    ) -> None:
+        self.config.write_text(
+            f"""
+[alerts]
+repeat_interval = "1h"
+
+[state]
+path = {json.dumps(state_path or str(self.state_path))}
+
+[notify]
+urls = {json.dumps(urls)}
+timeout = "{timeout}"
+{extra}
+
+[[lock]]
+name = "wa-store"
+path = "{self.lock}"
+warn_after = "30m"
+critical_after = "1h"
+"""
+        )
+
+    def hold(self, role: str = "maintenance-job") -> int:
+        self.holder = self.children.python(TIDY_HOLDER, str(self.lock), role)
+        return self.holder.pid
+
+    def release(self) -> None:
+        assert self.holder is not None
+        self.holder.send_signal(signal.SIGTERM)
+        self.holder.wait(timeout=10)
+        assert not self.lock.exists()
+
+    def at(self, minutes: float) -> str:
+        moment = self.base + timedelta(minutes=minutes)
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def once(self, minutes: float, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(
+            "--once", "--config", str(self.config), "--now", self.at(minutes), *extra, **env
+        )
+
+    def journal_text(self) -> str:
+        return self.state_path.read_text() if self.state_path.exists() else ""
+
+
+@pytest.fixture
+def scenario(tmp_path: Path, children: Children) -> Scenario:
+    return Scenario(tmp_path, children)
+
+
+def titles(receiver: Receiver) -> list[str]:
+    return [str(payload["title"]) for payload in receiver.payloads]
+
+
+def test_alert_once_per_service_then_quiet_then_reminder_then_resolved_then_new_holder(
+    scenario: Scenario, receiver: Receiver, smtp: Smtp
+) -> None:
+    scenario.configure([receiver.url(TOKEN), smtp.url()])
+    pid = scenario.hold()
+
+    first = scenario.once(120)
+    assert first.returncode == 2, first.stderr
+    assert len(receiver.payloads) == 1 and len(smtp.sink.messages) == 1
+    assert titles(receiver)[0].startswith("writes blocked: wa-store held 1h59m")  # held since ~base
+    assert f"by PID {pid} (maintenance-job)" in titles(receiver)[0]
+
+    for minutes in (130, 179):
+        quiet = scenario.once(minutes)
+        assert quiet.returncode == 2  # still critical: the report never hides it
+    assert len(receiver.payloads) == 1 and len(smtp.sink.messages) == 1
+
+    scenario.once(181)
+    assert len(receiver.payloads) == 2 and len(smtp.sink.messages) == 2
+    assert titles(receiver)[1].startswith("reminder: writes blocked: wa-store")
+    assert smtp.subjects()[1].startswith("reminder: ")
+    scenario.once(190)
+    assert len(receiver.payloads) == 2
+
+    scenario.release()
+    resolved = scenario.once(200)
+    assert resolved.returncode == 0, resolved.stdout
+    assert len(receiver.payloads) == 3 and len(smtp.sink.messages) == 3
+    assert titles(receiver)[2].startswith("resolved: wa-store is no longer blocked after 3h")
+    assert f"held by PID {pid} (maintenance-job)" in titles(receiver)[2]
+    assert "lasted 3h" in smtp.bodies()[2]
+    scenario.once(300)
+    assert len(receiver.payloads) == 3 and len(smtp.sink.messages) == 3
+
+    new_pid = scenario.hold(role="other-job")
+    scenario.once(400)
+    assert len(receiver.payloads) == 4 and len(smtp.sink.messages) == 4
+    assert f"by PID {new_pid} (other-job)" in titles(receiver)[3]
+    assert not titles(receiver)[3].startswith("reminder")
+
+
+def test_mail_body_and_chat_payload_name_pid_role_command_and_action(
+    scenario: Scenario, receiver: Receiver, smtp: Smtp
+) -> None:
+    scenario.configure([receiver.url(TOKEN), smtp.url()])
+    pid = scenario.hold()
+    report = json.loads(scenario.once(120, "--json").stdout)
+    action = report["locks"][0]["action"]
+    assert action in (f"kill {pid}",) or action.startswith("systemctl ")
+    chat = str(receiver.payloads[0]["message"])
+    mail = smtp.bodies()[0]
+    for body in (chat, mail):
+        assert f"PID {pid}" in body
+        assert "role maintenance-job" in body
+        assert "import json, os, shutil" in body  # the holder's command line
+        assert action in body
+        assert str(scenario.lock) in body
+        assert "Host:" in body and "Held for:" in body
+    assert "**Action:**" in chat  # Markdown for chat
+    assert "**" not in mail and "Action:" in mail  # plain text for email
+    assert smtp.sink.messages[0].get_content_type() == "text/plain"
+
+
+def test_receiver_refused_then_500_then_hanging_then_up_delivers_exactly_once(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    """Each failing run must end within its notify budget (1 s) plus process start-up: the
+    bound below (15 s) is far under the receiver's 30 s hang, so a run stuck on it fails."""
+    scenario.configure([receiver.url(TOKEN)], timeout="1s")
+    scenario.hold()
+    receiver.stop()
+    outcomes = []
+    for minutes, mode in ((120, "refused"), (125, "fail"), (130, "hang")):
+        if mode != "refused":
+            if receiver._server is None:
+                receiver.start()
+            receiver.mode = mode
+        started = time.monotonic()
+        done = scenario.once(minutes, timeout=15)
+        outcomes.append((mode, done.returncode, time.monotonic() - started))
+        assert done.returncode == 2, done.stderr  # the finding is still critical
+        assert "NOT delivered" in done.stdout
+    assert receiver.payloads == []
+    assert receiver.requests == 2  # the 500 and the hang were real attempts
+    receiver.release.set()
+    receiver.mode = "ok"
+    scenario.once(135)
+    scenario.once(140)
+    scenario.once(145)
+    assert len(receiver.payloads) == 1
+    assert titles(receiver)[0].startswith("writes blocked: wa-store")
+    history = run_cli("history", "--config", str(scenario.config))
+    assert history.stdout.count("failed (") == 3 and history.stdout.count("delivered") == 1
+
+
+def test_two_services_one_down_each_gets_exactly_one(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    down = Receiver()
+    scenario.configure([receiver.url(TOKEN), down.url()])
+    scenario.hold()
+    scenario.once(120)
+    scenario.once(125)
+    assert len(receiver.payloads) == 1 and down.payloads == []
+    down.start()
+    try:
+        scenario.once(130)
+        scenario.once(135)
+        assert len(receiver.payloads) == 1
+        assert len(down.payloads) == 1
+        assert down.payloads[0]["title"] == receiver.payloads[0]["title"]
+    finally:
+        down.stop()
+
+
+def test_torn_last_line_and_corrupt_middle_line_cause_no_duplicate(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([receiver.url(TOKEN)])
+    scenario.hold()
+    scenario.once(120)
+    records = scenario.journal_text().splitlines()
+    corrupted = [records[0], "{not json at all", *records[1:]]
+    scenario.state_path.write_text("\n".join(corrupted) + '\n{"type":"sent","at":"20')
+    again = scenario.once(125)
+    assert "line 2 is not a journal record; skipped" in again.stderr
+    assert "torn" in again.stderr
+    assert len(receiver.payloads) == 1
+    assert scenario.state_path.read_bytes().endswith(b"\n")
+    scenario.once(181)
+    assert len(receiver.payloads) == 2  # the reminder still comes on time
+
+
+def test_enospc_state_still_alerts_and_reports_state_degraded(
+    scenario: Scenario, receiver: Receiver, tiny_tmpfs: Path
+) -> None:
+    """State on a real 64 KiB tmpfs, filled: the alert is delivered, the run is unknown (3)
+    with a "state degraded" finding, and one "state degraded" notice goes out."""
+    state_dir = tiny_tmpfs / "state"
+    state_dir.mkdir(mode=0o700)
+    scenario.configure([receiver.url(TOKEN)], state_path=str(state_dir / "state.jsonl"))
+    scenario.hold()
+    filler = os.open(tiny_tmpfs / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError):
+            while True:
+                os.write(filler, b"x" * 4096)
+    finally:
+        os.close(filler)
+    done = scenario.once(120, "--json")
+    assert done.returncode == 3, done.stderr
+    report = json.loads(done.stdout)
+    states = {lock["name"]: lock for lock in report["locks"]}
+    assert states["wa-store"]["state"] == "held_too_long"  # the finding is not hidden
+    assert "state degraded" in states["lockwarden:state"]["reason"]
+    assert report["alerts"]["state_problems"]
+    assert [d["delivered"] for d in report["alerts"]["deliveries"]] == [True, True]
+    assert [t.split(":")[0] for t in titles(receiver)] == [
+        "writes blocked",
+        "lockwarden state degraded on " + report["host"],
+    ]
+    os.unlink(tiny_tmpfs / "filler")
+    recovered = scenario.once(125)
+    assert recovered.returncode == 2
+    assert "state degraded" not in recovered.stdout
+
+
+@pytest.mark.parametrize("fault", ["missing-parent", "symlink", "world-writable", "read-only"])
+def test_unusable_state_dir_still_alerts_and_says_why(
+    scenario: Scenario, receiver: Receiver, fault: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "bad-state"
+    if fault == "missing-parent":
+        state_dir = tmp_path / "no" / "such"
+    elif fault == "symlink":
+        target.mkdir(mode=0o700)
+        state_dir = tmp_path / "link"
+        state_dir.symlink_to(target)
+    elif fault == "world-writable":
+        state_dir = target
+        state_dir.mkdir()
+        state_dir.chmod(0o777)
+    else:
+        state_dir = target
+        state_dir.mkdir(mode=0o700)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0700", "tmpfs", str(state_dir)],
+            check=False,
+            capture_output=True,
+        )
+        if not os.path.ismount(state_dir):
+            message = "cannot mount a read-only tmpfs here"
+            if os.environ.get("CI") == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+    try:
+        scenario.configure([receiver.url(TOKEN)], state_path=str(state_dir / "state.jsonl"))
+        scenario.hold()
+        done = scenario.once(120)
+        assert done.returncode == 3, done.stderr
+        assert "state degraded" in done.stdout
+        expected = {
+            "missing-parent": "does not exist",
+            "symlink": "symlink",
+            "world-writable": "writable by every user",
+            "read-only": "Read-only file system",
+        }[fault]
+        assert expected in done.stdout
+        assert titles(receiver)[0].startswith("writes blocked: wa-store")
+        assert len(receiver.payloads) == 2  # the alert and one "state degraded" notice
+        if fault in ("symlink", "world-writable"):
+            assert sorted(p.name for p in target.iterdir()) == []
+    finally:
+        if fault == "read-only":
+            subprocess.run(["umount", "-l", str(state_dir)], check=False)
+
+
+def test_overlapping_runs_send_no_duplicate_and_the_second_names_the_first(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([receiver.url(TOKEN)], timeout="25s")
+    scenario.hold()
+    receiver.mode = "slow"  # the first run is mid-send until the second has come and gone
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lockwarden",
+            "--once",
+            "--config",
+            str(scenario.config),
+            "--now",
+            scenario.at(120),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+    scenario.children.procs.append(first)
+    assert wait_until(lambda: receiver.requests == 1, timeout=15)
+    second = scenario.once(120)
+    assert second.returncode == EXIT_BUSY
+    assert f"another lockwarden run is in progress (PID {first.pid}" in second.stderr
+    assert second.stdout == ""
+    receiver.release.set()
+    first.wait(timeout=15)
+    assert first.returncode == 2
+    assert len(receiver.payloads) == 1
+    scenario.once(125)
+    assert len(receiver.payloads) == 1
+
+
+def test_tokens_appear_nowhere_even_with_debug_logging_and_an_echoing_receiver(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    heartbeat = f"http://127.0.0.1:{receiver.port}/ping/{HEARTBEAT_TOKEN}"
+    scenario.configure([receiver.url(TOKEN)], extra=f'\n[heartbeat]\nurl = "{heartbeat}"\n')
+    scenario.hold()
+    receiver.mode = "fail"  # echoes the request path and headers back in its error body
+    outputs = [scenario.once(120, "-v"), scenario.once(125, "-v", "--json")]
+    receiver.mode = "ok"
+    outputs.append(scenario.once(130, "-v"))
+    outputs.append(run_cli("check-config", "--config", str(scenario.config)))
+    outputs.append(run_cli("notify-test", "--config", str(scenario.config), "-v"))
+    outputs.append(run_cli("history", "--config", str(scenario.config), "--json"))
+    assert len(receiver.payloads) == 2  # the alert (on recovery) and the test message
+    assert receiver.pings  # the heartbeat really was pinged
+    for done in outputs:
+        for secret in (TOKEN, HEARTBEAT_TOKEN):
+            assert secret not in done.stdout and secret not in done.stderr
+    assert "****" in outputs[2].stdout  # deliveries are named in apprise's privacy form
+    assert TOKEN not in scenario.journal_text()
+    assert HEARTBEAT_TOKEN not in scenario.journal_text()
+
+
+def test_heartbeat_pings_after_each_run_and_fail_when_delivery_failed(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    dead = Receiver()  # never started: refused
+    heartbeat = f"http://127.0.0.1:{receiver.port}/ping/{HEARTBEAT_TOKEN}"
+    scenario.configure(
+        [dead.url()], extra=f'\n[heartbeat]\nurl = "{heartbeat}"\nsend_start = true\n'
+    )
+    scenario.once(10)  # free lock: nothing to send, the run did its job
+    scenario.hold()
+    scenario.once(120)  # the alert cannot be delivered: the run failed its job
+    assert receiver.pings == [
+        f"/ping/{HEARTBEAT_TOKEN}/start",
+        f"/ping/{HEARTBEAT_TOKEN}",
+        f"/ping/{HEARTBEAT_TOKEN}/start",
+        f"/ping/{HEARTBEAT_TOKEN}/fail",
+    ]
+    receiver.stop()
+    unheard = scenario.once(125)
+    assert unheard.returncode == 2  # a dead heartbeat endpoint is logged, never fatal
+    assert "heartbeat ping" in unheard.stderr and HEARTBEAT_TOKEN not in unheard.stderr
+
+
+def test_dry_run_prints_what_would_be_sent_and_sends_and_writes_nothing(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([receiver.url(TOKEN)])
+    pid = scenario.hold()
+    done = scenario.once(120, "--dry-run")
+    assert done.returncode == 2
+    assert "dry run: would send alert for wa-store" in done.stdout
+    assert f"PID {pid}" in done.stdout
+    as_json = json.loads(scenario.once(120, "--dry-run", "--json").stdout)
+    assert [item["kind"] for item in as_json["would_send"]] == ["alert"]
+    assert receiver.requests == 0
+    assert sorted(p.name for p in scenario.state_dir.iterdir()) == []
+
+
+def test_notify_test_reports_each_service(
+    scenario: Scenario, receiver: Receiver, smtp: Smtp
+) -> None:
+    dead = Receiver()
+    scenario.configure([receiver.url(TOKEN), f"ops={smtp.url()}", dead.url()])
+    done = run_cli("notify-test", "--config", str(scenario.config))
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1
+    assert [line.split()[0] for line in lines] == ["delivered", "delivered", "FAILED"]
+    assert len(receiver.payloads) == 1 and len(smtp.sink.messages) == 1
+    tagged = run_cli("notify-test", "--config", str(scenario.config), "--tag", "ops")
+    assert tagged.returncode == 0
+    assert len(tagged.stdout.splitlines()) == 1 and tagged.stdout.startswith("delivered")
+    assert len(smtp.sink.messages) == 2 and len(receiver.payloads) == 1
+
+
+def test_notify_tags_route_a_lock_to_its_services(
+    scenario: Scenario, receiver: Receiver, smtp: Smtp
+) -> None:
+    scenario.configure([receiver.url(TOKEN), f"ops,db={smtp.url()}"])
+    text = scenario.config.read_text().replace(
+        'critical_after = "1h"', 'critical_after = "1h"\nnotify_tags = ["db"]'
+    )
+    scenario.config.write_text(text)
+    scenario.hold()
+    scenario.once(120)
+    assert receiver.payloads == [] and len(smtp.sink.messages) == 1
+
+
+def test_urls_from_a_systemd_credential_file_and_an_environment_variable(
+    scenario: Scenario, receiver: Receiver, tmp_path: Path
+) -> None:
+    other = Receiver()
+    other.start()
+    try:
+        credentials = tmp_path / "credentials"
+        credentials.mkdir(mode=0o700)
+        (credentials / "apprise-urls").write_text(f"# comment\n{receiver.url(TOKEN)}\n")
+        scenario.configure(
+            [], extra='urls_file = "apprise-urls"\nurls_env = "LOCKWARDEN_TEST_URLS"\n'
+        )
+        scenario.hold()
+        done = scenario.once(
+            120,
+            CREDENTIALS_DIRECTORY=str(credentials),
+            LOCKWARDEN_TEST_URLS=other.url(HEARTBEAT_TOKEN),
+        )
+        assert done.returncode == 2, done.stderr
+        assert len(receiver.payloads) == 1 and len(other.payloads) == 1
+        assert TOKEN not in done.stdout and HEARTBEAT_TOKEN not in done.stdout
+        missing = run_cli(
+            "notify-test",
+            "--config",
+            str(scenario.config),
+            LOCKWARDEN_TEST_URLS=other.url(HEARTBEAT_TOKEN),
+        )
+        assert missing.returncode == 78
+        assert "$CREDENTIALS_DIRECTORY is not set" in missing.stderr
+    finally:
+        other.stop()
+
+
+def test_history_lists_incidents_with_their_deliveries(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([receiver.url(TOKEN)])
+    pid = scenario.hold()
+    scenario.once(120)
+    scenario.once(181)
+    scenario.release()
+    scenario.once(200)
+    done = run_cli("history", "--config", str(scenario.config), "--lock", "wa-store")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert f"PID {pid} (maintenance-job)" in lines[0] and "resolved" in lines[0]
+    kinds = [line.split()[0] for line in lines if line.startswith("    ") and "due" in line]
+    assert kinds == ["alert", "reminder", "resolved"]
+    assert done.stdout.count("delivered") == 3
+    document = json.loads(run_cli("history", "--config", str(scenario.config), "--json").stdout)
+    assert [m["kind"] for m in document["incidents"][0]["messages"]] == kinds
+    empty = run_cli("history", "--config", str(scenario.config), "--lock", "nope")
+    assert empty.stdout.startswith("no incidents")
+
+
+QUIET_PROBE = """
+import sys
+from lockwarden.cli import main
+code = main(sys.argv[1:])
+print(code, "apprise" in sys.modules, "requests" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_a_quiet_run_imports_neither_apprise_nor_requests(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([receiver.url(TOKEN)])
+    quiet = subprocess.run(
+        [sys.executable, "-c", QUIET_PROBE, "--once", "--config", str(scenario.config)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        check=False,
+        timeout=30,
+    )
+    assert quiet.stderr.strip().splitlines()[-1] == "0 False False"
+    assert not scenario.state_path.exists()  # and writes no journal record either
+    scenario.hold()
+    loud = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            QUIET_PROBE,
+            "--once",
+            "--config",
+            str(scenario.config),
+            "--now",
+            scenario.at(120),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        check=False,
+        timeout=30,
+    )
+    assert loud.stderr.strip().splitlines()[-1].startswith("2 True")  # the probe can tell
+
+
+def test_compaction_keeps_the_journal_bounded_without_duplicate_alerts(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([receiver.url(TOKEN)])
+    text = scenario.config.read_text().replace("[notify]", "max_bytes = 3000\n\n[notify]")
+    scenario.config.write_text(text)
+    scenario.hold()
+    sizes = []
+    for minutes in range(120, 200, 10):
+        scenario.once(minutes)
+        sizes.append(scenario.state_path.stat().st_size)
+    assert sizes[4] == sizes[5]  # past the bound, each run's record replaces the oldest one
+    records = [json.loads(line) for line in scenario.journal_text().splitlines()]
+    assert sum(1 for record in records if record["type"] == "run") == 5
+    assert [t.split(":")[0] for t in titles(receiver)] == ["writes blocked", "reminder"]
+    assert sorted(p.name for p in scenario.state_dir.iterdir()) == ["run.lock", "state.jsonl"]
+
+
+def test_apprise_config_file_with_tags(
+    scenario: Scenario, receiver: Receiver, smtp: Smtp, tmp_path: Path
+) -> None:
+    apprise_config = tmp_path / "apprise.txt"
+    apprise_config.write_text(f"chat={receiver.url(TOKEN)}\nmail={smtp.url()}\n")
+    scenario.configure([], extra=f'config = "{apprise_config}"\n')
+    done = run_cli("notify-test", "--config", str(scenario.config), "--tag", "mail")
+    assert done.returncode == 0, done.stderr
+    assert len(smtp.sink.messages) == 1 and receiver.payloads == []
+    assert TOKEN not in done.stdout
+
+
+def test_without_notify_alerting_is_off_and_no_state_is_written(scenario: Scenario) -> None:
+    scenario.config.write_text(
+        f'[state]\npath = "{scenario.state_path}"\n\n'
+        f'[[lock]]\nname = "wa-store"\npath = "{scenario.lock}"\ncritical_after = "1h"\n'
+    )
+    scenario.hold()
+    done = scenario.once(120)
+    assert done.returncode == 2
+    assert "alerting is off: 1 alert(s) not sent" in done.stdout
+    assert list(scenario.state_dir.iterdir()) == []
+
+
+def test_alert_due_while_notify_is_broken_is_sent_once_it_works(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    scenario.configure([], extra='urls_env = "LOCKWARDEN_TEST_URLS"\n')
+    scenario.hold()
+    broken = scenario.once(120)
+    assert broken.returncode == 2
+    assert "$LOCKWARDEN_TEST_URLS is not set" in broken.stdout
+    fixed = scenario.once(125, LOCKWARDEN_TEST_URLS=receiver.url(TOKEN))
+    assert fixed.returncode == 2
+    scenario.once(130, LOCKWARDEN_TEST_URLS=receiver.url(TOKEN))
+    assert titles(receiver) == [titles(receiver)[0]]
+    assert titles(receiver)[0].startswith("writes blocked: wa-store")
+
+
+def test_eight_concurrent_runs_on_a_fresh_state_dir_send_one_alert(
+    scenario: Scenario, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The state directory does not exist yet: every run races to make it, one wins the run
+    lock, the others exit 75 naming a PID (or are done before the next one starts)."""
+    fresh = tmp_path / "fresh-state"
+    scenario.configure([receiver.url(TOKEN)], state_path=str(fresh / "state.jsonl"))
+    scenario.hold()
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lockwarden",
+                "--once",
+                "--config",
+                str(scenario.config),
+                "--now",
+                scenario.at(120),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+        )
+        for _ in range(8)
+    ]
+    scenario.children.procs.extend(runs)
+    codes = []
+    for run in runs:
+        _, stderr = run.communicate(timeout=30)
+        codes.append(run.returncode)
+        if run.returncode == EXIT_BUSY:
+            assert "another lockwarden run is in progress (PID " in stderr
+    assert set(codes) <= {2, EXIT_BUSY} and 2 in codes
+    assert len(receiver.payloads) == 1
+    assert os.stat(fresh).st_mode & 0o777 == 0o700

@@ -1,0 +1,272 @@
+"""The journal's durability rules, each on real files (and a real tiny tmpfs for ENOSPC)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lockwarden.journal import (
+    Journal,
+    RunBusy,
+    RunLock,
+    StateError,
+    check_state_dir,
+    default_state_path,
+)
+
+from .helpers import SRC, require_tool
+
+
+def state_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o700)
+    return directory
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def test_append_writes_one_json_line_per_record(tmp_path: Path) -> None:
+    journal = Journal(str(state_dir(tmp_path) / "state.jsonl"))
+    journal.append({"type": "run", "at": "2026-12-02T09:00:00Z", "locks": {}})
+    journal.append({"type": "run", "at": "2026-12-02T09:01:00Z", "locks": {}})
+    journal.close()
+    written = lines(tmp_path / "state" / "state.jsonl")
+    assert [json.loads(line)["at"] for line in written] == [
+        "2026-12-02T09:00:00Z",
+        "2026-12-02T09:01:00Z",
+    ]
+    assert os.stat(tmp_path / "state" / "state.jsonl").st_mode & 0o777 == 0o600
+
+
+def test_each_record_is_one_write_then_fsync_and_the_new_file_dir_is_fsynced(
+    tmp_path: Path,
+) -> None:
+    """strace (Debian's) shows the syscalls: O_APPEND open, dir fsync after create, and per
+    record exactly one write() of the whole line followed by fsync()."""
+    strace = require_tool("strace")
+    path = state_dir(tmp_path) / "state.jsonl"
+    program = textwrap.dedent(
+        f"""
+        from lockwarden.journal import Journal
+        journal = Journal({str(path)!r})
+        journal.append({{"type": "run", "at": "A", "locks": {{}}}})
+        journal.append({{"type": "run", "at": "B", "locks": {{}}}})
+        """
+    )
+    trace = subprocess.run(
+        [
+            strace,
+            "-f",
+            "-s",
+            "4096",
+            "-e",
+            "trace=openat,write,fsync",
+            sys.executable,
+            "-c",
+            program,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        check=True,
+    ).stderr
+    calls = [line for line in trace.splitlines() if re.search(r"(openat|write|fsync)\(", line)]
+    journal_fd = next(
+        re.search(r"= (\d+)$", line).group(1)  # type: ignore[union-attr]
+        for line in calls
+        if "state.jsonl" in line and "O_APPEND" in line
+    )
+    mine = [line for line in calls if re.search(rf"\((\s*){journal_fd}[,)]", line)]
+    writes = [line for line in mine if "write(" in line]
+    assert len(writes) == 2
+    lengths = [re.search(r", (\d+)\) += (\d+)$", line) for line in writes]
+    assert all(m is not None and m.group(1) == m.group(2) for m in lengths), writes
+    assert all('}\\n", ' in line for line in writes)  # each write() is one whole record line
+    assert [("write" if "write(" in line else "fsync") for line in mine] == [
+        "write",
+        "fsync",
+        "write",
+        "fsync",
+    ]
+    directory_open = [line for line in calls if "O_DIRECTORY" in line and str(path.parent) in line]
+    assert directory_open, "the state directory was not fsynced after creating the journal"
+
+
+def test_torn_last_line_is_ignored_then_cut_before_appending(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = state_dir(tmp_path) / "state.jsonl"
+    path.write_bytes(b'{"type":"run","at":"A","locks":{}}\n{"type":"run","at":"B","lo')
+    journal = Journal(str(path))
+    with caplog.at_level(logging.WARNING):
+        loaded = journal.load()
+    assert [record["at"] for record in loaded.records] == ["A"]
+    assert "torn" in caplog.text
+    journal.append({"type": "run", "at": "C", "locks": {}})
+    journal.close()
+    assert [json.loads(line)["at"] for line in lines(path)] == ["A", "C"]
+
+
+def test_corrupt_middle_line_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = state_dir(tmp_path) / "state.jsonl"
+    path.write_bytes(
+        b'{"type":"run","at":"A","locks":{}}\n\x00\xffgarbage{\n[1,2]\n'
+        b'{"type":"run","at":"D","locks":{}}\n'
+    )
+    with caplog.at_level(logging.WARNING):
+        loaded = Journal(str(path)).load()
+    assert [record["at"] for record in loaded.records] == ["A", "D"]
+    assert "line 2 is not a journal record" in caplog.text
+    assert "line 3 is not a journal record" in caplog.text
+
+
+def test_missing_journal_is_empty(tmp_path: Path) -> None:
+    assert Journal(str(state_dir(tmp_path) / "state.jsonl")).load().records == []
+
+
+def test_missing_state_dir_is_made_0700_when_only_its_last_part_is_missing(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(str(tmp_path / "fresh" / "state.jsonl"))
+    journal.append({"type": "run", "at": "A", "locks": {}})
+    journal.close()
+    assert os.stat(tmp_path / "fresh").st_mode & 0o777 == 0o700
+
+
+def test_state_dir_with_missing_parent_is_a_state_error(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path / "no" / "such" / "state.jsonl"))
+    with pytest.raises(StateError, match="does not exist"):
+        journal.append({"type": "run", "at": "A", "locks": {}})
+    assert not (tmp_path / "no").exists()
+
+
+def test_symlinked_state_dir_is_refused(tmp_path: Path) -> None:
+    real = state_dir(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(StateError, match="symlink"):
+        Journal(str(link / "state.jsonl")).append({"type": "run", "at": "A", "locks": {}})
+    assert list(real.iterdir()) == []
+
+
+def test_world_writable_state_dir_is_refused(tmp_path: Path) -> None:
+    directory = state_dir(tmp_path)
+    directory.chmod(0o777)
+    with pytest.raises(StateError, match="writable by every user"):
+        check_state_dir(str(directory))
+    with pytest.raises(StateError):
+        RunLock.acquire(str(directory))
+
+
+def test_enospc_leaves_no_partial_record(tiny_tmpfs: Path) -> None:
+    """A real 64 KiB tmpfs filled to the brim: the append fails with StateError, and the
+    journal on disk holds only whole records."""
+    directory = tiny_tmpfs / "state"
+    directory.mkdir(mode=0o700)
+    journal = Journal(str(directory / "state.jsonl"))
+    journal.append({"type": "run", "at": "A", "locks": {}})
+    filler = os.open(tiny_tmpfs / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                os.write(filler, b"x" * 4096)
+    finally:
+        os.close(filler)
+    big = {"type": "run", "at": "B", "locks": {}, "pad": "y" * 20000}
+    with pytest.raises(StateError, match=r"short write|No space left"):
+        journal.append(big)
+    journal.close()
+    assert [record["at"] for record in Journal(journal.path).load().records] == ["A"]
+    assert (directory / "state.jsonl").read_bytes().endswith(b"\n")
+
+
+def test_compaction_rewrites_atomically_and_keeps_what_it_is_told(tmp_path: Path) -> None:
+    path = state_dir(tmp_path) / "state.jsonl"
+    journal = Journal(str(path), max_bytes=2000)
+    (path.parent / ".state.jsonl.compact-99999").write_text("left by a run killed mid-compaction")
+    for number in range(100):
+        journal.append({"type": "run", "at": f"T{number:03d}", "locks": {}})
+    assert journal.needs_compaction()
+    dropped = journal.compact(lambda records: records[-10:])
+    assert dropped == 90
+    assert [json.loads(line)["at"] for line in lines(path)] == [f"T{n:03d}" for n in range(90, 100)]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.jsonl"]
+    assert not journal.needs_compaction()
+    journal.append({"type": "run", "at": "after", "locks": {}})
+    journal.close()
+    assert json.loads(lines(path)[-1])["at"] == "after"
+
+
+def test_run_lock_refuses_a_second_holder_and_names_the_first(tmp_path: Path) -> None:
+    directory = state_dir(tmp_path)
+    first = RunLock.acquire(str(directory))
+    try:
+        with pytest.raises(RunBusy) as busy:
+            RunLock.acquire(str(directory))
+        assert busy.value.pid == os.getpid()
+        assert f"PID {os.getpid()}" in str(busy.value)
+    finally:
+        first.release()
+    RunLock.acquire(str(directory)).release()
+
+
+@pytest.mark.parametrize(
+    ("euid", "environ", "expected"),
+    [
+        (0, {}, "/var/lib/lockwarden/state.jsonl"),
+        (1000, {"XDG_STATE_HOME": "/x/state"}, "/x/state/lockwarden/state.jsonl"),
+        (1000, {}, "/home/u/.local/state/lockwarden/state.jsonl"),
+    ],
+)
+def test_default_state_path(euid: int, environ: dict[str, str], expected: str) -> None:
+    assert default_state_path(euid, environ, home="/home/u") == expected
+
+
+def test_compaction_syscalls_are_temp_file_fsync_rename_then_directory_fsync(
+    tmp_path: Path,
+) -> None:
+    """strace shows the order that makes compaction crash-safe: the new file is written and
+    fsynced in the same directory, renamed over the journal, then the directory is fsynced."""
+    strace = require_tool("strace")
+    path = state_dir(tmp_path) / "state.jsonl"
+    path.write_text("".join(f'{{"type":"run","at":"T{n}","locks":{{}}}}\n' for n in range(50)))
+    program = textwrap.dedent(
+        f"""
+        from lockwarden.journal import Journal
+        Journal({str(path)!r}, max_bytes=100).compact(lambda records: records[-3:])
+        """
+    )
+    trace = subprocess.run(
+        [strace, "-f", "-e", "trace=openat,fsync,rename,close", sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        check=True,
+    ).stderr
+    steps = []
+    descriptors: dict[str, str] = {}
+    for line in trace.splitlines():
+        opened = re.search(r'openat\(.*"([^"]+)".*= (\d+)$', line)
+        if opened and str(path.parent) in opened.group(1):
+            name = "dir" if "O_DIRECTORY" in line else Path(opened.group(1)).name
+            descriptors[opened.group(2)] = name
+        synced = re.search(r"fsync\((\d+)\)", line)
+        if synced and synced.group(1) in descriptors:
+            steps.append(f"fsync {descriptors[synced.group(1)]}")
+        if "rename(" in line:
+            steps.append("rename")
+    assert len(steps) == 3 and steps[0].startswith("fsync .state.jsonl.compact-"), steps
+    assert steps[1:] == ["rename", "fsync dir"]
+    assert len(lines(path)) == 3
