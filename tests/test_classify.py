@@ -208,3 +208,11 @@ def test_incident_identity_is_pid_start_ticks_and_boot() -> None:
     assert finding.identity == "pid:64969:12345:boot-a"
     stale = classify("s", record(), evidence(), POLICY, NOW)
     assert stale.identity == "inode:65024:77:64969"
+
+
+def test_critical_outranks_unknown_in_the_run_status() -> None:
+    from lockwarden.model import worst
+
+    assert worst([Severity.UNKNOWN, Severity.CRITICAL, Severity.OK]) is Severity.CRITICAL
+    assert worst([Severity.WARNING, Severity.UNKNOWN]) is Severity.UNKNOWN
+    assert worst([]) is Severity.OK

@@ -41,6 +41,7 @@ exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icing
   1   warning: a lock is held past warn_after
   2   critical: a lock is held past critical_after, or is stale
   3   unknown: lockwarden could not tell (the reason is printed), or an internal error
+      (the worst lock decides; critical outranks unknown, so a blocked store is never hidden)
   64  usage error: bad command-line arguments
   75  another lockwarden run holds the run lock (its PID is printed); nothing was done
   78  configuration error: every problem is printed, one per line, with file and key

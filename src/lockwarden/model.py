@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,9 @@ class State(enum.StrEnum):
 
 
 class Severity(enum.IntEnum):
-    """Nagios plugin codes; the run's exit code is the worst (highest) of them."""
+    """Nagios plugin codes. The run's exit code is the worst of them, where critical outranks
+    unknown: one lock that cannot be judged (or a degraded state file) must not turn a run
+    with a blocked store from 2 into 3."""
 
     OK = 0
     WARNING = 1
@@ -27,6 +30,17 @@ class Severity(enum.IntEnum):
     @property
     def label(self) -> str:
         return self.name.lower()
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+
+_RANK = {Severity.OK: 0, Severity.WARNING: 1, Severity.UNKNOWN: 2, Severity.CRITICAL: 3}
+
+
+def worst(severities: Iterable[Severity]) -> Severity:
+    return max(severities, key=lambda severity: severity.rank, default=Severity.OK)
 
 
 InodeKey = tuple[int, int]

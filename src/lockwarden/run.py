@@ -17,7 +17,7 @@ from lockwarden.formats import read_claim
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
 from lockwarden.journal import RunLock, StateError
-from lockwarden.model import Claim, Finding, Severity, State
+from lockwarden.model import Claim, Finding, Severity, State, worst
 
 if TYPE_CHECKING:
     from lockwarden.alerting import AlertOutcome
@@ -35,7 +35,7 @@ class RunResult:
 
     @property
     def status(self) -> Severity:
-        return max((finding.severity for finding in self.findings), default=Severity.OK)
+        return worst(finding.severity for finding in self.findings)
 
 
 def policy_for(lock: LockConfig) -> Policy:
