@@ -128,8 +128,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON document, not text")
-    parser.add_argument("--now", type=_timestamp, default=None, metavar="RFC3339",
-                        help="pretend the current time is this (for tests and what-ifs)")
+    parser.add_argument(
+        "--now",
+        type=_timestamp,
+        default=None,
+        metavar="RFC3339",
+        help="pretend the current time is this (for tests and what-ifs)",
+    )
 
 
 def _timestamp(text: str) -> datetime:

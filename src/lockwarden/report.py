@@ -59,6 +59,8 @@ def finding_document(finding: Finding) -> dict[str, Any]:
         "waiters": [{"pid": w.pid, "cmdline": list(w.cmdline)} for w in finding.waiters],
         "action": finding.action,
         "note": finding.note,
+        "readers": [holder_document(reader) for reader in finding.readers],
+        "never_remove": finding.never_remove,
     }
 
 
@@ -112,8 +114,12 @@ def detail_lines(finding: Finding) -> list[str]:
         rows.append(("waiting", f"{len(finding.waiters)}: {who}"))
     if finding.proof:
         rows.append(("proof", finding.proof))
+    for reader in finding.readers:
+        rows.append(("reader", f"PID {reader.pid} {' '.join(reader.cmdline) or reader.name}"))
     if finding.action:
         rows.append(("action", finding.action))
+    if finding.never_remove:
+        rows.append(("never", f"delete the lock file: {finding.never_remove}"))
     if finding.note:
         rows.append(("note", finding.note))
     return [f"{key:<8} {value}" for key, value in rows]

@@ -7,20 +7,48 @@ import stat
 from dataclasses import replace
 
 from lockwarden.formats.base import Format, lstat_or_none
+from lockwarden.formats.dpkg import DpkgLock
+from lockwarden.formats.filelock_soft import SoftLockFile
+from lockwarden.formats.git import GitLock
 from lockwarden.formats.kernel import KernelLockFile
 from lockwarden.formats.owner_record import PREFERRED_RECORDS, OwnerRecord
+from lockwarden.formats.pacman import PacmanLock
 from lockwarden.formats.pidfile import Pidfile
+from lockwarden.formats.postgres import PostgresPidFile
+from lockwarden.formats.sqlite import SqliteDatabase
+from lockwarden.formats.terraform import TerraformState
 from lockwarden.model import Claim
 
 FORMATS: dict[str, Format] = {
     "owner-record": OwnerRecord(),
     "pidfile": Pidfile(),
     "kernel": KernelLockFile(),
+    "sqlite": SqliteDatabase(),
+    "dpkg": DpkgLock(),
+    "git": GitLock(),
+    "pacman": PacmanLock(),
+    "terraform": TerraformState(),
+    "postgres": PostgresPidFile(),
+    "filelock-soft": SoftLockFile(),
 }
 
 AUTO = "auto"
 # Most specific first: the first format whose detect() says yes is the one used.
-AUTO_ORDER: tuple[str, ...] = ("pidfile", "owner-record", "kernel")
+AUTO_ORDER: tuple[str, ...] = (
+    "sqlite",
+    "terraform",
+    "postgres",
+    "git",
+    "pacman",
+    "dpkg",
+    "filelock-soft",
+    "pidfile",
+    "owner-record",
+    "kernel",
+)
+# Formats whose lock is found from a directory that is not itself a lock (a terraform working
+# directory, a PostgreSQL data directory, a git work tree); tried before `STORE/LOCK`.
+DIRECTORY_FORMATS: tuple[str, ...] = ("terraform", "postgres", "git")
 STORE_LOCK_NAMES = ("LOCK", "lock", ".lock")
 LOCKISH_SUFFIXES = (".lock", ".lck", ".lockdir")
 
@@ -64,12 +92,21 @@ def choose_format(path: str) -> str | None:
     return None
 
 
+def _directory_format(path: str) -> str | None:
+    status = lstat_or_none(path)
+    if status is None or not stat.S_ISDIR(status.st_mode):
+        return None
+    return next((name for name in DIRECTORY_FORMATS if FORMATS[name].detect(path, status)), None)
+
+
 def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
     """Read one lock with the named format, or with the one `auto` picks (and say which)."""
     if format_name != AUTO:
         return FORMATS[format_name].read(path, pid_max)
-    path = store_lock_path(path)
-    chosen = choose_format(path)
+    chosen = _directory_format(path)
+    if chosen is None:
+        path = store_lock_path(path)
+        chosen = choose_format(path)
     if chosen is None:
         present = lstat_or_none(path) is not None
         problem = f"{path} is not a layout any format recognises" if present else None
