@@ -259,25 +259,25 @@ class Snapshot:
 @dataclass(frozen=True)
 class WorkingDirectories:
     by_pid: dict[int, str]
-    unreadable_pids: int
+    unreadable_pids: tuple[int, ...]
 
 
 def _read_working_directories(proc: str) -> WorkingDirectories:
     by_pid: dict[int, str] = {}
-    unreadable = 0
+    unreadable: list[int] = []
     for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
         try:
             cwd = os.readlink(f"{proc}/{entry}/cwd")
         except PermissionError:
-            unreadable += 1
+            unreadable.append(int(entry))
             continue
         except OSError:  # gone, or a kernel thread
             continue
         if not cwd.endswith(" (deleted)"):
             by_pid[int(entry)] = cwd
-    return WorkingDirectories(by_pid, unreadable)
+    return WorkingDirectories(by_pid, tuple(unreadable))
 
 
 def _status_uid(status_text: str) -> int:

@@ -127,7 +127,20 @@ def _workers(claim: Claim, snapshot: Snapshot) -> tuple[tuple[Holder, ...], int]
             continue
         found.append(holder_from_process(process, "working directory"))
     found.sort(key=lambda holder: holder.start_ticks or 0)
-    return tuple(found), snapshot.working_directories().unreadable_pids
+    return tuple(found), len(_hidden_workers(claim, snapshot))
+
+
+def _hidden_workers(claim: Claim, snapshot: Snapshot) -> list[int]:
+    """Processes whose working directory cannot be read and that could be workers: when the
+    claim names its workers, one whose name says otherwise cannot be one."""
+    hidden = []
+    for pid in snapshot.working_directories().unreadable_pids:
+        process = snapshot.process(pid)
+        if process is None or not process.alive:
+            continue
+        if not claim.worker_names or process.name in claim.worker_names:
+            hidden.append(pid)
+    return hidden
 
 
 def _kernel_holders(

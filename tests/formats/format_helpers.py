@@ -7,7 +7,6 @@ import subprocess
 from datetime import UTC, datetime
 
 from conftest import Children
-
 from lockwarden.config import LockConfig
 from lockwarden.host import Snapshot
 from lockwarden.model import Finding
@@ -36,7 +35,9 @@ def picked(finding: Finding) -> str:
     return note.split(marker, 1)[1].split(":", 1)[0]
 
 
-def start_sqlite_shell(children: Children, database: str, *statements: str) -> subprocess.Popen[str]:
+def start_sqlite_shell(
+    children: Children, database: str, *statements: str
+) -> subprocess.Popen[str]:
     """A real `sqlite3` shell fed through a pipe that stays open: it runs `statements`, says
     ready, and then waits for more input forever (an abandoned interactive shell)."""
     shell = children.start(["sqlite3", database], stdin=subprocess.PIPE)
