@@ -232,7 +232,7 @@ class SoftLockFile:
         if status.st_nlink == 2 and status.st_size == 0:
             owner = _link_sibling(path, status, pid_max)
             if owner is not None:
-                return _from_owner(base, owner, "")
+                return _from_owner(replace(base, record_path=path), owner, "")
         return _from_file(base, path, pid_max)
 
 

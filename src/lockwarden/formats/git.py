@@ -124,5 +124,6 @@ class GitLock:
             release_fact="git removes its lock files before it exits",
             work_directories=work_directories(git_directory),
             worker_names=("git",),
+            record_path=path,
             remove_path=path,
         )

@@ -44,5 +44,6 @@ class PacmanLock:
             created_at=mtime_of(status),
             stale_proof=StaleProof.NO_OPENER,
             release_fact="pacman keeps db.lck open for as long as it holds the lock",
+            record_path=path,
             remove_path=path,
         )
