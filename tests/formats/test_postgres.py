@@ -41,9 +41,9 @@ def data_directory() -> Iterator[Path]:
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")
     data = base / "data"
+    options = ["-A", "trust", "-U", "postgres", "--no-sync", "--no-instructions", "-E", "UTF8"]
     subprocess.run(
-        [postgres_program("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]
-        + ["--no-sync", "--no-instructions", "-E", "UTF8"],
+        [postgres_program("initdb"), "-D", str(data), *options],
         check=True,
         capture_output=True,
         **server_user(),  # type: ignore[arg-type]
@@ -105,9 +105,8 @@ def test_auto_picks_postgres_for_the_data_directory(children, data_directory):
 def write_pid_file(data: Path, pid: int, started: float) -> Path:
     data.mkdir(exist_ok=True)
     pid_file = data / "postmaster.pid"
-    pid_file.write_text(
-        f"{pid}\n{data}\n{int(started)}\n5432\n/var/run/postgresql\n*\n  1234567         4\nready   \n"
-    )
+    lines = [str(pid), str(data), str(int(started)), "5432", "/var/run/postgresql", "*"]
+    pid_file.write_text("\n".join([*lines, "  1234567         4", "ready   ", ""]))
     return pid_file
 
 

@@ -247,6 +247,8 @@ def _from_file(base: Claim, path: str, pid_max: int) -> Claim:
     claim = _from_owner(replace(base, record_path=path), owner, "")
     if owner.pid is None:  # only the open descriptor tells who holds an empty one
         return replace(claim, stale_proof=StaleProof.NO_OPENER, release_fact=SOFT_RELEASE_FACT)
+    if owner.start_ticks is None:  # written once, when taken: its time dates the holder
+        return replace(claim, started_at=base.created_at)
     return claim
 
 
