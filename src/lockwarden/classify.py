@@ -263,7 +263,10 @@ def _names(claim: Claim) -> str:
 def _blind_reason(unreadable: int, evidence: Evidence, what: str) -> str | None:
     """Why the absence of a process proves nothing here, or None when it does."""
     if unreadable:
-        return f"{unreadable} processes' {what} could not be read (run as root)"
+        return (
+            f"{unreadable} processes' {what} could not be read (lockwarden needs root, and "
+            "some processes hide them even from root)"
+        )
     if evidence.nested_pid_namespace:
         return "lockwarden runs in a container's PID namespace and cannot see the host's processes"
     return None

@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from format_helpers import inspect, picked
 
 from conftest import require_tool, run_json, wait_until
+from lockwarden import config
 from lockwarden.model import State
 
 HOUR = 3600
@@ -130,3 +132,24 @@ def test_auto_picks_git_for_the_work_tree_and_for_other_lock_files(children, tmp
     ref_lock = repository / ".git/refs/heads/main.lock"
     ref_lock.write_text("")
     assert picked(inspect(str(ref_lock))) == "git"
+
+
+def test_stale_after_is_a_per_lock_config_key_with_a_default():
+    document = {
+        "lock": [
+            {"name": "repo", "path": "/srv/repo", "format": "git", "stale_after": "30m"},
+            {"name": "other", "path": "/srv/other", "format": "git"},
+        ]
+    }
+    locks = config.parse(document, "test.toml").locks
+    assert [lock.stale_after for lock in locks] == [1800.0, 600.0]
+    with pytest.raises(config.ConfigError, match=r"lock\[1\]\.stale_after"):
+        config.parse({"lock": [{**document["lock"][0], "stale_after": "soon"}]}, "test.toml")
+
+
+def test_a_store_directory_that_is_also_a_work_tree_is_read_as_a_store(tmp_path):
+    store = make_repository(tmp_path / "store")
+    (store / "LOCK").write_text('{"pid": 1}')
+    finding = inspect(str(store))
+    assert finding.path == str(store / "LOCK")
+    assert picked(finding) != "git"

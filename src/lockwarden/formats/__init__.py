@@ -93,8 +93,12 @@ def choose_format(path: str) -> str | None:
 
 
 def _directory_format(path: str) -> str | None:
+    """A directory format's pick, unless the directory holds a store lock (`STORE/LOCK` wins:
+    a store may well be a git work tree too)."""
     status = lstat_or_none(path)
     if status is None or not stat.S_ISDIR(status.st_mode):
+        return None
+    if any(lstat_or_none(os.path.join(path, name)) is not None for name in STORE_LOCK_NAMES):
         return None
     return next((name for name in DIRECTORY_FORMATS if FORMATS[name].detect(path, status)), None)
 
