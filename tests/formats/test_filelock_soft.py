@@ -2,8 +2,9 @@
 
 py-filelock's SoftFileLock changed what it writes: empty up to 3.21, `pid\\nhost\\n` in
 3.22-3.29, `pid\\nhost\\ntoken\\n` from 3.30. The installed filelock (the test extra) gives the
-newest layout; 3.21.0 and 3.29.0 are installed with pip into a per-user cache directory the
-first time (so these tests need PyPI once), and each child imports the version it is given.
+newest layout; 3.21.0, 3.29.0 and 4.3.1 (for its MarkerSoftFileLock) are installed with pip
+into a per-user cache directory the first time (so these tests need PyPI once), and each child
+imports the version it is given.
 lockfile (0.12) gives LinkLockFile, MkdirLockFile and PIDLockFile.
 """
 
@@ -109,6 +110,24 @@ def test_soft_lock_with_a_pid_is_held_then_stale_when_killed(children, tmp_path,
     assert finding.state is State.STALE, finding.reason
     assert f"PID {holder.pid} is not running" in (finding.proof or "")
     assert finding.action == f"rm -- {lock}"
+
+
+MARKER_HOLDER = SOFT_HOLDER.replace("filelock.SoftFileLock", "filelock.MarkerSoftFileLock")
+
+
+def test_filelock_4_marker_lock_is_held_then_stale_when_killed(children, tmp_path):
+    lock = tmp_path / "data.lock"
+    holder = children.python(MARKER_HOLDER, str(lock), filelock_path("4.3.1"))
+    assert lock.read_text().startswith("filelock/2\n")
+
+    finding = inspect(str(lock))
+    assert picked(finding) == "filelock-soft"
+    assert finding.holder is not None and finding.holder.pid == holder.pid
+    assert "filelock/2 marker (exclusive mode)" in (finding.note or "")
+
+    holder.kill()
+    holder.wait(timeout=5)
+    assert inspect(str(lock)).state is State.STALE
 
 
 def test_empty_soft_lock_of_filelock_3_21_is_held_by_the_process_that_has_it_open(

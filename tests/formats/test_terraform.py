@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 
 from format_helpers import inspect, picked
 
 from conftest import run_json
+from lockwarden.formats.terraform import TerraformState
 from lockwarden.model import State
 
 TERRAFORM_HOLDER = """
@@ -101,3 +103,18 @@ def test_an_unrelated_process_locking_another_file_does_not_hold_the_state(child
     finding = inspect(str(tmp_path), "terraform")
     assert finding.state is State.STALE
     assert finding.holder is None
+
+
+def test_created_is_read_to_the_microsecond_and_an_odd_one_is_ignored(children, tmp_path):
+    (tmp_path / "terraform.tfstate").write_text("{}")
+    info = tmp_path / ".terraform.tfstate.lock.info"
+    info.write_text(lock_info(f"dan@{socket.gethostname()}"))
+    claim = TerraformState().read(str(tmp_path / "terraform.tfstate"), 4194304)
+    assert claim.started_at == datetime(2026, 12, 2, 9, 15, 4, 123456, tzinfo=UTC)
+
+    odd = json.loads(lock_info("dan@here"))
+    odd["Created"] = "2026-12-02 09:15:04.45158468 +0000 UTC"
+    info.write_text(json.dumps(odd))
+    claim = TerraformState().read(str(tmp_path), 4194304)
+    assert claim.problem is None and claim.started_at is None
+    assert claim.role == "terraform OperationTypeApply by dan@here"

@@ -27,8 +27,9 @@ STATE_NAME = "terraform.tfstate"
 
 
 def info_path_for(state_path: str) -> str:
+    """`.NAME.lock.info` beside the state; terraform drops a leading dot of NAME first."""
     directory, name = os.path.split(state_path)
-    return os.path.join(directory, f".{name}.lock.info")
+    return os.path.join(directory, f".{name.removeprefix('.')}.lock.info")
 
 
 def state_path_for(path: str) -> str:
@@ -123,19 +124,23 @@ def _parse_info(data: bytes) -> dict[str, Any]:
             raise RecordProblem(f"the lock info's {key} is not text")
         if value:
             info[key] = value[:256]
-    created = document.get("Created")
+    created = _created(document.get("Created"))
     if created is not None:
-        info["Created"] = _created(created)
+        info["Created"] = created
     return info
 
 
-def _created(value: Any) -> datetime:
-    """Go writes nanoseconds (`2026-12-02T11:35:15.123456789Z`); Python reads at most six."""
+def _created(value: Any) -> datetime | None:
+    """Go writes nanoseconds (`2026-12-02T11:35:15.123456789Z`); Python reads at most six.
+    A time that cannot be read only loses the age, not the lock: None."""
     if not isinstance(value, str):
-        raise RecordProblem("the lock info's Created is not text")
+        return None
     text = value.strip()
     if "." in text:
         head, _, rest = text.partition(".")
         digits = len(rest) - len(rest.lstrip("0123456789"))
         text = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
-    return parse_timestamp(text)
+    try:
+        return parse_timestamp(text)
+    except RecordProblem:
+        return None
