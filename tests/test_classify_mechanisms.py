@@ -55,7 +55,7 @@ def process(pid: int, started: datetime, name: str = "tool") -> Process:
 
 
 def holder(pid: int, name: str = "tool") -> Holder:
-    return Holder(pid=pid, alive=True, name=name, started_at=NOW - timedelta(minutes=1))
+    return Holder(pid=pid, alive=True, name=name, started_at=NOW - timedelta(hours=2))
 
 
 def existence(**changes: object) -> Claim:
@@ -173,6 +173,14 @@ WORKED = existence(
 )
 def test_no_worker_proof_with_age_threshold(claim, seen, state):
     assert judge(claim, seen)[0] is state
+
+
+def test_a_worker_that_started_after_the_lock_was_written_did_not_take_it():
+    late = replace(holder(4, "git"), started_at=NOW - timedelta(minutes=10))
+    assert judge(WORKED, evidence(workers=(late,)))[0] is State.STALE
+    early = replace(holder(5, "git"), started_at=NOW - timedelta(hours=2))
+    state, text = judge(WORKED, evidence(workers=(early, late)))
+    assert state is State.HELD and text.endswith("| kill 5")
 
 
 def test_candidate_pids_held_only_by_the_one_that_runs():

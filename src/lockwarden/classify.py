@@ -227,13 +227,13 @@ def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datet
     the lock is older than `stale_after` (a younger one may belong to a process just starting
     or one this host cannot see)."""
     where = " or ".join(claim.work_directories)
-    if evidence.workers:
-        first = evidence.workers[0]
+    workers = _could_have_taken_it(claim, evidence.workers)
+    if workers:
         return Verdict(
             State.HELD,
             f"held: a {_names(claim)} process works in {where}",
-            first,
-            sharers=evidence.workers[1:],
+            workers[0],
+            sharers=workers[1:],
         )
     blind = _blind_reason(evidence.unreadable_cwds, evidence, "working directories")
     if blind:
@@ -254,6 +254,14 @@ def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datet
         f"(stale_after {format_duration(threshold)})"
     )
     return Verdict(State.STALE, "stale: no process that could hold it is running", proof=proof)
+
+
+def _could_have_taken_it(claim: Claim, workers: tuple[Holder, ...]) -> tuple[Holder, ...]:
+    """A process that started clearly after the lock file was last written did not take it."""
+    if claim.created_at is None:
+        return workers
+    latest = claim.created_at + PID_REUSE_MARGIN
+    return tuple(w for w in workers if w.started_at is None or w.started_at <= latest)
 
 
 def _names(claim: Claim) -> str:
