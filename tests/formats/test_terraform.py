@@ -69,12 +69,15 @@ def test_held_state_names_the_holder_with_who_and_operation(children, tmp_path):
 
 def test_auto_picks_terraform_from_the_directory_the_state_or_the_info(children, tmp_path):
     holder, state, info = hold_state(children, tmp_path, f"bob@{socket.gethostname()}")
-    for given in (tmp_path, state, info):
-        code, document = run_json("inspect", str(given))
-        finding = document["locks"][0]
-        assert "format auto picked terraform" in finding["note"], finding
-        assert finding["holder"]["pid"] == holder.pid
-        assert code == 0
+    code, document = run_json("inspect", str(tmp_path))  # the real CLI, once
+    finding = document["locks"][0]
+    assert "format auto picked terraform" in finding["note"], finding
+    assert finding["holder"]["pid"] == holder.pid
+    assert code == 0
+    for given in (state, info):
+        found = inspect(str(given))
+        assert picked(found) == "terraform"
+        assert found.holder is not None and found.holder.pid == holder.pid
 
 
 def test_state_without_info_or_lock_is_free(tmp_path):
