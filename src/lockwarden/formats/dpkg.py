@@ -27,7 +27,8 @@ DPKG_LOCK_PATHS = (
 DPKG_LOCK_SUFFIXES = tuple(path.replace("/var", "", 1) for path in DPKG_LOCK_PATHS)
 NEVER_REMOVE = (
     "dpkg and apt lock this file itself; deleting it lets a second package manager run "
-    "beside the holder and corrupt the dpkg database — stop the holder or wait for it"
+    "beside the holder and corrupt the dpkg database — wait for the holder or stop it (then "
+    "run `dpkg --configure -a` if it was interrupted mid-install)"
 )
 
 
