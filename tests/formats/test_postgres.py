@@ -18,11 +18,15 @@ from format_helpers import inspect, picked, unrelated_process
 from conftest import run_json, wait_until
 from lockwarden.model import State
 
-POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+
+def postgres_bin() -> Path:
+    """Debian installs each major version's programs under /usr/lib/postgresql/N/bin."""
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
+    return versions[-1] if versions else Path("/usr/lib/postgresql/15/bin")
 
 
 def postgres_program(name: str) -> str:
-    found = POSTGRES_BIN / name
+    found = postgres_bin() / name
     if not found.exists():
         if os.environ.get("CI") == "true":
             pytest.fail(f"{found} is missing (tests/debian-packages.txt installs postgresql)")
