@@ -269,3 +269,14 @@ def test_link_lock_names_are_read_as_every_pid_they_can_mean():
     negative = parse_link_name("web.4242-7184853718716805601", 4194304)
     assert negative is not None and negative.pid == 4242
     assert pid_readings("120", 4194304, 19) == (12,)
+
+
+def test_a_hard_linked_lock_whose_other_name_is_unreadable_is_unknown(tmp_path):
+    """Never read a LinkLockFile as an empty SoftFileLock (whose proof is "nobody has it open",
+    which a LinkLockFile holder never does)."""
+    lock = tmp_path / "data.lock"
+    lock.write_text("")
+    os.link(lock, tmp_path / "not-a-lockfile-name")
+    finding = inspect(str(lock), "filelock-soft")
+    assert finding.state is State.UNKNOWN
+    assert "other name was not found" in finding.reason

@@ -230,9 +230,10 @@ class SoftLockFile:
         if not stat.S_ISREG(status.st_mode):
             return replace(base, problem=f"{path} is neither a lock file nor a lock directory")
         if status.st_nlink == 2 and status.st_size == 0:
+            # A hard-linked empty file is a LinkLockFile: without its other name, no owner.
+            missing = f"{path} is hard-linked (a LinkLockFile) but its other name was not found"
             owner = _link_sibling(path, status, pid_max)
-            if owner is not None:
-                return _from_owner(replace(base, record_path=path), owner, "")
+            return _from_owner(replace(base, record_path=path), owner, missing)
         return _from_file(base, path, pid_max)
 
 
