@@ -31,6 +31,9 @@ Description: a package that exists only in this test's private dpkg status
 """
 
 
+APT_LOCKS = ("var/lib/dpkg/lock-frontend", "var/lib/dpkg/lock", "var/cache/apt/archives/lock")
+
+
 def private_apt_root(root: Path) -> Path:
     for directory in (
         "var/lib/dpkg/updates",
@@ -67,10 +70,14 @@ def test_apt_get_at_its_prompt_is_named_and_never_to_be_deleted(children, tmp_pa
     root = private_apt_root(tmp_path / "root")
     apt = start_apt_get_at_its_prompt(children, root)
     frontend = str(root / "var/lib/dpkg/lock-frontend")
-    assert wait_until(lambda: inspect(frontend, "dpkg").state is State.HELD, timeout=20)
+    locks = [str(root / lock) for lock in APT_LOCKS]
+    # apt takes them one after another; at its prompt it holds all three.
+    assert wait_until(
+        lambda: all(inspect(lock, "dpkg").state is State.HELD for lock in locks), timeout=20
+    )
 
-    for lock in ("var/lib/dpkg/lock-frontend", "var/lib/dpkg/lock", "var/cache/apt/archives/lock"):
-        finding = inspect(str(root / lock), "dpkg")
+    for lock in locks:
+        finding = inspect(lock, "dpkg")
         assert finding.state is State.HELD, (lock, finding.reason)
         assert finding.holder is not None and finding.holder.pid == apt.pid
         assert finding.holder.name == "apt-get"
