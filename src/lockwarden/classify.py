@@ -8,12 +8,12 @@ Anything less is `unknown`, with the reason.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lockwarden.durations import format_duration, format_limit
+from lockwarden.durations import format_duration, format_limit, format_time
 from lockwarden.identify import Evidence, holder_from_process
-from lockwarden.model import Claim, Finding, Holder, Process, Severity, State
+from lockwarden.model import Claim, Finding, Holder, Process, Severity, StaleProof, State
 
 # A reused PID is only proven when its process started clearly after the lock was taken: the
 # record's wall-clock time and the process start (boot time + ticks) can disagree by an NTP step.
@@ -31,6 +31,7 @@ class Policy:
     critical_after: float
     stale_severity: Severity = Severity.CRITICAL
     host_aliases: tuple[str, ...] = ()
+    stale_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,11 @@ class Verdict:
     holder: Holder | None = None
     proof: str | None = None
     sharers: tuple[Holder, ...] = ()
+    readers: tuple[Holder, ...] = ()
 
 
 def classify(name: str, claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Finding:
-    verdict = judge(claim, evidence, policy)
+    verdict = judge(claim, evidence, policy, now)
     held_for = held_seconds(claim, verdict, evidence, now)
     state, severity = grade(verdict.state, held_for, policy)
     declared_limit = past_declared_limit(claim, state, held_for)
@@ -64,10 +66,12 @@ def classify(name: str, claim: Claim, evidence: Evidence, policy: Policy, now: d
         action=action_for(state, verdict, claim),
         identity=identity_of(claim, verdict, evidence),
         note=claim.note,
+        readers=verdict.readers,
+        never_remove=claim.never_remove,
     )
 
 
-def judge(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
+def judge(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
     if not claim.present:
         return Verdict(State.FREE, "nothing holds it: the lock is not there")
     if evidence.kernel_locked:
@@ -75,8 +79,8 @@ def judge(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
     if claim.problem:
         return Verdict(State.UNKNOWN, claim.problem)
     if not claim.existence_is_lock:
-        return Verdict(State.FREE, _free_reason(claim, evidence))
-    return _existence_verdict(claim, evidence, policy)
+        return Verdict(State.FREE, _free_reason(claim, evidence), readers=evidence.readers)
+    return _existence_verdict(claim, evidence, policy, now)
 
 
 def _kernel_verdict(claim: Claim, evidence: Evidence) -> Verdict:
@@ -88,21 +92,34 @@ def _kernel_verdict(claim: Claim, evidence: Evidence) -> Verdict:
             if hidden
             else "the holder is not visible in this PID namespace"
         )
-        return Verdict(State.HELD, f"held by a kernel lock whose holder cannot be named: {why}")
+        return Verdict(
+            State.HELD,
+            f"held by a kernel lock whose holder cannot be named: {why}",
+            readers=evidence.readers,
+        )
     primary = next((holder for holder in holders if holder.pid == claim.pid), holders[0])
-    if claim.pid == primary.pid:
+    if claim.pid == primary.pid or (claim.pid is None and claim.role):
         primary = _with_record(primary, claim)
     others = tuple(holder for holder in holders if holder.pid != primary.pid)
-    return Verdict(State.HELD, f"held ({primary.lock_kind})", primary, sharers=others)
+    return Verdict(
+        State.HELD,
+        f"held ({primary.lock_kind})",
+        primary,
+        sharers=others,
+        readers=evidence.readers,
+    )
 
 
 def _free_reason(claim: Claim, evidence: Evidence) -> str:
+    if evidence.readers:
+        readers = ", ".join(reader.describe() for reader in evidence.readers)
+        return f"free for writes: only readers hold it ({readers})"
     if claim.pid is not None:
         return f"free: no kernel lock is held on it (its record still names PID {claim.pid})"
     return "free: no process holds a kernel lock on it"
 
 
-def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
+def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
     # Another host's boot and PIDs prove nothing here, so the host is checked first.
     foreign_host = _foreign_host_reason(claim, evidence, policy.host_aliases)
     if foreign_host:
@@ -110,6 +127,18 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verd
     other_boot = _other_boot_proof(claim, evidence)
     if other_boot:
         return Verdict(State.STALE, "stale: its holder is gone", proof=other_boot)
+    if claim.stale_proof is StaleProof.NO_KERNEL_LOCK:
+        return _leftover_record_verdict(claim, evidence, policy)
+    if claim.stale_proof is StaleProof.NO_WORKER:
+        return _worker_verdict(claim, evidence, policy, now)
+    if claim.pid is None and claim.pid_candidates:
+        return _candidates_verdict(claim, evidence, policy)
+    if claim.pid is None:
+        return _unnamed_verdict(claim, evidence)
+    return _recorded_pid_verdict(claim, evidence, policy)
+
+
+def _recorded_pid_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
     if claim.pid is None:
         return _unnamed_verdict(claim, evidence)
     foreign = _foreign_namespace_reason(claim, evidence)
@@ -122,19 +151,20 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verd
         (evidence.record_process, *evidence.other_processes),
         strict=True,
     )
-    return _combine({pid: _pid_verdict(claim, pid, process) for pid, process in recorded})
+    return _combine({pid: _pid_verdict(claim, evidence, pid, process) for pid, process in recorded})
 
 
-def _pid_verdict(claim: Claim, pid: int, process: Process | None) -> Verdict:
+def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | None) -> Verdict:
     """One recorded holder on this host and PID namespace: alive, gone, or another process."""
     if process is None or not process.alive:
         gone = "a reaped zombie" if process is not None else "not running on this host"
         proof = f"PID {pid} is {gone} and no process holds a kernel lock on {claim.path}"
-        return Verdict(State.STALE, f"stale: its holder PID {pid} is gone", proof=proof)
+        reason = f"stale: its holder PID {pid} is gone"
+        return _unless_workers_remain(claim, evidence, Verdict(State.STALE, reason, proof=proof))
     reused = _reuse_proof(claim, process)
     if reused:
         reason = f"stale: PID {pid} now belongs to another process"
-        return Verdict(State.STALE, reason, proof=reused)
+        return _unless_workers_remain(claim, evidence, Verdict(State.STALE, reason, proof=reused))
     if claim.owner_uid not in (None, 0, process.uid):
         return Verdict(
             State.UNKNOWN,
@@ -166,9 +196,140 @@ def _other_boot_proof(claim: Claim, evidence: Evidence) -> str | None:
     if claim.booted_at is not None and abs(claim.booted_at - evidence.booted_at) > BOOT_MARGIN:
         return (
             f"it was taken in another boot: its holder recorded a boot at "
-            f"{claim.booted_at:%Y-%m-%dT%H:%M:%SZ}, this host booted at "
-            f"{evidence.booted_at:%Y-%m-%dT%H:%M:%SZ}"
+            f"{format_time(claim.booted_at)}, this host booted at "
+            f"{format_time(evidence.booted_at)}"
         )
+    return None
+
+
+def _unless_workers_remain(claim: Claim, evidence: Evidence, stale: Verdict) -> Verdict:
+    """The recorded holder is gone; for a lock whose holder's helpers work in its directory
+    (a dead postmaster's backends), those helpers still hold it."""
+    if not claim.work_directories:
+        return stale
+    where = ", ".join(claim.work_directories)
+    if evidence.workers:
+        first = evidence.workers[0]
+        return Verdict(
+            State.HELD,
+            f"held: its recorded holder PID {claim.pid} is gone, but processes still work in "
+            f"{where}",
+            first,
+            sharers=evidence.workers[1:],
+        )
+    blind = _blind_reason(evidence.unreadable_cwds, evidence, "working directories")
+    if blind:
+        return Verdict(State.UNKNOWN, f"{stale.reason}, but {blind}")
+    proof = f"{stale.proof}; no {_names(claim)} process works in {where}"
+    return replace(stale, proof=proof)
+
+
+def _candidates_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
+    """A name that reads as several PIDs: held only if exactly one reading is a live holder,
+    stale only if every reading is provably not one."""
+    readings = " or ".join(str(pid) for pid in claim.pid_candidates)
+    outcomes = [
+        (pid, _recorded_pid_verdict(replace(claim, pid=pid, pid_candidates=()), seen, policy))
+        for pid in claim.pid_candidates
+        for seen in [replace(evidence, record_process=evidence.candidate_processes.get(pid))]
+    ]
+    held = [(pid, verdict) for pid, verdict in outcomes if verdict.state is State.HELD]
+    if len(held) == 1:
+        _pid, verdict = held[0]
+        return replace(verdict, reason=f"{verdict.reason} (its name reads as PID {readings})")
+    if held:
+        running = " and ".join(str(pid) for pid, _ in held)
+        return Verdict(
+            State.UNKNOWN,
+            f"its name reads as PID {readings}, and {running} all run: cannot tell which holds it",
+        )
+    unknown = next((verdict for _, verdict in outcomes if verdict.state is State.UNKNOWN), None)
+    if unknown is not None:
+        return unknown
+    proofs = "; ".join(verdict.proof or verdict.reason for _, verdict in outcomes)
+    return Verdict(
+        State.STALE,
+        f"stale: no PID its name can be read as ({readings}) holds it",
+        proof=f"its name reads as PID {readings}: {proofs}",
+    )
+
+
+def _leftover_record_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
+    """A record whose program holds a kernel lock while it holds the lock: no kernel lock on
+    this host means the record was left behind (proof only if the kernel lock would show)."""
+    if claim.host and not _same_host(claim.host, evidence.hostname, policy.host_aliases):
+        return Verdict(
+            State.UNKNOWN,
+            f"the record was written on host {claim.host!r}, not on this host "
+            f"({evidence.hostname}); its kernel lock would not show here",
+        )
+    if evidence.nested_pid_namespace:
+        return Verdict(
+            State.UNKNOWN,
+            "lockwarden runs in a container's PID namespace, where /proc/locks hides locks "
+            "held from outside it",
+        )
+    proof = f"no process holds a kernel lock on it, and {claim.release_fact}"
+    return Verdict(
+        State.STALE, "stale: its record was left behind and nothing holds the lock", proof=proof
+    )
+
+
+def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
+    """Held while a named process works in the lock's directories; stale when none does and
+    the lock is older than `stale_after` (a younger one may belong to a process just starting
+    or one this host cannot see)."""
+    where = " or ".join(claim.work_directories)
+    workers = _could_have_taken_it(claim, evidence.workers)
+    if workers:
+        return Verdict(
+            State.HELD,
+            f"held: a {_names(claim)} process works in {where}",
+            workers[0],
+            sharers=workers[1:],
+        )
+    blind = _blind_reason(evidence.unreadable_cwds, evidence, "working directories")
+    if blind:
+        return Verdict(State.UNKNOWN, f"no {_names(claim)} process seen in {where}, but {blind}")
+    age = None if claim.created_at is None else (now - claim.created_at).total_seconds()
+    threshold = policy.stale_after
+    if age is None or threshold is None or age < threshold:
+        old = "of unknown age" if age is None else f"{format_duration(max(age, 0))} old"
+        limit = "" if threshold is None else f" (stale after {format_duration(threshold)})"
+        return Verdict(
+            State.UNKNOWN,
+            f"no {_names(claim)} process works in {where}, but the lock is only {old}{limit}: "
+            "it may belong to a process just starting or one this host cannot see",
+        )
+    proof = (
+        f"no {_names(claim)} process has its working directory in {where}, "
+        f"{claim.release_fact}, and the lock file is {format_duration(age)} old "
+        f"(stale_after {format_duration(threshold)})"
+    )
+    return Verdict(State.STALE, "stale: no process that could hold it is running", proof=proof)
+
+
+def _could_have_taken_it(claim: Claim, workers: tuple[Holder, ...]) -> tuple[Holder, ...]:
+    """A process that started clearly after the lock file was last written did not take it."""
+    if claim.created_at is None:
+        return workers
+    latest = claim.created_at + PID_REUSE_MARGIN
+    return tuple(w for w in workers if w.started_at is None or w.started_at <= latest)
+
+
+def _names(claim: Claim) -> str:
+    return "/".join(claim.worker_names) if claim.worker_names else "such"
+
+
+def _blind_reason(unreadable: int, evidence: Evidence, what: str) -> str | None:
+    """Why the absence of a process proves nothing here, or None when it does."""
+    if unreadable:
+        return (
+            f"{unreadable} processes' {what} could not be read (lockwarden needs root, and "
+            "some processes hide them even from root)"
+        )
+    if evidence.nested_pid_namespace:
+        return "lockwarden runs in a container's PID namespace and cannot see the host's processes"
     return None
 
 
@@ -181,13 +342,19 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
             opener,
             sharers=evidence.openers[1:],
         )
+    blind = _blind_reason(evidence.unreadable_pids, evidence, "open files")
+    if claim.stale_proof is StaleProof.NO_OPENER and blind is None:
+        proof = f"no process has {claim.path} open, and {claim.release_fact}"
+        return Verdict(State.STALE, "stale: no process has the lock open", proof=proof)
     if claim.created_at is not None and claim.created_at < evidence.booted_at:
         proof = (
-            f"it was made at {claim.created_at:%Y-%m-%dT%H:%M:%SZ}, before this boot "
-            f"({evidence.booted_at:%Y-%m-%dT%H:%M:%SZ}), and no process has it open"
+            f"it was made at {format_time(claim.created_at)}, before this boot "
+            f"({format_time(evidence.booted_at)}), and no process has it open"
         )
         return Verdict(State.STALE, "stale: left over from before the last boot", proof=proof)
     hint = f"; {claim.stale_hint}" if claim.stale_hint else ""
+    if claim.stale_proof is StaleProof.NO_OPENER and blind:
+        hint = f"; {blind}{hint}"
     return Verdict(
         State.UNKNOWN,
         f"the lock names no process and no process has it open; cannot tell who made it{hint}",
@@ -244,10 +411,19 @@ def _reuse_proof(claim: Claim, process: Process) -> str | None:
             f"PID {claim.pid} now started at tick {process.start_ticks} after boot, but the "
             f"record says tick {claim.start_ticks}: the process that took the lock is gone"
         )
-    if claim.started_at is not None and process.started_at > claim.started_at + PID_REUSE_MARGIN:
+    if claim.started_at is None:
+        return None
+    # Subtract rather than add: a record dated near year 9999 must not overflow.
+    started_after = process.started_at - claim.started_at
+    if started_after > PID_REUSE_MARGIN:
         return (
-            f"PID {process.pid} started at {process.started_at:%Y-%m-%dT%H:%M:%SZ}, after the "
-            f"lock was taken at {claim.started_at:%Y-%m-%dT%H:%M:%SZ}: it is another process"
+            f"PID {process.pid} started at {format_time(process.started_at)}, after the lock was "
+            f"taken at {format_time(claim.started_at)}: it is another process"
+        )
+    if claim.started_at_is_process_start and -started_after > PID_REUSE_MARGIN:
+        return (
+            f"PID {process.pid} started at {format_time(process.started_at)}, but the holder it "
+            f"records started at {format_time(claim.started_at)}: it is another process"
         )
     return None
 
@@ -268,8 +444,6 @@ def _runs_one_of(process: Process, executables: tuple[str, ...]) -> bool:
 
 
 def _with_record(holder: Holder, claim: Claim) -> Holder:
-    from dataclasses import replace
-
     return replace(holder, role=claim.role, host=claim.host)
 
 
@@ -347,7 +521,7 @@ def explain(
 def action_for(state: State, verdict: Verdict, claim: Claim) -> str | None:
     if state is State.STALE and claim.break_command:
         return claim.break_command
-    if state is State.STALE and claim.remove_path:
+    if state is State.STALE and claim.remove_path and not claim.never_remove:
         flag = "-r " if claim.remove_path == claim.path and claim.record_path != claim.path else ""
         return f"rm {flag}-- {shlex.quote(claim.remove_path)}"
     if verdict.holder is None or verdict.holder.pid is None or state is State.STALE:

@@ -17,6 +17,8 @@ from typing import Any
 
 from lockwarden.durations import DurationError, parse_duration
 from lockwarden.formats import format_names
+from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
+from lockwarden.formats.dpkg import NAME as DPKG
 
 DEFAULT_PATH = "/etc/lockwarden/config.toml"
 REQUIRED = object()
@@ -171,6 +173,14 @@ LOCK_OPTIONS = (
         [],
         "other names of this host in lock records (a renamed host or container)",
         ["old-hostname"],
+    ),
+    Option(
+        "stale_after",
+        _duration,
+        "10m",
+        "for locks whose holder is found by its working directory (git): a lock with no such "
+        "process is stale once older than this",
+        "30m",
     ),
 )
 
@@ -339,6 +349,7 @@ class LockConfig:
     host_aliases: tuple[str, ...] = ()
     alerts: AlertSettings = AlertSettings()
     notify_tags: tuple[str, ...] = ()
+    stale_after: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -507,7 +518,7 @@ def builtin(exists: Callable[[str], bool] = os.path.exists) -> Config:
         LockConfig(
             name=name,
             path=path,
-            format="kernel",
+            format=DPKG if path in DPKG_LOCK_PATHS else "kernel",
             role=role,
             warn_after=defaults["warn_after"],
             critical_after=defaults["critical_after"],
@@ -536,6 +547,7 @@ def effective(config: Config) -> dict[str, Any]:
         entry.update(_alerts_document(lock.alerts, LOCK_ALERT_KEYS))
         if lock.notify_tags:
             entry["notify_tags"] = list(lock.notify_tags)
+        entry["stale_after"] = _seconds(lock.stale_after)
         locks.append(entry)
     defaults = {key: _seconds(value) for key, value in config.defaults.items()}
     document: dict[str, Any] = {

@@ -22,7 +22,7 @@ from typing import Any
 import tomli_w
 
 from lockwarden import config as config_module
-from lockwarden.durations import parse_duration
+from lockwarden.durations import format_time, parse_duration
 from lockwarden.formats import LAYOUT_FORMATS, choose_format
 from lockwarden.host import Snapshot
 from lockwarden.model import Finding, InodeKey
@@ -244,7 +244,7 @@ def config_document(discovery: Discovery) -> dict[str, Any]:
 def write_config(path: str, discovery: Discovery, now: datetime, force: bool = False) -> None:
     """Write the config; an existing file is kept (FileExistsError) unless `force`."""
     header = (
-        f"# lockwarden discover on {discovery.hostname} at {now:%Y-%m-%dT%H:%M:%SZ}: "
+        f"# lockwarden discover on {discovery.hostname} at {format_time(now)}: "
         f"{len(discovery.candidates)} candidate locks. Remove the ones you do not care about.\n"
     )
     text = header + tomli_w.dumps(config_document(discovery))

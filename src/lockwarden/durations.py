@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -52,3 +53,8 @@ def format_limit(seconds: float) -> str:
     if millis:
         parts.append(f"{millis}ms")
     return "".join(parts) or "0s"
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC, whatever zone the moment came in: `2026-12-02T09:58:00Z`."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -132,6 +132,7 @@ class Snapshot:
     _scan: DescriptorScan | None = field(default=None, repr=False)
     _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
     _node_id: int | None = field(default=None, repr=False)
+    _cwds: WorkingDirectories | None = field(default=None, repr=False)
 
     @classmethod
     def capture(cls, proc: str = "/proc", read_locks: bool = True) -> Snapshot:
@@ -249,6 +250,45 @@ class Snapshot:
             return
         self._scan = _scan_descriptors(self.proc, wanted)
         self._scanned_keys = wanted
+
+    def working_directories(self) -> WorkingDirectories:
+        """Every process's working directory, read once per run and only when a lock asks."""
+        if self._cwds is None:
+            self._cwds = _read_working_directories(self.proc)
+        return self._cwds
+
+    def processes_working_in(self, directories: Iterable[str]) -> list[int]:
+        """PIDs whose working directory is one of `directories` or below it."""
+        roots = [os.path.realpath(directory).rstrip("/") for directory in directories]
+        return [
+            pid
+            for pid, cwd in self.working_directories().by_pid.items()
+            if any(cwd == root or cwd.startswith(root + "/") for root in roots)
+        ]
+
+
+@dataclass(frozen=True)
+class WorkingDirectories:
+    by_pid: dict[int, str]
+    unreadable_pids: tuple[int, ...]
+
+
+def _read_working_directories(proc: str) -> WorkingDirectories:
+    by_pid: dict[int, str] = {}
+    unreadable: list[int] = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"{proc}/{entry}/cwd")
+        except PermissionError:
+            unreadable.append(int(entry))
+            continue
+        except OSError:  # gone, or a kernel thread
+            continue
+        if not cwd.endswith(" (deleted)"):
+            by_pid[int(entry)] = cwd
+    return WorkingDirectories(by_pid, tuple(unreadable))
 
 
 def _status_uid(status_text: str) -> int:

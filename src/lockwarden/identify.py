@@ -7,8 +7,8 @@ now owns the PID the record names. No judgement happens here; classify.py does t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.host import Descriptor, Snapshot
@@ -31,6 +31,10 @@ class Evidence:
     unreadable_pids: int
     other_processes: tuple[Process | None, ...] = ()
     host_node: int | None = None
+    readers: tuple[Holder, ...] = ()
+    workers: tuple[Holder, ...] = ()
+    unreadable_cwds: int = 0
+    candidate_processes: dict[int, Process | None] = field(default_factory=dict)
 
     @property
     def kernel_locked(self) -> bool:
@@ -63,9 +67,19 @@ def keys_to_scan(claims: Iterable[Claim], snapshot: Snapshot) -> set[InodeKey]:
     return wanted
 
 
+def is_writer_lock(lock: KernelLock, claim: Claim) -> bool:
+    """Does this kernel lock block writers? Any lock does, unless the claim names the byte
+    ranges where only a WRITE lock does (SQLite's RESERVED/PENDING/EXCLUSIVE bytes)."""
+    if not claim.writer_ranges:
+        return True
+    return lock.exclusive and any(span.overlaps(lock) for span in claim.writer_ranges)
+
+
 def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     kernel = [lock for key in claim.keys for lock in snapshot.kernel_locks(key)]
     granted = tuple(lock for lock in kernel if not lock.waiting)
+    writing = tuple(lock for lock in granted if is_writer_lock(lock, claim))
+    reading = tuple(lock for lock in granted if not is_writer_lock(lock, claim))
     waiting = [lock for lock in kernel if lock.waiting]
     needs_openers = claim.present and claim.existence_is_lock and claim.pid is None
     descriptors = (
@@ -73,6 +87,14 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         if granted or needs_openers
         else []
     )
+    writers = _kernel_holders(
+        writing, descriptors, snapshot, lambda lock: is_writer_lock(lock, claim)
+    )
+    readers = _kernel_holders(
+        reading, descriptors, snapshot, lambda lock: not is_writer_lock(lock, claim)
+    )
+    writer_pids = {holder.pid for holder in writers}
+    workers, unreadable_cwds = _workers(claim, snapshot)
     return Evidence(
         boot_id=snapshot.boot_id,
         hostname=snapshot.hostname,
@@ -80,27 +102,65 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         captured_at=snapshot.captured_at,
         pid_namespace=snapshot.pid_namespace,
         nested_pid_namespace=snapshot.nested_pid_namespace,
-        granted=granted,
-        kernel_holders=_kernel_holders(granted, descriptors, snapshot),
+        granted=writing,
+        kernel_holders=writers,
         waiters=_waiters(waiting, snapshot),
         openers=_openers(descriptors, snapshot) if needs_openers and not granted else (),
         record_process=snapshot.process(claim.pid) if claim.pid is not None else None,
         unreadable_pids=snapshot.unreadable_pids if (granted or needs_openers) else 0,
         other_processes=tuple(snapshot.process(pid) for pid in claim.other_pids),
         host_node=snapshot.node_id() if claim.host_node is not None else None,
+        readers=tuple(holder for holder in readers if holder.pid not in writer_pids),
+        workers=workers,
+        unreadable_cwds=unreadable_cwds,
+        candidate_processes={pid: snapshot.process(pid) for pid in claim.pid_candidates},
     )
 
 
+def _workers(claim: Claim, snapshot: Snapshot) -> tuple[tuple[Holder, ...], int]:
+    """Processes working in the claim's directories, oldest first; the cwd map is read only
+    for a lock that is there and asks for it."""
+    if not (claim.present and claim.work_directories):
+        return (), 0
+    found = []
+    for pid in snapshot.processes_working_in(claim.work_directories):
+        process = snapshot.process(pid)
+        if process is None or not process.alive:
+            continue
+        if claim.worker_names and process.name not in claim.worker_names:
+            continue
+        found.append(holder_from_process(process, "working directory"))
+    found.sort(key=lambda holder: holder.start_ticks or 0)
+    return tuple(found), len(_hidden_workers(claim, snapshot))
+
+
+def _hidden_workers(claim: Claim, snapshot: Snapshot) -> list[int]:
+    """Processes whose working directory cannot be read and that could be workers: when the
+    claim names its workers, one whose name says otherwise cannot be one."""
+    hidden = []
+    for pid in snapshot.working_directories().unreadable_pids:
+        process = snapshot.process(pid)
+        if process is None or not process.alive:
+            continue
+        if not claim.worker_names or process.name in claim.worker_names:
+            hidden.append(pid)
+    return hidden
+
+
 def _kernel_holders(
-    granted: tuple[KernelLock, ...], descriptors: list[Descriptor], snapshot: Snapshot
+    granted: tuple[KernelLock, ...],
+    descriptors: list[Descriptor],
+    snapshot: Snapshot,
+    counts: Callable[[KernelLock], bool],
 ) -> tuple[Holder, ...]:
-    """Processes whose descriptors carry the granted locks; the /proc/locks PID only as a
-    fallback for POSIX locks (owned by the process itself) when fdinfo cannot be read."""
+    """Processes whose descriptors carry the granted locks (those `counts` accepts); the
+    /proc/locks PID only as a fallback for POSIX locks (owned by the process itself) when
+    fdinfo cannot be read."""
     if not granted:
         return ()
     holders: dict[int, Holder] = {}
     for descriptor in descriptors:
-        held = [lock for lock in descriptor.locks if not lock.waiting]
+        held = [lock for lock in descriptor.locks if not lock.waiting and counts(lock)]
         process = snapshot.process(descriptor.pid) if held else None
         if process is not None and descriptor.pid not in holders:
             holders[descriptor.pid] = holder_from_process(process, _kind(held[0]))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
-from lockwarden.durations import format_duration
+from lockwarden.durations import format_duration, format_time
 from lockwarden.model import Finding, Holder, State
 
 ALERT = "alert"
@@ -49,7 +49,7 @@ class Ended:
 def stamp(moment: datetime | None) -> str:
     if moment is None:
         return "unknown"
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(moment)
 
 
 def holder_label(holder: Holder | None) -> str | None:

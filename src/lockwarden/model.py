@@ -47,6 +47,39 @@ InodeKey = tuple[int, int]
 """(major:minor device number as st_dev, inode) — how /proc/locks and stat() name a file."""
 
 
+class StaleProof(enum.StrEnum):
+    """What, for a lock left behind, proves that its holder is gone.
+
+    A format picks the one its program makes true; `Claim.release_fact` says why it holds.
+    """
+
+    RECORD = "record"
+    """The PID the record names is dead, reused, or from another boot (the default)."""
+    NO_OPENER = "no-opener"
+    """The holder keeps the lock file open while it holds it: no opener means released."""
+    NO_KERNEL_LOCK = "no-kernel-lock"
+    """The holder keeps a kernel lock on `Claim.keys` while it holds it (a leftover record)."""
+    NO_WORKER = "no-worker"
+    """A process named in `Claim.worker_names` works (cwd) in `Claim.work_directories` while it
+    holds it; with none there, the lock is stale once older than the policy's `stale_after`."""
+    NEVER = "never"
+    """A kernel lock: nothing is left behind, so it is never stale."""
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """Bytes start..end (inclusive) of one file: where a WRITE lock means a writer."""
+
+    key: InodeKey
+    start: int
+    end: int
+
+    def overlaps(self, lock: KernelLock) -> bool:
+        if lock.key != self.key:
+            return False
+        return lock.start <= self.end and (lock.end is None or lock.end >= self.start)
+
+
 @dataclass(frozen=True)
 class Claim:
     """What a lock's files say, read by a format; no judgement, no policy.
@@ -61,6 +94,18 @@ class Claim:
     ``uuid.getnode()``), ``other_pids`` further holders the record lists (borg's roster), and
     ``break_command`` the command the lock's own program offers to break it when stale.
     ``max_hold_s`` is the holder's own declared limit (`lockwarden hold --max-hold`), if any.
+
+    Mechanisms a format can switch on (classify.py applies them, whatever the format):
+    ``writer_ranges``: only a WRITE kernel lock overlapping one of them blocks writers; any other
+    kernel lock is a reader (listed, but the lock is free for writes).
+    ``stale_proof`` / ``release_fact``: what proves a left-behind lock stale, and the fact about
+    its program that makes that proof sound.
+    ``work_directories`` / ``worker_names``: processes (by name; empty means any) whose working
+    directory is inside one of these directories are the lock's holders.
+    ``pid_candidates``: the layout names one of these PIDs and cannot say which (lockfile's names).
+    ``started_at_is_process_start``: ``started_at`` is the holder's own start time, so a process
+    that started clearly before it is not the holder either.
+    ``never_remove``: why the lock file must never be deleted; no action ever says to.
     """
 
     format: str
@@ -90,6 +135,14 @@ class Claim:
     other_pids: tuple[int, ...] = ()
     break_command: str | None = None
     max_hold_s: float | None = None
+    writer_ranges: tuple[ByteRange, ...] = ()
+    stale_proof: StaleProof = StaleProof.RECORD
+    release_fact: str | None = None
+    work_directories: tuple[str, ...] = ()
+    worker_names: tuple[str, ...] = ()
+    pid_candidates: tuple[int, ...] = ()
+    started_at_is_process_start: bool = False
+    never_remove: str | None = None
 
 
 @dataclass(frozen=True)
@@ -177,3 +230,5 @@ class Finding:
     action: str | None = None
     identity: str | None = None
     note: str | None = None
+    readers: tuple[Holder, ...] = ()
+    never_remove: str | None = None

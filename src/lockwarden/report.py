@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from lockwarden import __version__
-from lockwarden.durations import format_duration
+from lockwarden.durations import format_duration, format_time
 from lockwarden.model import Finding, Holder, Severity, State
 from lockwarden.run import RunResult
 
@@ -26,7 +26,7 @@ _RESET = "\033[0m"
 def rfc3339(moment: datetime | None) -> str | None:
     if moment is None:
         return None
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(moment)
 
 
 def holder_document(holder: Holder | None) -> dict[str, Any] | None:
@@ -59,6 +59,8 @@ def finding_document(finding: Finding) -> dict[str, Any]:
         "waiters": [{"pid": w.pid, "cmdline": list(w.cmdline)} for w in finding.waiters],
         "action": finding.action,
         "note": finding.note,
+        "readers": [holder_document(reader) for reader in finding.readers],
+        "never_remove": finding.never_remove,
     }
 
 
@@ -112,8 +114,12 @@ def detail_lines(finding: Finding) -> list[str]:
         rows.append(("waiting", f"{len(finding.waiters)}: {who}"))
     if finding.proof:
         rows.append(("proof", finding.proof))
+    for reader in finding.readers:
+        rows.append(("reader", f"PID {reader.pid} {' '.join(reader.cmdline) or reader.name}"))
     if finding.action:
         rows.append(("action", finding.action))
+    if finding.never_remove:
+        rows.append(("never", f"delete the lock file: {finding.never_remove}"))
     if finding.note:
         rows.append(("note", finding.note))
     return [f"{key:<8} {value}" for key, value in rows]

@@ -43,6 +43,7 @@ def policy_for(lock: LockConfig) -> Policy:
         warn_after=lock.warn_after,
         critical_after=lock.critical_after,
         host_aliases=lock.host_aliases,
+        stale_after=lock.stale_after,
     )
 
 

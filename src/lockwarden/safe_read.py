@@ -38,10 +38,23 @@ def read_record(path: str, limit: int = RECORD_LIMIT) -> tuple[bytes, os.stat_re
     Raises FileNotFoundError when it is absent, UnsafeRecord for anything else unreadable.
     """
     before = os.lstat(path)
+    if stat.S_ISREG(before.st_mode) and before.st_size > limit:
+        raise UnsafeRecord(f"{path} is {before.st_size} bytes, over the {limit}-byte record limit")
+    data, after = _read_start(path, before, limit + 1)
+    if len(data) > limit:
+        raise UnsafeRecord(f"{path} grew past the {limit}-byte record limit while being read")
+    return data, after
+
+
+def read_head(path: str, size: int) -> tuple[bytes, os.stat_result]:
+    """The first `size` bytes of a regular file of any length (a database's header), and its
+    stat; the same guards as read_record, and never more than `size` bytes read."""
+    return _read_start(path, os.lstat(path), size)
+
+
+def _read_start(path: str, before: os.stat_result, size: int) -> tuple[bytes, os.stat_result]:
     if not stat.S_ISREG(before.st_mode):
         raise UnsafeRecord(f"{path} is {describe_mode(before.st_mode)}, not a lock record")
-    if before.st_size > limit:
-        raise UnsafeRecord(f"{path} is {before.st_size} bytes, over the {limit}-byte record limit")
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
     try:
         descriptor = os.open(path, flags)
@@ -55,11 +68,9 @@ def read_record(path: str, limit: int = RECORD_LIMIT) -> tuple[bytes, os.stat_re
             raise UnsafeRecord(f"{path} was replaced while being read")
         if not stat.S_ISREG(after.st_mode):
             raise UnsafeRecord(f"{path} is {describe_mode(after.st_mode)}, not a lock record")
-        data = os.read(descriptor, limit + 1)
+        data = os.read(descriptor, size)
     finally:
         os.close(descriptor)
-    if len(data) > limit:
-        raise UnsafeRecord(f"{path} grew past the {limit}-byte record limit while being read")
     return data, after
 
 

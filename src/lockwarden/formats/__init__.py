@@ -9,11 +9,18 @@ from dataclasses import replace
 from lockwarden.formats.base import Format, lstat_or_none
 from lockwarden.formats.borg import BorgRepository
 from lockwarden.formats.chromium import ChromiumProfile
+from lockwarden.formats.dpkg import DpkgLock
 from lockwarden.formats.emacs import EmacsLock
+from lockwarden.formats.filelock_soft import SoftLockFile
+from lockwarden.formats.git import GitLock
 from lockwarden.formats.kernel import KernelLockFile
 from lockwarden.formats.mercurial import Mercurial
 from lockwarden.formats.owner_record import PREFERRED_RECORDS, OwnerRecord
+from lockwarden.formats.pacman import PacmanLock
 from lockwarden.formats.pidfile import Pidfile
+from lockwarden.formats.postgres import PostgresPidFile
+from lockwarden.formats.sqlite import SqliteDatabase
+from lockwarden.formats.terraform import TerraformState
 from lockwarden.model import Claim
 
 FORMATS: dict[str, Format] = {
@@ -24,6 +31,13 @@ FORMATS: dict[str, Format] = {
     "mercurial": Mercurial(),
     "emacs": EmacsLock(),
     "borg": BorgRepository(),
+    "sqlite": SqliteDatabase(),
+    "dpkg": DpkgLock(),
+    "git": GitLock(),
+    "pacman": PacmanLock(),
+    "terraform": TerraformState(),
+    "postgres": PostgresPidFile(),
+    "filelock-soft": SoftLockFile(),
 }
 
 AUTO = "auto"
@@ -33,6 +47,13 @@ AUTO_ORDER: tuple[str, ...] = (
     "mercurial",
     "emacs",
     "borg",
+    "sqlite",
+    "terraform",
+    "postgres",
+    "git",
+    "pacman",
+    "dpkg",
+    "filelock-soft",
     "pidfile",
     "owner-record",
     "kernel",
@@ -41,6 +62,9 @@ AUTO_ORDER: tuple[str, ...] = (
 # a directory walk (`lockwarden discover`) may trust their detect(), and `auto` consults them
 # before treating a plain directory as a store whose lock is STORE/LOCK.
 LAYOUT_FORMATS: tuple[str, ...] = ("chromium-profile", "mercurial", "emacs", "borg")
+# Formats whose lock is found from a directory that is not itself a lock (a terraform working
+# directory, a PostgreSQL data directory, a git work tree); tried before `STORE/LOCK`.
+DIRECTORY_FORMATS: tuple[str, ...] = ("terraform", "postgres", "git")
 STORE_LOCK_NAMES = ("LOCK", "lock", ".lock")
 LOCKISH_SUFFIXES = (".lock", ".lck", ".lockdir")
 
@@ -84,11 +108,22 @@ def choose_format(path: str, order: tuple[str, ...] = AUTO_ORDER) -> str | None:
     return None
 
 
+def _directory_format(path: str) -> str | None:
+    """A directory format's pick, unless the directory holds a store lock (`STORE/LOCK` wins:
+    a store may well be a git work tree too)."""
+    status = lstat_or_none(path)
+    if status is None or not stat.S_ISDIR(status.st_mode):
+        return None
+    if any(lstat_or_none(os.path.join(path, name)) is not None for name in STORE_LOCK_NAMES):
+        return None
+    return next((name for name in DIRECTORY_FORMATS if FORMATS[name].detect(path, status)), None)
+
+
 def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
     """Read one lock with the named format, or with the one `auto` picks (and say which)."""
     if format_name != AUTO:
         return FORMATS[format_name].read(path, pid_max)
-    chosen = choose_format(path, LAYOUT_FORMATS)
+    chosen = choose_format(path, LAYOUT_FORMATS) or _directory_format(path)
     if chosen is None:
         path = store_lock_path(path)
         chosen = choose_format(path)

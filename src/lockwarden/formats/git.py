@@ -1,0 +1,129 @@
+"""git's lock files: `.git/index.lock` and every other `*.lock` under the git directory
+(`HEAD.lock`, `refs/heads/main.lock`, `config.lock`, ...).
+
+git (lockfile.c) creates `X.lock` with O_EXCL, writes the new X into it, and renames it over X
+(or deletes it) when done; it does not keep it open, and records nothing in it. So the holder
+is found another way: a `git` process whose working directory is in the repository (git
+chdirs to the top of the work tree). With none there, the file is stale once it is older than
+the lock's `stale_after`; a younger one may belong to a git just starting, or to one this host
+cannot see (another PID namespace sharing the directory).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
+from lockwarden.model import Claim, StaleProof
+from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
+
+NAME = "git"
+GIT_DIRECTORY = ".git"
+INDEX_LOCK = "index.lock"
+
+
+def git_directory_of(path: str) -> str | None:
+    """The git directory a lock file lies in: the nearest `.git` above it, or a bare
+    repository (a directory holding HEAD, objects/ and refs/)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while directory != os.path.dirname(directory):
+        if os.path.basename(directory) == GIT_DIRECTORY or _is_bare_repository(directory):
+            return directory
+        directory = os.path.dirname(directory)
+    return None
+
+
+def _is_bare_repository(directory: str) -> bool:
+    return all(
+        lstat_or_none(os.path.join(directory, name)) is not None
+        for name in ("HEAD", "objects", "refs")
+    )
+
+
+def lock_path_for(path: str) -> str:
+    """A repository or its `.git` given for its index lock."""
+    status = lstat_or_none(path)
+    if status is None or not stat.S_ISDIR(status.st_mode):
+        return path
+    if os.path.basename(path.rstrip("/")) != GIT_DIRECTORY and _is_git_work_tree(path):
+        return os.path.join(path, GIT_DIRECTORY, INDEX_LOCK)
+    return os.path.join(path, INDEX_LOCK)
+
+
+def _is_git_work_tree(path: str) -> bool:
+    status = lstat_or_none(os.path.join(path, GIT_DIRECTORY))
+    return status is not None and stat.S_ISDIR(status.st_mode)
+
+
+def work_directories(git_directory: str) -> tuple[str, ...]:
+    """Where a git process that may hold the repository's locks works: the git directory,
+    the main work tree, and every linked work tree (`worktrees/*/gitdir` names its `.git`)."""
+    found = [git_directory]
+    if os.path.basename(git_directory) == GIT_DIRECTORY:
+        found.append(os.path.dirname(git_directory))
+    found.extend(_linked_work_trees(git_directory))
+    return tuple(dict.fromkeys(found))
+
+
+def _linked_work_trees(git_directory: str) -> list[str]:
+    common = git_directory
+    if os.path.basename(os.path.dirname(git_directory)) == "worktrees":
+        common = os.path.dirname(os.path.dirname(git_directory))
+    try:
+        entries = list_directory(os.path.join(common, "worktrees"))
+    except (OSError, UnsafeRecord):
+        return []
+    trees = []
+    for entry in entries:
+        try:
+            data, _ = read_record(os.path.join(entry.path, "gitdir"), limit=4096)
+        except (OSError, UnsafeRecord):
+            continue
+        target = data.decode("utf-8", errors="replace").strip()
+        if os.path.isabs(target):
+            trees.append(os.path.dirname(target))
+    return trees
+
+
+class GitLock:
+    name = NAME
+    summary = "a git *.lock file (held while a git process works in the repository)"
+
+    def detect(self, path: str, status: os.stat_result) -> bool:
+        if stat.S_ISDIR(status.st_mode):
+            return _is_git_work_tree(path)
+        return (
+            stat.S_ISREG(status.st_mode)
+            and path.endswith(".lock")
+            and git_directory_of(path) is not None
+        )
+
+    def read(self, path: str, pid_max: int) -> Claim:
+        path = lock_path_for(path)
+        git_directory = git_directory_of(path)
+        status = lstat_or_none(path)
+        if status is None:
+            return absent(NAME, path, existence_is_lock=True)
+        if git_directory is None or not stat.S_ISREG(status.st_mode):
+            return Claim(
+                format=NAME,
+                path=path,
+                present=True,
+                existence_is_lock=True,
+                problem=f"{path} is not a git lock file (a regular file inside a git directory)",
+            )
+        return Claim(
+            format=NAME,
+            path=path,
+            present=True,
+            existence_is_lock=True,
+            keys=(key_of(status),),
+            created_at=mtime_of(status),
+            stale_proof=StaleProof.NO_WORKER,
+            release_fact="git removes its lock files before it exits",
+            work_directories=work_directories(git_directory),
+            worker_names=("git",),
+            record_path=path,
+            remove_path=path,
+        )

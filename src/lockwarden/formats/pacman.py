@@ -1,0 +1,49 @@
+"""pacman's database lock: `DBPath/db.lck`, created O_EXCL, empty, and kept open by pacman
+(libalpm's `_alpm_handle_lock`) until it unlocks. A killed pacman leaves the file behind, and
+pacman refuses to run until someone removes it; a process with it open is the holder, and no
+process with it open proves it stale.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
+from lockwarden.model import Claim, StaleProof
+
+NAME = "pacman"
+LOCK_NAME = "db.lck"
+
+
+class PacmanLock:
+    name = NAME
+    summary = "pacman's db.lck (held while a process has it open)"
+
+    def detect(self, path: str, status: os.stat_result) -> bool:
+        return stat.S_ISREG(status.st_mode) and os.path.basename(path) == LOCK_NAME
+
+    def read(self, path: str, pid_max: int) -> Claim:
+        status = lstat_or_none(path)
+        if status is None:
+            return absent(NAME, path, existence_is_lock=True)
+        if not stat.S_ISREG(status.st_mode):
+            return Claim(
+                format=NAME,
+                path=path,
+                present=True,
+                existence_is_lock=True,
+                problem=f"{path} is not a regular file; pacman's lock is one",
+            )
+        return Claim(
+            format=NAME,
+            path=path,
+            present=True,
+            existence_is_lock=True,
+            keys=(key_of(status),),
+            created_at=mtime_of(status),
+            stale_proof=StaleProof.NO_OPENER,
+            release_fact="pacman keeps db.lck open for as long as it holds the lock",
+            record_path=path,
+            remove_path=path,
+        )

@@ -1,0 +1,57 @@
+"""Helpers for the format tests: inspect one lock in-process, exactly as a run does."""
+# A module, not a conftest.py: a second conftest would shadow tests/conftest.py's helpers.
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+
+from conftest import Children
+from lockwarden.config import LockConfig
+from lockwarden.host import Snapshot
+from lockwarden.model import Finding
+from lockwarden.run import inspect_locks
+
+
+def inspect(path: str, lock_format: str = "auto", **settings: float) -> Finding:
+    """The finding a run would report for this lock now (fresh snapshot of /proc)."""
+    lock = LockConfig(
+        name="under-test",
+        path=path,
+        format=lock_format,
+        warn_after=settings.get("warn_after", 900.0),
+        critical_after=settings.get("critical_after", 3600.0),
+        stale_after=settings.get("stale_after", 600.0),
+    )
+    now = datetime.now(UTC)
+    return inspect_locks([lock], Snapshot.capture(), now)[0]
+
+
+def picked(finding: Finding) -> str:
+    """The format `auto` says it picked, from the finding's note."""
+    note = finding.note or ""
+    marker = "format auto picked "
+    assert marker in note, note
+    return note.split(marker, 1)[1].split(":", 1)[0]
+
+
+def start_sqlite_shell(
+    children: Children, database: str, *statements: str
+) -> subprocess.Popen[str]:
+    """A real `sqlite3` shell fed through a pipe that stays open: it runs `statements`, says
+    ready, and then waits for more input forever (an abandoned interactive shell)."""
+    shell = children.start(["sqlite3", database], stdin=subprocess.PIPE)
+    assert shell.stdin is not None and shell.stdout is not None
+    shell.stdin.write("".join(f"{statement}\n" for statement in statements) + ".print ready\n")
+    shell.stdin.flush()
+    for _ in range(100):  # the statements' own output comes first
+        line = shell.stdout.readline()
+        if line.strip() == "ready" or not line:
+            break
+    assert line.strip() == "ready", f"sqlite3 {database} did not get ready"
+    return shell
+
+
+def unrelated_process(children: Children) -> int:
+    """A live process that has nothing to do with any lock: the "reused PID" of a record."""
+    return children.start(["sleep", "120"]).pid

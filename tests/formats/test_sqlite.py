@@ -1,0 +1,119 @@
+"""SQLite: real `sqlite3` shells hold real locks (rollback journal and WAL)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from format_helpers import inspect, picked, start_sqlite_shell
+
+from conftest import require_tool, run_json
+from lockwarden.model import State
+
+
+def make_database(path: Path, wal: bool = False) -> str:
+    sqlite3 = require_tool("sqlite3")
+    mode = "PRAGMA journal_mode=WAL;" if wal else ""
+    subprocess.run(
+        [sqlite3, str(path), f"{mode} CREATE TABLE t(x); INSERT INTO t VALUES (1);"],
+        check=True,
+        capture_output=True,
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize("wal", [False, True], ids=["rollback", "wal"])
+def test_abandoned_shell_in_begin_immediate_is_the_named_writer(children, tmp_path, wal):
+    database = make_database(tmp_path / "app.db", wal)
+    reader = start_sqlite_shell(children, database, "BEGIN;", "SELECT count(*) FROM t;")
+    writer = start_sqlite_shell(children, database, "BEGIN IMMEDIATE;")
+
+    finding = inspect(database, "sqlite")
+
+    assert finding.state is State.HELD, finding.reason
+    assert finding.holder is not None and finding.holder.pid == writer.pid
+    assert [reader_holder.pid for reader_holder in finding.readers] == [reader.pid]
+    assert finding.action == f"kill {writer.pid}"
+    assert finding.sharers == ()
+
+
+@pytest.mark.parametrize("wal", [False, True], ids=["rollback", "wal"])
+def test_readers_alone_leave_it_free_for_writes_and_are_listed(children, tmp_path, wal):
+    database = make_database(tmp_path / "app.db", wal)
+    readers = []
+    for _ in range(2):
+        reader = start_sqlite_shell(children, database, "BEGIN;", "SELECT count(*) FROM t;")
+        readers.append(reader.pid)
+
+    finding = inspect(database, "sqlite")
+
+    assert finding.state is State.FREE, finding.reason
+    assert sorted(holder.pid for holder in finding.readers) == sorted(readers)
+    assert "only readers" in finding.reason and str(readers[0]) in finding.reason
+
+
+@pytest.mark.parametrize("wal", [False, True], ids=["rollback", "wal"])
+def test_killed_writer_leaves_it_free(children, tmp_path, wal):
+    database = make_database(tmp_path / "app.db", wal)
+    writer = start_sqlite_shell(children, database, "BEGIN IMMEDIATE;")
+    assert inspect(database, "sqlite").state is State.HELD
+
+    writer.kill()
+    writer.wait(timeout=5)
+
+    finding = inspect(database, "sqlite")
+    assert finding.state is State.FREE, finding.reason
+    assert finding.proof is None and finding.action is None
+
+
+def test_exclusive_writer_counts_as_writer(children, tmp_path):
+    database = make_database(tmp_path / "app.db")
+    writer = start_sqlite_shell(children, database, "BEGIN EXCLUSIVE;")
+
+    finding = inspect(database, "sqlite")
+
+    assert finding.state is State.HELD
+    assert finding.holder is not None and finding.holder.pid == writer.pid
+
+
+def test_auto_picks_sqlite_for_the_database_and_its_wal_files(children, tmp_path):
+    database = make_database(tmp_path / "app.db", wal=True)
+    writer = start_sqlite_shell(children, database, "BEGIN IMMEDIATE;")
+
+    code, document = run_json("inspect", database)  # the real CLI, once
+    lock = document["locks"][0]
+    assert "format auto picked sqlite" in lock["note"], lock
+    assert lock["holder"]["pid"] == writer.pid
+    assert code == 0
+    for given in (database + "-wal", database + "-shm"):
+        finding = inspect(given)
+        assert picked(finding) == "sqlite"
+        assert finding.path == database
+        assert finding.holder is not None and finding.holder.pid == writer.pid
+
+
+def test_auto_says_it_picked_sqlite(tmp_path):
+    database = make_database(tmp_path / "plain.db")
+    finding = inspect(database)
+    assert picked(finding) == "sqlite"
+    assert finding.state is State.FREE
+
+
+def test_a_file_that_is_not_a_database_is_not_read_as_one(tmp_path):
+    fake = tmp_path / "fake.db"
+    fake.write_bytes(b"SQLite format 2\x00" + b"\x00" * 100)
+    finding = inspect(str(fake), "sqlite")
+    assert finding.state is State.UNKNOWN
+    assert "not an SQLite 3 database" in finding.reason
+
+
+def test_a_large_database_is_judged_without_reading_it_whole(children, tmp_path):
+    """The header read is bounded: a database far past the record limit is still judged."""
+    database = make_database(tmp_path / "big.db")
+    with open(database, "ab") as handle:
+        handle.truncate(os.path.getsize(database) + 64 * 1024 * 1024)  # sparse, 64 MiB
+    writer = start_sqlite_shell(children, database, "BEGIN IMMEDIATE;")
+    finding = inspect(database)
+    assert finding.holder is not None and finding.holder.pid == writer.pid
