@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from conftest import MKDIR_HOLDER, Children, cli_env, run_cli
@@ -157,3 +158,92 @@ def test_demo_shows_the_blocked_write_and_exits_zero() -> None:
     assert "cleaned up" in output
     assert not Path(output.rsplit("cleaned up ", 1)[1].strip()).exists()
     print(f"demo took {elapsed:.2f} s")
+
+
+def test_options_before_the_subcommand_apply_to_it_or_are_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[lock]]\nname = "a"\n')
+    assert run_cli("--config", str(bad), "check-config").returncode == 78
+    moved = run_cli("--json", "inspect", str(tmp_path))
+    assert json.loads(moved.stdout)["locks"][0]["state"] == "free"
+    refused = run_cli("--config", str(bad), "inspect", str(tmp_path))
+    assert refused.returncode == 64
+    assert "--config does not apply to 'inspect'" in refused.stderr
+    combined = run_cli("--once", "inspect", str(tmp_path))
+    assert combined.returncode == 64
+    assert "--once does not combine with 'inspect'" in combined.stderr
+
+
+def test_inspect_refuses_a_warning_budget_longer_than_the_critical_one(tmp_path: Path) -> None:
+    completed = run_cli("inspect", str(tmp_path), "--warn-after", "2h", "--critical-after", "1h")
+    assert completed.returncode == 64
+    assert "a warning must come first" in completed.stderr
+
+
+def test_a_lock_in_a_missing_directory_is_unknown_not_free(tmp_path: Path) -> None:
+    completed = run_cli("inspect", str(tmp_path / "nowhere" / "LOCK"), "--json")
+    finding = json.loads(completed.stdout)["locks"][0]
+    assert (completed.returncode, finding["state"]) == (3, "unknown")
+    assert f"its directory {tmp_path / 'nowhere'} does not exist" in finding["reason"]
+
+
+def test_a_config_without_locks_is_unknown_to_a_monitor(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.toml"
+    empty.write_text('[defaults]\nwarn_after = "5m"\n')
+    completed = run_cli("--once", "--config", str(empty))
+    assert completed.returncode == 3
+    assert "lists no [[lock]]: nothing was checked" in completed.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_run_like_a_pipeline(tmp_path: Path) -> None:
+    """Enough locks that the JSON report overflows a pipe: closing the reader first makes the
+    write fail with EPIPE, which must end the run with 141 (128 + SIGPIPE), not a traceback."""
+    tables = "".join(
+        f'[[lock]]\nname = "l{number}"\npath = "{tmp_path}/l{number}.lock"\n'
+        for number in range(400)
+    )
+    config = tmp_path / "many.toml"
+    config.write_text(tables)
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "lockwarden", "--once", "--json", "--config", str(config)],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    assert completed.returncode == 141, completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+HOLDER_WITH_NEWLINES = """
+import fcntl, sys, time
+handle = open(sys.argv[1], "a")
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_late_kernel_lock_says_its_duration_is_an_upper_bound_and_escapes_newlines(
+    tmp_path: Path, children: Children
+) -> None:
+    lock = tmp_path / "k.lock"
+    lock.touch()
+    holder = children.start(
+        [sys.executable, "-c", HOLDER_WITH_NEWLINES, str(lock), "line one\nFAKE  forged line"],
+        ready="ready",
+    )
+    later = (datetime.now(UTC) + timedelta(hours=3, seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    completed = run_cli("inspect", str(lock), "--now", later)
+    assert completed.returncode == 2
+    assert f"PID {holder.pid}" in completed.stdout
+    assert "has held the lock for up to 3h00m (its running time" in completed.stdout
+    assert "line one\\nFAKE  forged line" in completed.stdout
+    assert "\nFAKE" not in completed.stdout

@@ -122,8 +122,8 @@ def test_check_config_prints_the_effective_config(tmp_path: Path) -> None:
     completed = run_cli("check-config", "--config", path)
     assert completed.returncode == 0, completed.stderr
     assert "valid, 1 locks" in completed.stdout
-    assert 'warn_after = "90s"' in completed.stdout
-    assert 'critical_after = "7200s"' in completed.stdout
+    assert 'warn_after = "1m30s"' in completed.stdout
+    assert 'critical_after = "2h"' in completed.stdout
     assert 'format = "auto"' in completed.stdout
 
 

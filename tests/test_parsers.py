@@ -148,3 +148,22 @@ def test_proc_locks_lines_and_waiters() -> None:
 )
 def test_systemd_unit_from_cgroup(cgroup: str, unit: str | None, user_unit: bool) -> None:
     assert unit_from_cgroup(cgroup) == (unit, user_unit)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0"),
+        (900, "15m"),
+        (3600, "1h"),
+        (5400, "1h30m"),
+        (90, "1m30s"),
+        (0.5, "500ms"),
+        (90061.25, "1d1h1m1s250ms"),
+    ],
+)
+def test_config_durations_round_trip(seconds: float, text: str) -> None:
+    from lockwarden.durations import format_config_duration
+
+    assert format_config_duration(seconds) == text
+    assert parse_duration(text) == seconds

@@ -57,7 +57,15 @@ def classify(name: str, claim: Claim, evidence: Evidence, policy: Policy, now: d
         format=claim.format,
         state=state,
         severity=severity,
-        reason=explain(name, verdict, state, held_for, policy, declared_limit),
+        reason=explain(
+            name,
+            verdict,
+            state,
+            held_for,
+            policy,
+            declared_limit,
+            upper_bound=held_for is not None and not _record_or_file_dates(claim, verdict),
+        ),
         held_for_s=held_for,
         proof=verdict.proof,
         holder=verdict.holder,
@@ -72,8 +80,14 @@ def classify(name: str, claim: Claim, evidence: Evidence, policy: Policy, now: d
 
 
 def judge(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
+    if not claim.present and evidence.missing_directory:
+        return Verdict(
+            State.UNKNOWN,
+            f"its directory {evidence.missing_directory} does not exist, so the lock cannot be "
+            "there: is the path right, and is its volume mounted?",
+        )
     if not claim.present:
-        return Verdict(State.FREE, "nothing holds it: the lock is not there")
+        return Verdict(State.FREE, f"free: nothing is at {claim.path}")
     if evidence.kernel_locked:
         return _kernel_verdict(claim, evidence)
     if claim.problem:
@@ -468,6 +482,18 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
     return min(usable) if usable else None
 
 
+def _record_or_file_dates(claim: Claim, verdict: Verdict) -> bool:
+    """Whether anything but the holder's own start dates the lock. A kernel lock records no
+    time: then the holder's running time is all there is, an upper bound the report says is one."""
+    if claim.problem is not None:
+        return False
+    describes_holder = verdict.holder is not None and verdict.holder.pid == claim.pid
+    dated_record = claim.started_at is not None and (
+        describes_holder or verdict.state is State.STALE
+    )
+    return dated_record or (claim.existence_is_lock and claim.created_at is not None)
+
+
 def grade(state: State, held_for: float | None, policy: Policy) -> tuple[State, Severity]:
     if state is State.FREE:
         return state, Severity.OK
@@ -499,8 +525,11 @@ def explain(
     held_for: float | None,
     policy: Policy,
     declared_limit: float | None = None,
+    upper_bound: bool = False,
 ) -> str:
     holder = verdict.holder.describe() if verdict.holder else None
+    up_to = "up to " if upper_bound else ""
+    running = " (its running time: the kernel does not record when a lock was taken)"
     if state is State.HELD_TOO_LONG and holder and held_for is not None:
         past = (
             f", past its own declared limit of {format_limit(declared_limit)}"
@@ -508,11 +537,11 @@ def explain(
             else ""
         )
         return (
-            f"writes to {name} blocked: {holder} has held the lock for "
-            f"{format_duration(held_for)}{past} — stop it"
+            f"writes to {name} blocked: {holder} has held the lock for {up_to}"
+            f"{format_duration(held_for)}{running if upper_bound else ''}{past} — stop it"
         )
     if state is State.HELD and holder:
-        since = f" for {format_duration(held_for)}" if held_for is not None else ""
+        since = f" for {up_to}{format_duration(held_for)}" if held_for is not None else ""
         budget = format_duration(policy.warn_after)
         return f"{verdict.reason} by {holder}{since}, within its {budget} budget"
     return verdict.reason

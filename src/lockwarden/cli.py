@@ -35,6 +35,8 @@ EXIT_HOLD_OS_ERROR = 71  # sysexits EX_OSERR: the lock could not be created or r
 EXIT_HOLD_HELD = 73  # sysexits EX_CANTCREAT: another process holds the lock
 EXIT_HOLD_STALE = 74  # the lock is stale (with proof) and --break-stale was not given
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a pipeline whose reader went away
+
 EXIT_CODES_HELP = """\
 exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icinga check):
   0   ok: every lock is free or held within its budget
@@ -80,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --once: decide and print what would be sent; send and write nothing",
     )
-    _common(parser)
+    _common(parser, prefix=GLOBAL)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     inspect = commands.add_parser(
@@ -248,27 +250,56 @@ def _hold_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     _verbosity(hold)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+# The top level's --config/--json/--now land under these names, so that `lockwarden --json
+# inspect X` can be told from `lockwarden inspect X --json` and moved to the subcommand (or
+# refused when the subcommand has no such option) instead of being silently dropped.
+GLOBAL = "global_"
+GLOBAL_OPTIONS = ("config", "json", "now")
+
+
+def _common(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument(
         "--config",
+        dest=f"{prefix}config",
         metavar="PATH",
         default=None,
         help=f"config file (default: {config_module.DEFAULT_PATH}; when it does "
         "not exist, the well-known system locks on this host are checked)",
     )
-    _output(parser)
+    _output(parser, prefix)
     _verbosity(parser)
 
 
-def _output(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print a JSON document, not text")
+def _output(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    parser.add_argument(
+        "--json", dest=f"{prefix}json", action="store_true", help="print a JSON document, not text"
+    )
     parser.add_argument(
         "--now",
+        dest=f"{prefix}now",
         type=_timestamp,
         default=None,
         metavar="RFC3339",
         help="pretend the current time is this (for tests and what-ifs)",
     )
+
+
+def merge_global_options(arguments: argparse.Namespace) -> None:
+    """Options written before the subcommand apply to it, or are a usage error when it has no
+    such option; `--once`/`--dry-run` never combine with a subcommand."""
+    command = arguments.command
+    for name in GLOBAL_OPTIONS:
+        value = getattr(arguments, GLOBAL + name)
+        if command is None:
+            setattr(arguments, name, value)
+        elif value not in (None, False):
+            if not hasattr(arguments, name):
+                raise UsageError(f"--{name} does not apply to '{command}'")
+            if getattr(arguments, name) in (None, False):
+                setattr(arguments, name, value)
+    if command is not None and (arguments.once or arguments.dry_run):
+        flag = "--once" if arguments.once else "--dry-run"
+        raise UsageError(f"{flag} does not combine with '{command}'; run 'lockwarden {flag}' alone")
 
 
 def _timestamp(text: str) -> datetime:
@@ -319,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = getattr(arguments, "verbose", False)
     logs.configure(verbose, sys.stderr, os.environ)
     try:
+        merge_global_options(arguments)
         return dispatch(parser, arguments)
     except config_module.ConfigError as error:
         for problem in error.problems:
@@ -329,6 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`lockwarden --once | head`): like a shell pipeline, say SIGPIPE,
+        # and keep Python from complaining again when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except Exception as error:  # a health check that crashes must still say UNKNOWN
         log.debug("internal error", exc_info=True)
         log.error(
@@ -404,6 +442,10 @@ def command_once(arguments: argparse.Namespace) -> int:
     sys.stdout.flush()
     if config.prometheus_textfile and not arguments.dry_run:
         write_metrics(config.prometheus_textfile, result, duration)
+    if not config.locks and not config.builtin:
+        # A check that watches nothing must not read as OK to a monitor.
+        log.warning("%s lists no [[lock]]: nothing was checked", config.source)
+        return EXIT_UNKNOWN
     return int(result.status)
 
 
@@ -482,6 +524,8 @@ def command_inspect(arguments: argparse.Namespace) -> int:
         critical_after = parse_duration(arguments.critical_after)
     except DurationError as error:
         raise UsageError(str(error)) from None
+    if warn_after > critical_after:
+        raise UsageError("--warn-after is longer than --critical-after; a warning must come first")
     path = os.path.abspath(arguments.path)
 
     def look() -> RunResult:
@@ -567,7 +611,7 @@ def _watch(look: Callable[[], RunResult], first: RunResult, wait_ms: int) -> Run
             waited = (time.monotonic() - started) * 1000
             note = f"released after {waited:.0f} ms of the {wait_ms} ms wait"
             return replace(result, notes=(*result.notes, note))
-    note = f"still held after waiting {wait_ms} ms; waiting longer will not help — stop the holder"
+    note = f"still held after waiting {wait_ms} ms"
     return replace(result, notes=(*result.notes, note))
 
 

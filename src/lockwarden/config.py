@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from lockwarden.durations import DurationError, parse_duration
+from lockwarden.durations import DurationError, format_config_duration, parse_duration
 from lockwarden.formats import format_names
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.formats.dpkg import NAME as DPKG
@@ -611,4 +611,4 @@ def hide_url(url: str) -> str:
 
 
 def _seconds(value: float) -> str:
-    return f"{value:g}s"
+    return format_config_duration(value)

@@ -58,3 +58,19 @@ def format_limit(seconds: float) -> str:
 def format_time(moment: datetime) -> str:
     """RFC 3339 in UTC, whatever zone the moment came in: `2026-12-02T09:58:00Z`."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_config_duration(seconds: float) -> str:
+    """Exact, in the units a config is written in: 900 -> "15m", 5400 -> "1h30m", 0.5 -> "500ms".
+    parse_duration(format_config_duration(x)) == x for every whole number of milliseconds."""
+    milliseconds = round(seconds * 1000)
+    if milliseconds == 0:
+        return "0"
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        count, milliseconds = divmod(milliseconds, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    if milliseconds:
+        parts.append(f"{milliseconds}ms")
+    return "".join(parts)

@@ -7,6 +7,7 @@ now owns the PID the record names. No judgement happens here; classify.py does t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +36,7 @@ class Evidence:
     workers: tuple[Holder, ...] = ()
     unreadable_cwds: int = 0
     candidate_processes: dict[int, Process | None] = field(default_factory=dict)
+    missing_directory: str | None = None
 
     @property
     def kernel_locked(self) -> bool:
@@ -96,6 +98,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     writer_pids = {holder.pid for holder in writers}
     workers, unreadable_cwds = _workers(claim, snapshot)
     return Evidence(
+        missing_directory=None if claim.present else _missing_directory(claim.path),
         boot_id=snapshot.boot_id,
         hostname=snapshot.hostname,
         booted_at=snapshot.booted_at,
@@ -192,3 +195,10 @@ def _openers(descriptors: list[Descriptor], snapshot: Snapshot) -> tuple[Holder,
         if process is not None and descriptor.pid not in openers:
             openers[descriptor.pid] = holder_from_process(process, "open descriptor")
     return tuple(openers.values())
+
+
+def _missing_directory(path: str) -> str | None:
+    """The directory a lock should be in, when it does not exist: then the lock's absence says
+    nothing (a mistyped path, an unmounted volume) and must not read as "free"."""
+    directory = os.path.dirname(path.rstrip("/")) or "/"
+    return None if os.path.isdir(directory) else directory

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden.durations import format_duration, format_time
-from lockwarden.model import Finding, Holder, State
+from lockwarden.model import Finding, Holder, State, command_text
 
 ALERT = "alert"
 REMINDER = "reminder"
@@ -95,7 +95,7 @@ def finding_rows(finding: Finding) -> list[Row]:
         rows.append(Row("Held for", format_duration(finding.held_for_s)))
     if finding.waiters:
         named = ", ".join(
-            f"PID {waiter.pid} ({' '.join(waiter.cmdline).replace(chr(10), ' ')[:60]})"
+            f"PID {waiter.pid} ({command_text(waiter.cmdline, 60)})"
             for waiter in finding.waiters[:MAX_WAITERS_NAMED]
         )
         rows.append(Row("Waiting", f"{len(finding.waiters)} blocked: {named}"))
@@ -121,7 +121,7 @@ def holder_rows(holder: Holder | None) -> list[Row]:
         facts.append(f"started {stamp(holder.started_at)}")
     rows = [Row("Holder", ", ".join(facts))]
     if holder.cmdline:
-        command = " ".join(holder.cmdline).replace("\r", "\\r").replace("\n", "\\n")
+        command = command_text(holder.cmdline, 1000)
         rows.append(Row("Command", command[:MAX_COMMAND], code=True))
     return rows
 

@@ -232,3 +232,11 @@ class Finding:
     note: str | None = None
     readers: tuple[Holder, ...] = ()
     never_remove: str | None = None
+
+
+def command_text(cmdline: Iterable[str], limit: int = 300) -> str:
+    """A command line for one line of a report or an alert: control characters escaped, so a
+    holder's argv cannot add or forge lines, and long ones cut."""
+    text = " ".join(cmdline)
+    shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"

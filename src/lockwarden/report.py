@@ -9,7 +9,7 @@ from typing import Any
 
 from lockwarden import __version__
 from lockwarden.durations import format_duration, format_time
-from lockwarden.model import Finding, Holder, Severity, State
+from lockwarden.model import Finding, Holder, Severity, State, command_text
 from lockwarden.run import RunResult
 
 JSON_VERSION = 1
@@ -108,14 +108,14 @@ def detail_lines(finding: Finding) -> list[str]:
     if finding.holder is not None:
         rows.extend(_holder_rows(finding.holder, finding.held_for_s))
     for sharer in finding.sharers:
-        rows.append(("also", f"PID {sharer.pid} {' '.join(sharer.cmdline) or sharer.name}"))
+        rows.append(("also", f"PID {sharer.pid} {command_text(sharer.cmdline) or sharer.name}"))
     if finding.waiters:
-        who = ", ".join(f"PID {w.pid} ({' '.join(w.cmdline)[:60]})" for w in finding.waiters[:5])
+        who = ", ".join(f"PID {w.pid} ({command_text(w.cmdline, 60)})" for w in finding.waiters[:5])
         rows.append(("waiting", f"{len(finding.waiters)}: {who}"))
     if finding.proof:
         rows.append(("proof", finding.proof))
     for reader in finding.readers:
-        rows.append(("reader", f"PID {reader.pid} {' '.join(reader.cmdline) or reader.name}"))
+        rows.append(("reader", f"PID {reader.pid} {command_text(reader.cmdline) or reader.name}"))
     if finding.action:
         rows.append(("action", finding.action))
     if finding.never_remove:
@@ -139,7 +139,7 @@ def _holder_rows(holder: Holder, held_for: float | None) -> list[tuple[str, str]
         facts.append(f"held {format_duration(held_for)}")
     rows = [("holder", ", ".join(facts))]
     if holder.cmdline:
-        rows.append(("command", " ".join(holder.cmdline)[:300]))
+        rows.append(("command", command_text(holder.cmdline)))
     return rows
 
 
