@@ -6,72 +6,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
-# The same helpers as tests/conftest.py, repeated here so this package imports the same way
-# under `pytest` and `python -m pytest` (tests/ is not a package).
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+# The root conftest's helpers (tests/ is on sys.path: it is the rootdir of this package).
+from conftest import SRC, Children, cli_env, require_tool, run_cli, wait_until
 
-
-class Children(Protocol):
-    """The root conftest's `children` fixture: processes killed by PID at teardown."""
-
-    pids: list[int]
-    procs: list[subprocess.Popen[str]]
-
-    def python(self, code: str, *args: str, ready: str = "ready") -> subprocess.Popen[str]: ...
-
-
-def require_tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        message = f"{name} is not installed (tests/debian-packages.txt installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("NO_COLOR", None)
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: str, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
-    """The real command, `python -m lockwarden ARGS`."""
-    return subprocess.run(
-        [sys.executable, "-m", "lockwarden", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_env(**env),
-        check=False,
-    )
-
-
-def wait_until(predicate: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
+__all__ = ["SRC", "Children", "cli_env", "require_tool", "run_cli", "wait_until"]
 
 
 class Receiver:
