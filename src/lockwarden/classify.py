@@ -15,9 +15,14 @@ from lockwarden.durations import format_duration
 from lockwarden.identify import Evidence, holder_from_process
 from lockwarden.model import Claim, Finding, Holder, Severity, State
 
-# A reused PID is only proven when its process started clearly after the lock was taken: the
-# record's wall-clock time and the process start (boot time + ticks) can disagree by an NTP step.
-PID_REUSE_MARGIN = timedelta(minutes=5)
+# Wall-clock times (a record's startedAt, a file's mtime, the boot time as "now - uptime") move
+# when the clock is stepped, and a clock can be stepped by hours (a machine without an RTC, a
+# VM restored from a snapshot). So a wall-clock comparison is proof only beyond this margin;
+# start ticks (monotonic, counted from boot) are proof at any size.
+CLOCK_STEP_MARGIN = timedelta(hours=2)
+# Below that margin, a process that started after its record was written is only suspect:
+# `unknown`, never `stale` and never `held`. The slack covers second-precision timestamps.
+REUSE_SUSPICION_MARGIN = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -95,17 +100,19 @@ def _free_reason(claim: Claim, evidence: Evidence) -> str:
 
 
 def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
+    if claim.distrust:
+        return Verdict(State.UNKNOWN, claim.distrust)
     if claim.boot_id and claim.boot_id != evidence.boot_id:
         proof = f"it was taken in another boot (boot id {claim.boot_id}, now {evidence.boot_id})"
         return Verdict(State.STALE, "stale: its holder is gone", proof=proof)
     if claim.pid is None:
         return _unnamed_verdict(claim, evidence)
-    foreign = _foreign_reason(claim, evidence, policy)
+    foreign = _foreign_reason(claim, evidence, policy) or _namespace_twin_reason(claim, evidence)
     if foreign:
         return Verdict(State.UNKNOWN, foreign)
     process = evidence.record_process
     if process is None or not process.alive:
-        gone = "a reaped zombie" if process is not None else "not running on this host"
+        gone = "an exited zombie" if process is not None else "not running on this host"
         proof = f"PID {claim.pid} is {gone} and no process holds a kernel lock on {claim.path}"
         return Verdict(State.STALE, f"stale: its holder PID {claim.pid} is gone", proof=proof)
     reused = _reuse_proof(claim, process.start_ticks, process.started_at)
@@ -113,6 +120,9 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verd
         return Verdict(
             State.STALE, f"stale: PID {claim.pid} now belongs to another process", proof=reused
         )
+    suspect = _reuse_suspicion(claim, process.started_at)
+    if suspect:
+        return Verdict(State.UNKNOWN, suspect)
     if claim.owner_uid not in (None, 0, process.uid):
         return Verdict(
             State.UNKNOWN,
@@ -131,7 +141,7 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
             opener,
             sharers=evidence.openers[1:],
         )
-    if claim.created_at is not None and claim.created_at < evidence.booted_at:
+    if claim.created_at is not None and claim.created_at < evidence.booted_at - CLOCK_STEP_MARGIN:
         proof = (
             f"it was made at {claim.created_at:%Y-%m-%dT%H:%M:%SZ}, before this boot "
             f"({evidence.booted_at:%Y-%m-%dT%H:%M:%SZ}), and no process has it open"
@@ -160,6 +170,18 @@ def _foreign_reason(claim: Claim, evidence: Evidence, policy: Policy) -> str | N
     return None
 
 
+def _namespace_twin_reason(claim: Claim, evidence: Evidence) -> str | None:
+    """A record written inside a container names a PID of the container's namespace; when a
+    process in a nested namespace has that number there, the record may mean it, not ours."""
+    if claim.pid_namespace is not None or not evidence.namespace_twins:
+        return None
+    twins = ", ".join(str(pid) for pid in evidence.namespace_twins[:3])
+    return (
+        f"PID {claim.pid} is ambiguous: a process in a nested PID namespace (a container) has "
+        f"that number there (PID {twins} here), and the record does not say which it means"
+    )
+
+
 def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
     short = hostname.split(".")[0]
     candidates = {hostname, short, "localhost", *aliases}
@@ -167,17 +189,34 @@ def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
 
 
 def _reuse_proof(claim: Claim, start_ticks: int, started_at: datetime) -> str | None:
-    if claim.start_ticks is not None and claim.start_ticks != start_ticks:
+    if claim.start_ticks is not None:  # monotonic: the only evidence needed, either way
+        if claim.start_ticks == start_ticks:
+            return None
         return (
             f"PID {claim.pid} now started at tick {start_ticks} after boot, but the record says "
             f"tick {claim.start_ticks}: the process that took the lock is gone"
         )
-    if claim.started_at is not None and started_at > claim.started_at + PID_REUSE_MARGIN:
+    if claim.started_at is not None and started_at > claim.started_at + CLOCK_STEP_MARGIN:
         return (
             f"PID {claim.pid} started at {started_at:%Y-%m-%dT%H:%M:%SZ}, after the lock was "
             f"taken at {claim.started_at:%Y-%m-%dT%H:%M:%SZ}: it is another process"
         )
     return None
+
+
+def _reuse_suspicion(claim: Claim, started_at: datetime) -> str | None:
+    """The named process started after its record was written: probably a reused PID, but by
+    wall-clock times only, which a clock step can fake. Matching start ticks settle it."""
+    if claim.start_ticks is not None:
+        return None
+    written = claim.started_at or claim.created_at
+    if written is None or started_at <= written + REUSE_SUSPICION_MARGIN:
+        return None
+    return (
+        f"PID {claim.pid} started at {started_at:%Y-%m-%dT%H:%M:%SZ}, after its record was "
+        f"written ({written:%Y-%m-%dT%H:%M:%SZ}): probably another process that reused the PID, "
+        "but wall-clock times are no proof; check it before removing the lock"
+    )
 
 
 def _with_record(holder: Holder, claim: Claim) -> Holder:
@@ -188,12 +227,18 @@ def _with_record(holder: Holder, claim: Claim) -> Holder:
 
 def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: datetime) -> float | None:
     """How long it has been held: the smallest of the record's age, the lock file's age and the
-    holder's running time, so a clock step or a long-lived holder never inflates it."""
+    holder's running time, so a clock step or a long-lived holder never inflates it.
+
+    The holder's start is boot time + its start ticks, both taken from the same snapshot, so
+    its running time is monotonic: a wall-clock step moves the boot time and `now` together.
+    A live holder started in this boot, so a held lock is never older than the boot."""
     if verdict.state not in (State.HELD, State.STALE):
         return None
     candidates = [claim.started_at, claim.created_at if claim.existence_is_lock else None]
     if verdict.holder is not None and verdict.holder.started_at is not None:
         candidates.append(verdict.holder.started_at)
+    if verdict.state is State.HELD:
+        candidates.append(evidence.booted_at)
     ages = [(now - moment).total_seconds() for moment in candidates if moment is not None]
     usable = [age for age in ages if age >= 0]
     return min(usable) if usable else None

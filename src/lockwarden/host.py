@@ -130,6 +130,7 @@ class Snapshot:
     _processes: dict[int, Process | None] = field(default_factory=dict, repr=False)
     _scan: DescriptorScan | None = field(default=None, repr=False)
     _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
+    _nested_pids: dict[int, tuple[int, ...]] | None = field(default=None, repr=False)
 
     @classmethod
     def capture(cls, proc: str = "/proc") -> Snapshot:
@@ -220,6 +221,12 @@ class Snapshot:
             started_at=self.ticks_to_time(start_ticks),
         )
 
+    def namespace_twins(self, pid: int) -> tuple[int, ...]:
+        """Processes (by their PID here) whose PID in a nested namespace is `pid`."""
+        if self._nested_pids is None:
+            self._nested_pids = _scan_nested_pids(self.proc)
+        return self._nested_pids.get(pid, ())
+
     def descriptors(self, key: InodeKey) -> list[Descriptor]:
         """Every open descriptor on this inode, from one scan shared by the whole run."""
         if self._scan is None or key not in self._scanned_keys:
@@ -245,6 +252,24 @@ def _status_uid(status_text: str) -> int:
         if line.startswith("Uid:"):
             return int(line.split()[1])
     return -1
+
+
+def _scan_nested_pids(proc: str) -> dict[int, tuple[int, ...]]:
+    """Inner PID -> outer PIDs, from the `NSpid:` lines of every process (one PID per level,
+    ours first); processes of this namespace only have one."""
+    nested: dict[int, list[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            status = _read_text(f"{proc}/{entry}/status")
+        except OSError:
+            continue
+        line = next((line for line in status.splitlines() if line.startswith("NSpid:")), "")
+        levels = [int(part) for part in line.split()[1:] if part.isdigit()]
+        for inner in levels[1:]:
+            nested.setdefault(inner, []).append(levels[0])
+    return {inner: tuple(outer) for inner, outer in nested.items()}
 
 
 def _own_namespace_is_nested(proc: str) -> bool:

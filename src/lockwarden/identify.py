@@ -29,6 +29,7 @@ class Evidence:
     openers: tuple[Holder, ...]
     record_process: Process | None
     unreadable_pids: int
+    namespace_twins: tuple[int, ...] = ()
 
     @property
     def kernel_locked(self) -> bool:
@@ -84,7 +85,17 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         openers=_openers(descriptors, snapshot) if needs_openers and not granted else (),
         record_process=snapshot.process(claim.pid) if claim.pid is not None else None,
         unreadable_pids=snapshot.unreadable_pids if (granted or needs_openers) else 0,
+        namespace_twins=_namespace_twins(claim, snapshot, granted),
     )
+
+
+def _namespace_twins(
+    claim: Claim, snapshot: Snapshot, granted: tuple[KernelLock, ...]
+) -> tuple[int, ...]:
+    """Only a record-named existence lock is judged by its PID; only then is the scan paid."""
+    if claim.pid is None or granted or not (claim.present and claim.existence_is_lock):
+        return ()
+    return snapshot.namespace_twins(claim.pid)
 
 
 def _kernel_holders(

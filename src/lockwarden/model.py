@@ -41,6 +41,8 @@ class Claim:
     ``existence_is_lock`` is true for layouts where the artefact alone blocks writers (mkdir
     locks, O_EXCL files, symlink locks, pidfiles); false where only a kernel lock counts.
     ``problem`` is set when the record exists but cannot be trusted; the claim's pid is then None.
+    ``distrust`` is set when the record parsed but someone other than its writer could have put
+    it there (formats/trust.py); its PID must then decide nothing.
     """
 
     format: str
@@ -65,6 +67,7 @@ class Claim:
     remove_path: str | None = None
     stale_hint: str | None = None
     executable_hint: tuple[str, ...] = ()
+    distrust: str | None = None
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def read_record(path: str, limit: int = RECORD_LIMIT) -> tuple[bytes, os.stat_re
 
     Raises FileNotFoundError when it is absent, UnsafeRecord for anything else unreadable.
     """
-    before = os.lstat(path)
+    before = _lstat(path)
     if not stat.S_ISREG(before.st_mode):
         raise UnsafeRecord(f"{path} is {describe_mode(before.st_mode)}, not a lock record")
     if before.st_size > limit:
@@ -61,6 +61,21 @@ def read_record(path: str, limit: int = RECORD_LIMIT) -> tuple[bytes, os.stat_re
     if len(data) > limit:
         raise UnsafeRecord(f"{path} grew past the {limit}-byte record limit while being read")
     return data, after
+
+
+def _lstat(path: str) -> os.stat_result:
+    """lstat, with every failure but absence turned into a reason (a path through a file,
+    a symlink loop, a name too long, a NUL byte, a directory we may not search)."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except NotADirectoryError as error:
+        raise FileNotFoundError(error.errno, error.strerror, path) from error
+    except OSError as error:
+        raise UnsafeRecord(f"{path}: {error.strerror}") from error
+    except ValueError as error:
+        raise UnsafeRecord(f"{path!r} is not a usable path ({error})") from error
 
 
 def read_link(path: str, limit: int = 4096) -> str:
