@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import stat
 
+MAX_LINKS = 40
+
 
 def distrust_reason(record_path: str, status: os.stat_result) -> str | None:
     """Why the record at `record_path` (already safely read, `status` its fstat) cannot be
@@ -47,29 +49,48 @@ def _directory_problem(directory: str) -> str | None:
 
 
 def _symlink_problem(directory: str) -> str | None:
-    """A link owned by a non-root user in a world-writable directory can be re-pointed."""
-    prefix = "/"
-    for part in directory.strip("/").split("/"):
-        if not part:
+    """Resolve the path one component at a time, following every link the kernel would; a
+    link owned by a non-root user in a world-writable directory can be re-pointed."""
+    pending = _parts(directory)
+    current = "/"
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            current = os.path.dirname(current)
             continue
-        prefix = os.path.join(prefix, part)
+        candidate = os.path.join(current, part)
         try:
-            status = os.lstat(prefix)
+            status = os.lstat(candidate)
         except OSError:
-            return None  # vanished; reading the record will say so
-        if not stat.S_ISLNK(status.st_mode) or status.st_uid == 0:
+            return None  # vanished or unreadable; reading the record will say so
+        if not stat.S_ISLNK(status.st_mode):
+            current = candidate
             continue
-        try:
-            container = os.stat(os.path.dirname(prefix))
-        except OSError:
-            continue
-        if _world_writable(container):
+        hops += 1
+        if hops > MAX_LINKS:
+            return f"the path to the record passes through more than {MAX_LINKS} symbolic links"
+        if status.st_uid != 0 and _world_writable_directory(current):
             return (
-                f"the path to the record passes through the symbolic link {prefix}, which uid "
-                f"{status.st_uid} owns in a directory every user can write, so it could point "
-                "anywhere; lockwarden does not act on it"
+                f"the path to the record passes through the symbolic link {candidate}, which "
+                f"uid {status.st_uid} owns in a directory every user can write, so it could "
+                "point anywhere; lockwarden does not act on it"
             )
+        target = os.readlink(candidate)
+        current = "/" if target.startswith("/") else current
+        pending = _parts(target) + pending
     return None
+
+
+def _parts(path: str) -> list[str]:
+    return [part for part in path.split("/") if part and part != "."]
+
+
+def _world_writable_directory(path: str) -> bool:
+    try:
+        return _world_writable(os.stat(path))
+    except OSError:
+        return False
 
 
 def _world_writable(status: os.stat_result) -> bool:
