@@ -16,12 +16,10 @@ from lockwarden.identify import Evidence, holder_from_process
 from lockwarden.model import Claim, Finding, Holder, Severity, State
 
 # Wall-clock times (a record's startedAt, a file's mtime, the boot time as "now - uptime") move
-# when the clock is stepped, and a clock can be stepped by hours (a machine without an RTC, a
-# VM restored from a snapshot). So a wall-clock comparison is proof only beyond this margin;
-# start ticks (monotonic, counted from boot) are proof at any size.
-CLOCK_STEP_MARGIN = timedelta(hours=2)
-# Below that margin, a process that started after its record was written is only suspect:
-# `unknown`, never `stale` and never `held`. The slack covers second-precision timestamps.
+# when the clock is stepped, by any amount: a machine without an RTC boots in 1970 and writes
+# its records then, before NTP steps it to today. So a wall-clock comparison is never proof of
+# staleness; it only makes a verdict `unknown`. Start ticks (monotonic, counted from boot) and
+# boot ids are proof. The slack covers second-precision timestamps.
 REUSE_SUSPICION_MARGIN = timedelta(seconds=5)
 
 
@@ -115,7 +113,7 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verd
         gone = "an exited zombie" if process is not None else "not running on this host"
         proof = f"PID {claim.pid} is {gone} and no process holds a kernel lock on {claim.path}"
         return Verdict(State.STALE, f"stale: its holder PID {claim.pid} is gone", proof=proof)
-    reused = _reuse_proof(claim, process.start_ticks, process.started_at)
+    reused = _reuse_proof(claim, process.start_ticks)
     if reused:
         return Verdict(
             State.STALE, f"stale: PID {claim.pid} now belongs to another process", proof=reused
@@ -141,12 +139,14 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
             opener,
             sharers=evidence.openers[1:],
         )
-    if claim.created_at is not None and claim.created_at < evidence.booted_at - CLOCK_STEP_MARGIN:
-        proof = (
-            f"it was made at {claim.created_at:%Y-%m-%dT%H:%M:%SZ}, before this boot "
-            f"({evidence.booted_at:%Y-%m-%dT%H:%M:%SZ}), and no process has it open"
+    if claim.created_at is not None and claim.created_at < evidence.booted_at:
+        return Verdict(
+            State.UNKNOWN,
+            f"probably left over from before the last boot: it was made at "
+            f"{claim.created_at:%Y-%m-%dT%H:%M:%SZ}, before this boot "
+            f"({evidence.booted_at:%Y-%m-%dT%H:%M:%SZ}), and no process has it open; but a "
+            "stepped wall clock can make a lock look older than it is, so check it by hand",
         )
-        return Verdict(State.STALE, "stale: left over from before the last boot", proof=proof)
     hint = f"; {claim.stale_hint}" if claim.stale_hint else ""
     return Verdict(
         State.UNKNOWN,
@@ -188,20 +188,14 @@ def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
     return recorded in candidates or recorded.split(".")[0] == short
 
 
-def _reuse_proof(claim: Claim, start_ticks: int, started_at: datetime) -> str | None:
-    if claim.start_ticks is not None:  # monotonic: the only evidence needed, either way
-        if claim.start_ticks == start_ticks:
-            return None
-        return (
-            f"PID {claim.pid} now started at tick {start_ticks} after boot, but the record says "
-            f"tick {claim.start_ticks}: the process that took the lock is gone"
-        )
-    if claim.started_at is not None and started_at > claim.started_at + CLOCK_STEP_MARGIN:
-        return (
-            f"PID {claim.pid} started at {started_at:%Y-%m-%dT%H:%M:%SZ}, after the lock was "
-            f"taken at {claim.started_at:%Y-%m-%dT%H:%M:%SZ}: it is another process"
-        )
-    return None
+def _reuse_proof(claim: Claim, start_ticks: int) -> str | None:
+    """Start ticks are monotonic: a mismatch proves the PID now names another process."""
+    if claim.start_ticks is None or claim.start_ticks == start_ticks:
+        return None
+    return (
+        f"PID {claim.pid} now started at tick {start_ticks} after boot, but the record says "
+        f"tick {claim.start_ticks}: the process that took the lock is gone"
+    )
 
 
 def _reuse_suspicion(claim: Claim, started_at: datetime) -> str | None:

@@ -57,16 +57,29 @@ def keys_to_scan(claims: Iterable[Claim], snapshot: Snapshot) -> set[InodeKey]:
     wanted: set[InodeKey] = set()
     for claim in claims:
         for key in claim.keys:
-            if snapshot.kernel_locks(key) or (claim.existence_is_lock and claim.pid is None):
+            if snapshot.kernel_locks(key) or _judged_by_openers(claim):
                 wanted.add(key)
     return wanted
+
+
+def _judged_by_openers(claim: Claim) -> bool:
+    """An existence lock naming no PID is judged by who has it open. One whose record is
+    unreadable or untrusted is `unknown` whoever has it open: it need not pay the host-wide
+    descriptor scan (a hostile directory full of bad records must not slow the run down)."""
+    return (
+        claim.present
+        and claim.existence_is_lock
+        and claim.pid is None
+        and not claim.problem
+        and not claim.distrust
+    )
 
 
 def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     kernel = [lock for key in claim.keys for lock in snapshot.kernel_locks(key)]
     granted = tuple(lock for lock in kernel if not lock.waiting)
     waiting = [lock for lock in kernel if lock.waiting]
-    needs_openers = claim.present and claim.existence_is_lock and claim.pid is None
+    needs_openers = _judged_by_openers(claim)
     descriptors = (
         [found for key in claim.keys for found in snapshot.descriptors(key)]
         if granted or needs_openers
