@@ -231,11 +231,14 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
     candidates = [claim.started_at, claim.created_at if claim.existence_is_lock else None]
     if verdict.holder is not None and verdict.holder.started_at is not None:
         candidates.append(verdict.holder.started_at)
-    if verdict.state is State.HELD:
-        candidates.append(evidence.booted_at)
     ages = [(now - moment).total_seconds() for moment in candidates if moment is not None]
-    usable = [age for age in ages if age >= 0]
-    return min(usable) if usable else None
+    usable = [age for age in ages if age >= 0]  # a negative age is a clock stepped back past it
+    if not usable:
+        return None
+    held = min(usable)
+    since_boot = (now - evidence.booted_at).total_seconds()
+    # Only ever a cap: were it a candidate, it would stand in for an age the clock threw out.
+    return min(held, since_boot) if verdict.state is State.HELD and since_boot >= 0 else held
 
 
 def grade(state: State, held_for: float | None, policy: Policy) -> tuple[State, Severity]:

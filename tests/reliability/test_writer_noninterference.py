@@ -215,7 +215,7 @@ def test_the_writer_does_notice_a_party_that_takes_the_lock(
         [sys.executable, "-c", WRITER, "flock", str(lock), "2000", str(progress), "0"],
         ready="ready",
     )
-    out, err = writer.communicate(timeout=60)
+    out, _ = writer.communicate(timeout=60)
     (tmp_path / "flock.lock.stop").touch()
     report = json.loads(out.strip().splitlines()[-1])
     assert report["failures"] > 0, report
