@@ -39,7 +39,7 @@ from lockwarden.formats import read_claim
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather
 from lockwarden.model import Finding, InodeKey, State
-from reliability.support import Figures, paused_deadline, within_deadline
+from reliability.support import Figures, paused_deadline, require_root, within_deadline
 
 POLICY = Policy(warn_after=900.0, critical_after=3600.0)
 NOBODY = 65534
@@ -83,6 +83,7 @@ class Processes:
 
 @pytest.fixture(scope="module")
 def processes() -> Iterator[Processes]:
+    require_root("records owned by another user (uid 65534) are part of the cases")
     sleeper = subprocess.Popen(["sleep", "300"])
     finished = subprocess.Popen(["true"])
     finished.wait()
