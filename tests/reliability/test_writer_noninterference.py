@@ -29,10 +29,11 @@ from conftest import (
     Children,
     cli_env,
     require_tool,
-    run_json,
     write_config,
 )
 from reliability.support import Figures
+
+pytestmark = pytest.mark.slow
 
 ATTEMPTS = 10_000
 MIN_INSPECTIONS = 20  # full `--once` runs that must overlap each writer's loop
@@ -290,12 +291,3 @@ def test_strace_shows_no_lock_call_and_no_write_open(
     assert all("O_RDONLY" in line for line in reads_of_record), reads_of_record
     assert not lock_calls, "\n".join(lock_calls)
     assert not writes, "\n".join(writes)
-
-
-def test_run_json_helper_is_the_real_cli(tmp_path: Path) -> None:
-    """The writer test's inspector calls cli.main in-process; prove it is the command's code."""
-    code, document = run_json("inspect", str(tmp_path / "absent.lock"))
-    assert (code, document["locks"][0]["state"]) == (0, "free")
-
-
-pytestmark = pytest.mark.slow
