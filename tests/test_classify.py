@@ -127,15 +127,15 @@ FLOCK = KernelLock(1, "FLOCK", "WRITE", 500, KEY, 0, None, False)
         (
             record(),
             evidence(record_process=process(started=timedelta(minutes=1))),
-            State.STALE,
-            Severity.CRITICAL,
+            State.UNKNOWN,
+            Severity.UNKNOWN,
         ),
         (record(pid=None), evidence(), State.UNKNOWN, Severity.UNKNOWN),
-        (
+        (  # a stepped wall clock can make a lock look older than the boot: no proof
             record(pid=None, created_at=BOOT - timedelta(hours=1)),
             evidence(),
-            State.STALE,
-            Severity.CRITICAL,
+            State.UNKNOWN,
+            Severity.UNKNOWN,
         ),
         (
             record(pid=None),
@@ -174,10 +174,11 @@ def test_user_service_action_targets_the_users_manager() -> None:
 
 
 def test_held_duration_is_the_smallest_of_record_age_and_process_age() -> None:
-    """A wall clock stepped forward makes the record look older; the holder's start ticks
-    (monotonic since boot) bound it."""
+    """A wall clock stepped forward makes the record look older than its holder; the start
+    ticks recorded with it prove the holder is the same process, and its running time (monotonic
+    since boot) bounds the duration."""
     young = process(started=timedelta(minutes=10))
-    claim = record(age=timedelta(minutes=12))
+    claim = record(age=timedelta(minutes=12), start_ticks=young.start_ticks)
     finding = classify("s", claim, evidence(record_process=young), POLICY, NOW)
     assert finding.held_for_s == pytest.approx(600)
 

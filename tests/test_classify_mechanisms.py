@@ -190,11 +190,19 @@ def test_candidate_pids_held_only_by_the_one_that_runs():
     assert state is State.HELD and "kill 1000" in text
 
 
-def test_candidate_pids_all_gone_or_reused_is_stale():
+def test_candidate_pids_all_gone_is_stale():
+    claim = existence(pid_candidates=(100, 1000), started_at=NOW - timedelta(hours=1))
+    state, text = judge(claim, evidence(candidate_processes={100: None, 1000: None}))
+    assert state is State.STALE and "100" in text and "1000" in text
+
+
+def test_candidate_pid_younger_than_the_record_is_unknown_not_stale():
+    """One reading is gone, the other runs but started after the lock was made: by wall-clock
+    times only, so no proof either way."""
     claim = existence(pid_candidates=(100, 1000), started_at=NOW - timedelta(hours=1))
     running = {100: None, 1000: process(1000, NOW - timedelta(minutes=1))}  # started after
     state, text = judge(claim, evidence(candidate_processes=running))
-    assert state is State.STALE and "100" in text and "1000" in text
+    assert state is State.UNKNOWN and "probably another process" in text
 
 
 def test_candidate_pids_two_running_is_unknown():
@@ -208,8 +216,10 @@ def test_candidate_pids_two_running_is_unknown():
     ("process_started", "state"),
     [
         (NOW - timedelta(hours=1, seconds=1), State.HELD),
-        (NOW - timedelta(hours=3), State.STALE),  # started long before the holder did
-        (NOW - timedelta(minutes=1), State.STALE),  # started long after
+        # Started long before or long after the recorded start: by wall-clock times only, so a
+        # suspected reuse (unknown, never held), not a proven one.
+        (NOW - timedelta(hours=3), State.UNKNOWN),
+        (NOW - timedelta(minutes=1), State.UNKNOWN),
     ],
 )
 def test_recorded_process_start_is_checked_both_ways(process_started, state):

@@ -17,7 +17,9 @@ BOOTED = NOW - timedelta(days=1)
 POLICY = Policy(warn_after=900, critical_after=3600)
 
 
-def process(pid: int, name: str = "chromium", started: datetime = NOW) -> Process:
+def process(
+    pid: int, name: str = "chromium", started: datetime = NOW - timedelta(minutes=2)
+) -> Process:
     return Process(
         pid=pid,
         start_ticks=100,

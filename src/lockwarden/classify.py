@@ -15,8 +15,14 @@ from lockwarden.durations import format_duration, format_limit, format_time
 from lockwarden.identify import Evidence, holder_from_process
 from lockwarden.model import Claim, Finding, Holder, Process, Severity, StaleProof, State
 
-# A reused PID is only proven when its process started clearly after the lock was taken: the
-# record's wall-clock time and the process start (boot time + ticks) can disagree by an NTP step.
+# Wall-clock times (a record's startedAt, a file's mtime, the boot time as "now - uptime") move
+# when the clock is stepped, by any amount: a machine without an RTC boots in 1970 and writes its
+# records then, before NTP steps it to today; a VM restored from a snapshot jumps forward. So a
+# wall-clock comparison is never proof of staleness; a process younger than its record only makes
+# the verdict `unknown` (never `held`). Start ticks (monotonic, counted from boot), boot ids and
+# the program a PID runs are proof. The slack covers second-precision timestamps.
+REUSE_SUSPICION_MARGIN = timedelta(seconds=5)
+# A record of the holder's own start (postgres) that is far younger than the process at its PID.
 PID_REUSE_MARGIN = timedelta(minutes=5)
 # A recorded boot time is another boot only when it is off by more than a clock step could make
 # it: both sides compute it as "now - uptime" from a wall clock that NTP may have moved.
@@ -134,6 +140,8 @@ def _free_reason(claim: Claim, evidence: Evidence) -> str:
 
 
 def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
+    if claim.distrust:
+        return Verdict(State.UNKNOWN, claim.distrust)
     # Another host's boot and PIDs prove nothing here, so the host is checked first.
     foreign_host = _foreign_host_reason(claim, evidence, policy.host_aliases)
     if foreign_host:
@@ -155,7 +163,7 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: da
 def _recorded_pid_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
     if claim.pid is None:
         return _unnamed_verdict(claim, evidence)
-    foreign = _foreign_namespace_reason(claim, evidence)
+    foreign = _foreign_namespace_reason(claim, evidence) or _namespace_twin_reason(claim, evidence)
     if foreign:
         return Verdict(State.UNKNOWN, foreign)
     if len(evidence.other_processes) != len(claim.other_pids):
@@ -171,7 +179,7 @@ def _recorded_pid_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> V
 def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | None) -> Verdict:
     """One recorded holder on this host and PID namespace: alive, gone, or another process."""
     if process is None or not process.alive:
-        gone = "a reaped zombie" if process is not None else "not running on this host"
+        gone = "an exited zombie" if process is not None else "not running on this host"
         proof = f"PID {pid} is {gone} and no process holds a kernel lock on {claim.path}"
         reason = f"stale: its holder PID {pid} is gone"
         return _unless_workers_remain(claim, evidence, Verdict(State.STALE, reason, proof=proof))
@@ -179,6 +187,9 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
     if reused:
         reason = f"stale: PID {pid} now belongs to another process"
         return _unless_workers_remain(claim, evidence, Verdict(State.STALE, reason, proof=reused))
+    suspect = _reuse_suspicion(claim, process.started_at)
+    if suspect:
+        return Verdict(State.UNKNOWN, suspect)
     if claim.owner_uid not in (None, 0, process.uid):
         return Verdict(
             State.UNKNOWN,
@@ -361,11 +372,13 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
         proof = f"no process has {claim.path} open, and {claim.release_fact}"
         return Verdict(State.STALE, "stale: no process has the lock open", proof=proof)
     if claim.created_at is not None and claim.created_at < evidence.booted_at:
-        proof = (
-            f"it was made at {format_time(claim.created_at)}, before this boot "
-            f"({format_time(evidence.booted_at)}), and no process has it open"
+        return Verdict(
+            State.UNKNOWN,
+            f"probably left over from before the last boot: it was made at "
+            f"{format_time(claim.created_at)}, before this boot "
+            f"({format_time(evidence.booted_at)}), and no process has it open; but a "
+            "stepped wall clock can make a lock look older than it is, so check it by hand",
         )
-        return Verdict(State.STALE, "stale: left over from before the last boot", proof=proof)
     hint = f"; {claim.stale_hint}" if claim.stale_hint else ""
     if claim.stale_proof is StaleProof.NO_OPENER and blind:
         hint = f"; {blind}{hint}"
@@ -407,6 +420,18 @@ def _foreign_host_reason(claim: Claim, evidence: Evidence, aliases: tuple[str, .
     return None
 
 
+def _namespace_twin_reason(claim: Claim, evidence: Evidence) -> str | None:
+    """A record written inside a container names a PID of the container's namespace; when a
+    process in a nested namespace has that number there, the record may mean it, not ours."""
+    if claim.pid_namespace is not None or not evidence.namespace_twins:
+        return None
+    twins = ", ".join(str(pid) for pid in evidence.namespace_twins[:3])
+    return (
+        f"PID {claim.pid} is ambiguous: a process in a nested PID namespace (a container) has "
+        f"that number there (PID {twins} here), and the record does not say which it means"
+    )
+
+
 def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
     short = hostname.split(".")[0]
     candidates = {hostname, short, "localhost", *aliases}
@@ -414,6 +439,8 @@ def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
 
 
 def _reuse_proof(claim: Claim, process: Process) -> str | None:
+    """Proof that the PID now names another process: it runs another program than the one that
+    takes this lock, or its start ticks (monotonic, counted from boot) differ from the record's."""
     if claim.executable_hint and not _runs_one_of(process, claim.executable_hint):
         expected = " or ".join(claim.executable_hint)
         return (
@@ -425,19 +452,31 @@ def _reuse_proof(claim: Claim, process: Process) -> str | None:
             f"PID {claim.pid} now started at tick {process.start_ticks} after boot, but the "
             f"record says tick {claim.start_ticks}: the process that took the lock is gone"
         )
-    if claim.started_at is None:
+    return None
+
+
+def _reuse_suspicion(claim: Claim, started_at: datetime) -> str | None:
+    """The named process started after its record was written (or, for a record of the
+    holder's own start, long before it): probably a reused PID, but by wall-clock times only,
+    which a clock step can fake. Matching start ticks settle it."""
+    if claim.start_ticks is not None:
+        return None
+    written = claim.started_at or claim.created_at
+    if written is None:
         return None
     # Subtract rather than add: a record dated near year 9999 must not overflow.
-    started_after = process.started_at - claim.started_at
-    if started_after > PID_REUSE_MARGIN:
+    started_after = started_at - written
+    if started_after > REUSE_SUSPICION_MARGIN:
         return (
-            f"PID {process.pid} started at {format_time(process.started_at)}, after the lock was "
-            f"taken at {format_time(claim.started_at)}: it is another process"
+            f"PID {claim.pid} started at {format_time(started_at)}, after its record was "
+            f"written ({format_time(written)}): probably another process that reused the PID, "
+            "but wall-clock times are no proof; check it before removing the lock"
         )
     if claim.started_at_is_process_start and -started_after > PID_REUSE_MARGIN:
         return (
-            f"PID {process.pid} started at {format_time(process.started_at)}, but the holder it "
-            f"records started at {format_time(claim.started_at)}: it is another process"
+            f"PID {claim.pid} started at {format_time(started_at)}, but the holder its record "
+            f"names started at {format_time(written)}: probably another process that reused the "
+            "PID, but wall-clock times are no proof; check it before removing the lock"
         )
     return None
 
@@ -463,8 +502,12 @@ def _with_record(holder: Holder, claim: Claim) -> Holder:
 
 def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: datetime) -> float | None:
     """How long it has been held: the smallest of the record's age, the lock file's age and the
-    holder's running time, so a clock step or a long-lived holder never inflates it. The record
-    counts only when it describes this holder (or the stale lock itself)."""
+    holder's running time, so a clock step or a long-lived holder never inflates it.
+
+    The holder's start is boot time + its start ticks, both taken from the same snapshot, so
+    its running time is monotonic: a wall-clock step moves the boot time and `now` together.
+    A live holder started in this boot, so a held lock is never older than the boot. The
+    record counts only when it describes this holder (or the stale lock itself)."""
     if verdict.state not in (State.HELD, State.STALE):
         return None
     holder = verdict.holder
@@ -478,8 +521,13 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
     if holder is not None:
         candidates.append(holder.started_at)
     ages = [(now - moment).total_seconds() for moment in candidates if moment is not None]
-    usable = [age for age in ages if age >= 0]
-    return min(usable) if usable else None
+    usable = [age for age in ages if age >= 0]  # a negative age is a clock stepped back past it
+    if not usable:
+        return None
+    held = min(usable)
+    since_boot = (now - evidence.booted_at).total_seconds()
+    # Only ever a cap: were it a candidate, it would stand in for an age the clock threw out.
+    return min(held, since_boot) if verdict.state is State.HELD and since_boot >= 0 else held
 
 
 def _record_or_file_dates(claim: Claim, verdict: Verdict) -> bool:

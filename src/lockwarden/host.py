@@ -98,6 +98,16 @@ def _read_text(path: str) -> str:
         return handle.read()
 
 
+def _read_small(path: str, limit: int = 65536) -> str:
+    """A short /proc file without the text layer: the descriptor scan reads one per open file
+    on the host, and a plain open() costs twice as much."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(descriptor, limit).decode("utf-8", errors="replace")
+    finally:
+        os.close(descriptor)
+
+
 def _namespace_id(link: str) -> int | None:
     try:
         target = os.readlink(link)
@@ -133,6 +143,7 @@ class Snapshot:
     _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
     _node_id: int | None = field(default=None, repr=False)
     _cwds: WorkingDirectories | None = field(default=None, repr=False)
+    _nested_pids: dict[int, tuple[int, ...]] | None = field(default=None, repr=False)
 
     @classmethod
     def capture(cls, proc: str = "/proc", read_locks: bool = True) -> Snapshot:
@@ -232,6 +243,12 @@ class Snapshot:
             started_at=self.ticks_to_time(start_ticks),
         )
 
+    def namespace_twins(self, pid: int) -> tuple[int, ...]:
+        """Processes (by their PID here) whose PID in a nested namespace is `pid`."""
+        if self._nested_pids is None:
+            self._nested_pids = _scan_nested_pids(self.proc)
+        return self._nested_pids.get(pid, ())
+
     def descriptors(self, key: InodeKey) -> list[Descriptor]:
         """Every open descriptor on this inode, from one scan shared by the whole run."""
         if self._scan is None or key not in self._scanned_keys:
@@ -298,6 +315,24 @@ def _status_uid(status_text: str) -> int:
     return -1
 
 
+def _scan_nested_pids(proc: str) -> dict[int, tuple[int, ...]]:
+    """Inner PID -> outer PIDs, from the `NSpid:` lines of every process (one PID per level,
+    ours first); processes of this namespace only have one."""
+    nested: dict[int, list[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            status = _read_text(f"{proc}/{entry}/status")
+        except OSError:
+            continue
+        line = next((line for line in status.splitlines() if line.startswith("NSpid:")), "")
+        levels = [int(part) for part in line.split()[1:] if part.isdigit()]
+        for inner in levels[1:]:
+            nested.setdefault(inner, []).append(levels[0])
+    return {inner: tuple(outer) for inner, outer in nested.items()}
+
+
 def _own_namespace_is_nested(proc: str) -> bool:
     """True inside a container's PID namespace: NSpid lists one PID per namespace level."""
     try:
@@ -338,7 +373,7 @@ def _read_descriptor(
 ) -> tuple[InodeKey, Descriptor] | None:
     """fdinfo first (no filesystem access), stat of the fd link only on an inode match."""
     try:
-        info = _read_text(f"{proc}/{pid}/fdinfo/{fd_name}")
+        info = _read_small(f"{proc}/{pid}/fdinfo/{fd_name}")
     except OSError:
         return None
     inode = flags = None

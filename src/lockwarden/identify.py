@@ -37,6 +37,7 @@ class Evidence:
     unreadable_cwds: int = 0
     candidate_processes: dict[int, Process | None] = field(default_factory=dict)
     missing_directory: str | None = None
+    namespace_twins: tuple[int, ...] = ()
 
     @property
     def kernel_locked(self) -> bool:
@@ -64,7 +65,7 @@ def keys_to_scan(claims: Iterable[Claim], snapshot: Snapshot) -> set[InodeKey]:
     wanted: set[InodeKey] = set()
     for claim in claims:
         for key in claim.keys:
-            if snapshot.kernel_locks(key) or (claim.existence_is_lock and claim.pid is None):
+            if snapshot.kernel_locks(key) or _judged_by_openers(claim):
                 wanted.add(key)
     return wanted
 
@@ -77,13 +78,26 @@ def is_writer_lock(lock: KernelLock, claim: Claim) -> bool:
     return lock.exclusive and any(span.overlaps(lock) for span in claim.writer_ranges)
 
 
+def _judged_by_openers(claim: Claim) -> bool:
+    """An existence lock naming no PID is judged by who has it open. One whose record is
+    unreadable or untrusted is `unknown` whoever has it open: it need not pay the host-wide
+    descriptor scan (a hostile directory full of bad records must not slow the run down)."""
+    return (
+        claim.present
+        and claim.existence_is_lock
+        and claim.pid is None
+        and not claim.problem
+        and not claim.distrust
+    )
+
+
 def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     kernel = [lock for key in claim.keys for lock in snapshot.kernel_locks(key)]
     granted = tuple(lock for lock in kernel if not lock.waiting)
     writing = tuple(lock for lock in granted if is_writer_lock(lock, claim))
     reading = tuple(lock for lock in granted if not is_writer_lock(lock, claim))
     waiting = [lock for lock in kernel if lock.waiting]
-    needs_openers = claim.present and claim.existence_is_lock and claim.pid is None
+    needs_openers = _judged_by_openers(claim)
     descriptors = (
         [found for key in claim.keys for found in snapshot.descriptors(key)]
         if granted or needs_openers
@@ -117,6 +131,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         workers=workers,
         unreadable_cwds=unreadable_cwds,
         candidate_processes={pid: snapshot.process(pid) for pid in claim.pid_candidates},
+        namespace_twins=_namespace_twins(claim, snapshot, granted),
     )
 
 
@@ -148,6 +163,15 @@ def _hidden_workers(claim: Claim, snapshot: Snapshot) -> list[int]:
         if not claim.worker_names or process.name in claim.worker_names:
             hidden.append(pid)
     return hidden
+
+
+def _namespace_twins(
+    claim: Claim, snapshot: Snapshot, granted: tuple[KernelLock, ...]
+) -> tuple[int, ...]:
+    """Only a record-named existence lock is judged by its PID; only then is the scan paid."""
+    if claim.pid is None or granted or not (claim.present and claim.existence_is_lock):
+        return ()
+    return snapshot.namespace_twins(claim.pid)
 
 
 def _kernel_holders(

@@ -106,6 +106,8 @@ class Claim:
     ``started_at_is_process_start``: ``started_at`` is the holder's own start time, so a process
     that started clearly before it is not the holder either.
     ``never_remove``: why the lock file must never be deleted; no action ever says to.
+    ``distrust`` is set when the record parsed but someone other than its writer could have put
+    it there (formats/trust.py); its PID must then decide nothing.
     """
 
     format: str
@@ -143,6 +145,7 @@ class Claim:
     pid_candidates: tuple[int, ...] = ()
     started_at_is_process_start: bool = False
     never_remove: str | None = None
+    distrust: str | None = None
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def read_record(path: str, limit: int = RECORD_LIMIT) -> tuple[bytes, os.stat_re
 
     Raises FileNotFoundError when it is absent, UnsafeRecord for anything else unreadable.
     """
-    before = os.lstat(path)
+    before = _lstat(path)
     if stat.S_ISREG(before.st_mode) and before.st_size > limit:
         raise UnsafeRecord(f"{path} is {before.st_size} bytes, over the {limit}-byte record limit")
     data, after = _read_start(path, before, limit + 1)
@@ -49,7 +49,7 @@ def read_record(path: str, limit: int = RECORD_LIMIT) -> tuple[bytes, os.stat_re
 def read_head(path: str, size: int) -> tuple[bytes, os.stat_result]:
     """The first `size` bytes of a regular file of any length (a database's header), and its
     stat; the same guards as read_record, and never more than `size` bytes read."""
-    return _read_start(path, os.lstat(path), size)
+    return _read_start(path, _lstat(path), size)
 
 
 def _read_start(path: str, before: os.stat_result, size: int) -> tuple[bytes, os.stat_result]:
@@ -72,6 +72,21 @@ def _read_start(path: str, before: os.stat_result, size: int) -> tuple[bytes, os
     finally:
         os.close(descriptor)
     return data, after
+
+
+def _lstat(path: str) -> os.stat_result:
+    """lstat, with every failure but absence turned into a reason (a path through a file,
+    a symlink loop, a name too long, a NUL byte, a directory we may not search)."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except NotADirectoryError as error:
+        raise FileNotFoundError(error.errno, error.strerror, path) from error
+    except OSError as error:
+        raise UnsafeRecord(f"{path}: {error.strerror}") from error
+    except ValueError as error:
+        raise UnsafeRecord(f"{path!r} is not a usable path ({error})") from error
 
 
 def read_link(path: str, limit: int = 4096) -> str:

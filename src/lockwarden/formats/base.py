@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol
 
-from lockwarden.formats.record import Record, RecordProblem, parse_record
+from lockwarden.formats.record import EARLIEST, LATEST, Record, RecordProblem, parse_record
+from lockwarden.formats.trust import distrust_reason
 from lockwarden.model import Claim, InodeKey
 from lockwarden.safe_read import UnsafeRecord, read_record
 
@@ -32,8 +34,14 @@ def key_of(status: os.stat_result) -> InodeKey:
     return (status.st_dev, status.st_ino)
 
 
-def mtime_of(status: os.stat_result) -> datetime:
-    return datetime.fromtimestamp(status.st_mtime, UTC)
+def mtime_of(status: os.stat_result) -> datetime | None:
+    """The file's modification time; None when it is outside what a datetime can hold (anyone
+    who owns a file can set its mtime to year 300 million)."""
+    try:
+        moment = datetime.fromtimestamp(status.st_mtime, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return moment if EARLIEST <= moment <= LATEST else None
 
 
 def lstat_or_none(path: str) -> os.stat_result | None:
@@ -90,7 +98,7 @@ def claim_from_record_file(
             record_path=path,
             owner_uid=status.st_uid,
         )
-    return claim_from_record(
+    claim = claim_from_record(
         format_name,
         path,
         record,
@@ -100,6 +108,7 @@ def claim_from_record_file(
         record_path=path,
         owner_uid=status.st_uid,
     )
+    return replace(claim, distrust=distrust_reason(path, status))
 
 
 def claim_from_record(

@@ -146,7 +146,7 @@ def _roster_entry(entry: object, shared: bool, pid_max: int) -> BorgHolder:
     return BorgHolder(host_id, parse_pid(pid, pid_max), thread, shared)
 
 
-def _read_exclusive_directory(path: str, pid_max: int) -> tuple[BorgHolder, datetime] | None:
+def _read_exclusive_directory(path: str, pid_max: int) -> tuple[BorgHolder, datetime | None] | None:
     entries = [entry for entry in list_directory(path) if entry.is_file(follow_symlinks=False)]
     if not entries:
         return None

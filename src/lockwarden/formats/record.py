@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +20,13 @@ from lockwarden.durations import DurationError, parse_duration
 
 MAX_PID_DIGITS = 10
 MAX_TEXT = 256
+MAX_EXTRA = 32
+MAX_COUNTER = 2**63 - 1
+# A record's time outside these years is a lie or garbage; refusing it here also keeps every
+# later datetime sum (time + margin) from overflowing.
+EARLIEST = datetime(1970, 1, 2, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 PID_KEYS = ("pid", "PID", "owner_pid", "ownerPid")
 ROLE_KEYS = ("role", "owner", "purpose", "operation")
@@ -68,11 +76,10 @@ def _load_json(text: str) -> dict[str, Any]:
         raise RecordProblem(f"the record contains {name}, which is not JSON")
 
     def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        duplicates = sorted({key for key in keys if keys.count(key) > 1})
-        if duplicates:
-            raise RecordProblem(f"the record repeats the key {duplicates[0]!r}")
-        return dict(pairs)
+        mapping = dict(pairs)  # a set-based check: 64 KiB of keys must not cost seconds
+        if len(mapping) != len(pairs):
+            raise RecordProblem(f"the record repeats the key {_first_repeat(pairs)[:40]!r}")
+        return mapping
 
     try:
         value = json.loads(text, parse_constant=refuse_constant, object_pairs_hook=unique_pairs)
@@ -85,6 +92,15 @@ def _load_json(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RecordProblem("the record is JSON but not an object")
     return value
+
+
+def _first_repeat(pairs: list[tuple[str, Any]]) -> str:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+    return ""
 
 
 def _key_values(lines: list[str]) -> dict[str, Any]:
@@ -109,13 +125,38 @@ def _from_mapping(mapping: dict[str, Any], pid_max: int, style: str) -> Record:
         host=_text(_first(mapping, HOST_KEYS)),
         user=_text(mapping.get("user")),
         started_at=None if timestamp is None else parse_timestamp(timestamp),
-        boot_id=_text(mapping.get("boot_id")),
+        boot_id=_boot_id(mapping.get("boot_id")),
         start_ticks=_optional_int(mapping.get("start_ticks"), "start_ticks"),
         pid_namespace=_optional_int(mapping.get("pid_namespace"), "pid_namespace"),
         max_hold_s=_optional_duration(mapping.get("max_hold")),
-        extra={key: value for key, value in list(mapping.items())[:32] if key not in known},
+        extra=_extra(mapping, known),
         style=style,
     )
+
+
+def _extra(mapping: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """Unknown keys kept for the report: scalars only, so nothing deep or huge travels on."""
+    kept: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if len(kept) >= MAX_EXTRA:
+            break
+        if key in known or not isinstance(value, str | int | float | bool | None):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_COUNTER:
+            continue
+        kept[key[:MAX_TEXT]] = value[:MAX_TEXT] if isinstance(value, str) else value
+    return kept
+
+
+def _boot_id(value: Any) -> str | None:
+    """A boot id proves "another boot" only when it is one: a lowercase UUID as the kernel
+    prints it. Anything else would turn garbage into a stale verdict."""
+    text = _text(value)
+    if text is None:
+        return None
+    if not BOOT_ID.fullmatch(text.strip()):
+        raise RecordProblem(f"the record's boot_id {text[:40]!r} is not a boot id")
+    return text.strip()
 
 
 def _first(mapping: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -126,16 +167,16 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.isprintable():
-        raise RecordProblem(f"the record has a non-text value {str(value)[:40]!r}")
+        raise RecordProblem(f"the record has a non-text value {_preview(value)}")
     return value[:MAX_TEXT]
 
 
 def _optional_int(value: Any, key: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, str) and value.isdigit() and len(value) <= 20:
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
         return int(value)
-    if type(value) is int and value >= 0:
+    if type(value) is int and 0 <= value <= MAX_COUNTER:
         return value
     raise RecordProblem(f"the record's {key} is not a non-negative integer")
 
@@ -165,30 +206,56 @@ def parse_pid(value: Any, pid_max: int) -> int:
             raise RecordProblem(f"the record's pid {digits[:20]!r} is not a process id")
         value = int(digits)
     if type(value) is not int:
-        raise RecordProblem(f"the record's pid {str(value)[:20]!r} is not a process id")
+        raise RecordProblem(f"the record's pid {_preview(value)} is not a process id")
     if not 2 <= value <= pid_max:
-        raise RecordProblem(f"the record's pid {value} is outside 2..{pid_max}")
+        raise RecordProblem(f"the record's pid {_preview(value)} is outside 2..{pid_max}")
     return value
 
 
+def _preview(value: Any) -> str:
+    """A short, printable hint of a refused value for the reason; never the whole thing."""
+    if type(value) is int and abs(value) >= 10**12:
+        return f"a {len(str(abs(value)))}-digit number"
+    if isinstance(value, dict | list):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    return repr(str(value)[:20])
+
+
 def parse_timestamp(value: Any) -> datetime:
-    """RFC 3339 text or Unix time (seconds, or milliseconds as JavaScript writes them)."""
+    """RFC 3339 text or Unix time (seconds, or milliseconds as JavaScript writes them),
+    between 1970 and 9000; anything else is a problem, never a guess."""
+    moment = _timestamp(value)
+    if not EARLIEST <= moment <= LATEST:
+        raise RecordProblem("the record's start time is out of range")
+    return moment
+
+
+def _timestamp(value: Any) -> datetime:
     if isinstance(value, bool):
         raise RecordProblem("the record's start time is not a time")
     if isinstance(value, int | float):
-        if not math.isfinite(value) or value <= 0:
-            raise RecordProblem("the record's start time is not a time")
-        seconds = value / 1000 if value > 1e11 else value
         try:
+            if not math.isfinite(value) or value <= 0:
+                raise RecordProblem("the record's start time is not a time")
+            seconds = value / 1000 if value > 1e11 else value
             return datetime.fromtimestamp(seconds, UTC)
         except (OverflowError, OSError, ValueError) as error:
             raise RecordProblem("the record's start time is out of range") from error
     if isinstance(value, str) and len(value) <= 64:
+        text = value.strip()
         try:
-            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
-            if value.strip().isdigit():
-                return parse_timestamp(int(value.strip()))
+            if text.isascii() and text.isdigit():
+                return _timestamp(int(text))
             raise RecordProblem(f"the record's start time {value!r} is not RFC 3339") from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return _as_utc(parsed)
     raise RecordProblem("the record's start time is not a time")
+
+
+def _as_utc(parsed: datetime) -> datetime:
+    """Aware, in UTC; an offset that pushes year 1 or 9999 over the edge is out of range."""
+    try:
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+    except (OverflowError, ValueError) as error:
+        raise RecordProblem("the record's start time is out of range") from error
