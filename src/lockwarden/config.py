@@ -182,6 +182,22 @@ LOCK_OPTIONS = (
         "process is stale once older than this",
         "30m",
     ),
+    Option(
+        "remove_stale",
+        _boolean,
+        False,
+        "move a stale lock aside and delete it once two runs at least stale_confirm apart saw "
+        "the same stale lock (same inode, same record); only for locks left behind as files or "
+        "directories, never kernel locks (see the README's 'Removing stale locks')",
+        True,
+    ),
+    Option(
+        "stale_confirm",
+        _duration,
+        "2m",
+        "with remove_stale: how long apart the two sightings of the same stale lock must be",
+        "5m",
+    ),
 )
 
 PROMETHEUS_OPTIONS = (
@@ -350,6 +366,8 @@ class LockConfig:
     alerts: AlertSettings = AlertSettings()
     notify_tags: tuple[str, ...] = ()
     stale_after: float = 600.0
+    remove_stale: bool = False
+    stale_confirm: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -548,6 +566,8 @@ def effective(config: Config) -> dict[str, Any]:
         if lock.notify_tags:
             entry["notify_tags"] = list(lock.notify_tags)
         entry["stale_after"] = _seconds(lock.stale_after)
+        entry["remove_stale"] = lock.remove_stale
+        entry["stale_confirm"] = _seconds(lock.stale_confirm)
         locks.append(entry)
     defaults = {key: _seconds(value) for key, value in config.defaults.items()}
     document: dict[str, Any] = {
