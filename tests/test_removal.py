@@ -1,0 +1,312 @@
+"""Guarded stale-lock removal (`remove_stale = true`), through the real CLI (`python -m
+lockwarden --once`), with real child processes holding real locks, real files in tmp dirs and a
+real HTTP receiver (apprise `json://`) on 127.0.0.1. The clock moves with `--now`: a holder
+takes its lock at about the real "now" (`base`), and runs happen at base + N minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alerts.helpers import Receiver, receiver
+from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, run_cli
+
+__all__ = ["receiver"]  # the fixture, imported so pytest finds it here
+
+OPENER = """
+import sys, time
+handle = open(sys.argv[1])
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+class Store:
+    """One store lock with remove_stale, its state journal, and the CLI run at base + minutes."""
+
+    def __init__(self, tmp_path: Path, children: Children, lock_name: str = "LOCK") -> None:
+        self.tmp_path = tmp_path
+        self.children = children
+        self.store = tmp_path / "store"
+        self.store.mkdir()
+        self.lock = self.store / lock_name
+        self.state_dir = tmp_path / "state"
+        self.state_dir.mkdir(mode=0o700)
+        self.journal = self.state_dir / "state.jsonl"
+        self.config = tmp_path / "lockwarden.toml"
+        self.base = datetime.now(UTC)
+        self.configure()
+
+    def configure(self, urls: tuple[str, ...] = (), lock_format: str = "auto") -> None:
+        notify = f"[notify]\nurls = {json.dumps(list(urls))}\ntimeout = '3s'\n" if urls else ""
+        self.config.write_text(
+            f"""
+[state]
+path = {json.dumps(str(self.journal))}
+
+{notify}
+[[lock]]
+name = "wa-store"
+path = {json.dumps(str(self.lock))}
+format = "{lock_format}"
+remove_stale = true
+stale_confirm = "2m"
+"""
+        )
+
+    def hold(self, role: str = "resync") -> subprocess.Popen[str]:
+        started = self.base.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return self.children.python(MKDIR_HOLDER, str(self.lock), role, started)
+
+    def hold_and_die(self, role: str = "resync") -> int:
+        """A holder killed with SIGKILL: its lock directory is left behind."""
+        holder = self.hold(role)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        assert self.lock.is_dir()
+        return holder.pid
+
+    def once(self, minutes: float, *extra: str) -> dict[str, Any]:
+        moment = (self.base + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        done = run_cli("--once", "--json", "--config", str(self.config), "--now", moment, *extra)
+        assert done.stdout, done.stderr
+        document: dict[str, Any] = json.loads(done.stdout)
+        return document
+
+    def finding(self, minutes: float, *extra: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.once(minutes, *extra)["locks"][0]
+        return found
+
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        if not self.journal.exists():
+            return []
+        lines = self.journal.read_text().splitlines()
+        return [record for record in map(json.loads, lines) if record["type"] == kind]
+
+    def leftovers(self) -> list[str]:
+        return sorted(name for name in os.listdir(self.store) if "lockwarden-removed" in name)
+
+
+def dead_record(role: str = "gone") -> str:
+    """A JSON owner record naming this host and the PID of a process that has exited."""
+    probe = subprocess.Popen(["true"])
+    probe.wait(timeout=10)
+    return json.dumps({"pid": probe.pid, "role": role, "host": socket.gethostname()})
+
+
+@pytest.fixture
+def store(tmp_path: Path, children: Children) -> Store:
+    return Store(tmp_path, children)
+
+
+def test_stale_lock_removed_after_two_sightings_stale_confirm_apart_and_notified(
+    store: Store, receiver: Receiver
+) -> None:
+    store.configure(urls=(receiver.url(),))
+    dead = store.hold_and_die()
+
+    first = store.finding(0)
+    assert first["state"] == "stale" and str(dead) in first["proof"]
+    assert first["removal"].startswith("seen once; will remove after 2m")
+    assert store.lock.is_dir()
+    too_soon = store.finding(1)
+    assert too_soon["state"] == "stale"
+    assert too_soon["removal"].startswith("seen stale since ")
+    assert "will remove at " in too_soon["removal"]
+    assert store.lock.is_dir()
+    assert len(store.records("sighting")) == 1  # the second sighting adds no record
+
+    removed = store.finding(2)
+    assert removed["state"] == "free", removed
+    assert removed["removal"].startswith(f"removed ({store.lock} was stale since ")
+    assert f"PID {dead} is not running" in removed["removal"]
+    assert ".LOCK.lockwarden-removed-" in removed["removal"]
+    assert not store.lock.exists() and store.leftovers() == []
+    [record] = store.records("removed")
+    assert record["path"] == str(store.lock) and f"PID {dead}" in record["proof"]
+    assert os.path.basename(record["quarantine"]).startswith(".LOCK.lockwarden-removed-")
+
+    removal_notices = [p for p in receiver.payloads if str(p["title"]).startswith("removed")]
+    assert len(removal_notices) == 1
+    assert removal_notices[0]["title"] == f"removed stale lock: wa-store ({store.lock})"
+    body = str(removal_notices[0]["message"])
+    assert f"PID {dead} is not running" in body and ".LOCK.lockwarden-removed-" in body
+    assert store.finding(10)["removal"] is None  # nothing left to remove, nothing said
+
+
+def test_two_sightings_closer_than_stale_confirm_remove_nothing(store: Store) -> None:
+    store.hold_and_die()
+    for minutes in (0, 0.5, 1, 1.9):
+        finding = store.finding(minutes)
+        assert finding["state"] == "stale"
+        assert not finding["removal"].startswith("removed")
+    assert store.lock.is_dir()
+    assert store.records("removed") == []
+
+
+def test_a_live_holder_is_never_removed(store: Store) -> None:
+    holder = store.hold()
+    for minutes in (0, 3, 30, 120):
+        finding = store.finding(minutes)
+        assert finding["state"] in ("held", "held_too_long")
+        assert finding["holder"]["pid"] == holder.pid
+        assert finding["removal"] is None
+    assert store.lock.is_dir() and store.records("sighting") == []
+
+
+def test_a_lock_reacquired_between_sightings_is_not_removed(store: Store) -> None:
+    store.hold_and_die("first")
+    assert store.finding(0)["removal"].startswith("seen once")
+    shutil.rmtree(store.lock)  # the next job breaks the stale lock and takes its own
+    second = store.hold("second")
+    held = store.finding(3)
+    assert held["state"] == "held" and held["holder"]["pid"] == second.pid
+    assert store.lock.is_dir()
+    second.send_signal(signal.SIGKILL)
+    second.wait(timeout=10)
+    stale_again = store.finding(4)  # stale again, but another record (and likely inode)
+    assert stale_again["state"] == "stale" and str(second.pid) in stale_again["proof"]
+    assert stale_again["removal"].startswith("seen once")
+    assert store.lock.is_dir() and store.records("removed") == []
+    assert len({record["key"] for record in store.records("sighting")}) == 2
+
+
+def test_a_kernel_locked_file_is_never_removed(tmp_path: Path, children: Children) -> None:
+    """A JSON owner record naming a dead PID, but flocked by a live process: held, not stale;
+    and a kernel-format lock file is never removed, held or not."""
+    store = Store(tmp_path, children, lock_name="LOCK.json")
+    store.lock.write_text(dead_record())
+    flock = children.python(FLOCK_HOLDER, str(store.lock))
+    for minutes in (0, 3, 10):
+        finding = store.finding(minutes)
+        assert finding["state"] in ("held", "held_too_long")
+        assert finding["holder"]["pid"] == flock.pid
+        assert finding["removal"] is None
+    assert store.lock.exists()
+
+    store.configure(lock_format="kernel")
+    flock.send_signal(signal.SIGKILL)
+    flock.wait(timeout=10)
+    for minutes in (20, 30):
+        assert store.finding(minutes)["state"] == "free"
+    assert store.lock.exists() and store.records("removed") == []
+
+
+def test_a_stale_record_still_open_in_a_process_is_never_removed(
+    tmp_path: Path, children: Children
+) -> None:
+    store = Store(tmp_path, children, lock_name="LOCK.json")
+    store.lock.write_text(dead_record())
+    opener = children.python(OPENER, str(store.lock))
+    for minutes in (0, 3, 10):
+        finding = store.finding(minutes)
+        assert finding["state"] == "stale"
+        assert finding["removal"] == f"not removed: PID {opener.pid} still has it open"
+    assert store.lock.exists() and store.records("removed") == []
+
+    opener.send_signal(signal.SIGKILL)  # once nobody has it open, the two sightings count
+    opener.wait(timeout=10)
+    assert store.finding(11)["removal"].startswith("seen once")
+    assert store.finding(14)["removal"].startswith("removed (")
+    assert not store.lock.exists()
+
+
+def test_dry_run_removes_nothing_and_says_what_it_would(store: Store) -> None:
+    store.hold_and_die()
+    unseen = store.finding(0, "--dry-run")
+    assert unseen["removal"].startswith("seen once; will remove after 2m")
+    assert "a dry run records nothing" in unseen["removal"]
+    assert not store.journal.exists()
+
+    store.finding(1)
+    journal = store.journal.read_text()
+    would = store.finding(5, "--dry-run")
+    assert would["state"] == "stale"
+    assert would["removal"].startswith(f"would remove {store.lock} (stale since ")
+    assert store.lock.is_dir() and store.leftovers() == []
+    assert store.journal.read_text() == journal
+
+
+def test_a_symlink_at_the_lock_path_is_never_followed(store: Store, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "owner.json").write_text(dead_record())
+    store.lock.symlink_to(victim)
+    store.configure(lock_format="owner-record")
+    for minutes in (0, 3, 10):
+        finding = store.finding(minutes)
+        assert finding["state"] == "unknown" and finding["removal"] is None
+    assert store.lock.is_symlink() and (victim / "owner.json").exists()
+
+
+def test_a_lock_swapped_for_a_symlink_after_its_sighting_is_not_removed(
+    store: Store, tmp_path: Path
+) -> None:
+    store.configure(lock_format="owner-record")
+    store.hold_and_die()
+    assert store.finding(0)["removal"].startswith("seen once")
+    victim = tmp_path / "victim"
+    shutil.move(store.lock, victim)  # the same record, now behind a symlink
+    store.lock.symlink_to(victim)
+    store.configure(lock_format="owner-record")
+    for minutes in (3, 10):
+        finding = store.finding(minutes)
+        assert finding["state"] == "unknown" and finding["removal"] is None
+    assert store.lock.is_symlink() and (victim / "owner.json").exists()
+    assert store.records("removed") == []
+
+
+def test_removing_a_lock_directory_never_follows_a_symlink_inside_it(
+    store: Store, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep me")
+    store.hold_and_die()
+    (store.lock / "escape").symlink_to(victim)
+    store.finding(0)
+    assert store.finding(2)["removal"].startswith("removed (")
+    assert not store.lock.exists()
+    assert (victim / "precious").read_text() == "keep me"
+
+
+def test_remove_stale_refuses_formats_whose_lock_is_the_kernels(tmp_path: Path) -> None:
+    """Pure: the refusal rule for formats that must never be removed."""
+    from lockwarden.formats import FORMATS
+    from lockwarden.removal import refusal
+
+    dpkg = FORMATS["dpkg"].read(str(tmp_path / "lock"), 4194304)
+    kernel = FORMATS["kernel"].read(str(tmp_path / "lock"), 4194304)
+    assert refusal(dpkg) is not None and refusal(kernel) is not None
+
+
+def test_compaction_keeps_each_locks_current_sighting_and_the_latest_removals() -> None:
+    """Pure: what removal needs of the journal survives compaction."""
+    from lockwarden.history import KEEP_REMOVALS, fold, keep_for_removal
+
+    def sighting(at: str, lock: str, key: str) -> dict[str, Any]:
+        return {"type": "sighting", "at": at, "lock": lock, "key": key}
+
+    records = [
+        sighting("2026-01-01T00:00:00Z", "a", "k1"),
+        sighting("2026-01-01T00:01:00Z", "a", "k2"),  # a new key replaces k1
+        sighting("2026-01-01T00:00:00Z", "b", "k3"),
+        *(
+            {"type": "removed", "at": "2026-01-01T00:02:00Z", "lock": "b", "key": f"old{n}"}
+            for n in range(KEEP_REMOVALS + 5)
+        ),
+    ]
+    kept = keep_for_removal(records)
+    assert [r["key"] for r in kept if r["type"] == "sighting"] == ["k2", "k3"]
+    assert len([r for r in kept if r["type"] == "removed"]) == KEEP_REMOVALS
+    assert fold(kept).sightings == fold(records).sightings
