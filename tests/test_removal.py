@@ -16,10 +16,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from alerts.helpers import Receiver, receiver
-from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, run_cli
+from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, require_tool, run_cli, wait_until
 
 __all__ = ["receiver"]  # the fixture, imported so pytest finds it here
 
@@ -29,6 +30,49 @@ handle = open(sys.argv[1])
 print("ready", flush=True)
 time.sleep(120)
 """
+
+
+GIT_ENVIRONMENT = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_SYSTEM": "/dev/null"}
+
+
+def git(repository: Path, *argv: str, **extra: str) -> list[str]:
+    environment = {**os.environ, **GIT_ENVIRONMENT, **extra}
+    command = [require_tool("git"), *argv]
+    subprocess.run(command, cwd=repository, check=True, env=environment)
+    return command
+
+
+def make_repository(path: Path) -> Path:
+    path.mkdir()
+    git(path, "init", "-q")
+    git(path, "config", "user.email", "test@example.org")
+    git(path, "config", "user.name", "Test")
+    (path / "file").write_text("one\n")
+    git(path, "add", "file")
+    git(path, "commit", "-qm", "one")
+    (path / "file").write_text("two\n")
+    return path
+
+
+def kill_commit_waiting_for_its_editor(children: Children, repository: Path) -> None:
+    """`git commit -a --edit` whose editor sleeps holds index.lock; SIGKILL leaves it behind."""
+    environment = {**os.environ, **GIT_ENVIRONMENT, "GIT_EDITOR": "sleep 120; :"}
+    commit = children.start(
+        [require_tool("git"), "commit", "-a", "--edit", "-q"], cwd=repository, env=environment
+    )
+    editor = wait_until(lambda: _sleeping_children(commit.pid), timeout=10)
+    assert editor, "git did not start its editor"
+    for pid in _sleeping_children(commit.pid):
+        children.track(pid)  # the editor's shell and sleep, killed at teardown too
+    commit.send_signal(signal.SIGKILL)
+    commit.wait(timeout=10)
+
+
+def _sleeping_children(pid: int) -> list[int]:
+    family = psutil.Process(pid).children(recursive=True)
+    if not any(child.name() == "sleep" for child in family):
+        return []
+    return [child.pid for child in family]
 
 
 class Store:
@@ -278,6 +322,28 @@ def test_removing_a_lock_directory_never_follows_a_symlink_inside_it(
     assert store.finding(2)["removal"].startswith("removed (")
     assert not store.lock.exists()
     assert (victim / "precious").read_text() == "keep me"
+
+
+def test_a_stale_git_index_lock_is_removed_and_git_commits_again(
+    tmp_path: Path, children: Children
+) -> None:
+    """A real `git commit` killed while it waits for its editor leaves .git/index.lock; once
+    older than stale_after with no git process in the repository, two sightings remove it."""
+    repository = make_repository(tmp_path / "repo")
+    kill_commit_waiting_for_its_editor(children, repository)
+    index_lock = repository / ".git" / "index.lock"
+    assert index_lock.exists()
+    store = Store(tmp_path, children)
+    store.lock = index_lock
+    store.configure(lock_format="git")
+
+    assert store.finding(5)["state"] != "stale"  # younger than stale_after (10m): not yet
+    assert store.finding(11)["removal"].startswith("seen once")
+    removed = store.finding(13)
+    assert removed["removal"].startswith(f"removed ({index_lock} was stale since ")
+    assert not index_lock.exists()
+    assert [n for n in os.listdir(index_lock.parent) if "lockwarden-removed" in n] == []
+    git(repository, "commit", "-qam", "two")
 
 
 def test_remove_stale_refuses_formats_whose_lock_is_the_kernels(tmp_path: Path) -> None:

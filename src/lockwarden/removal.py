@@ -334,7 +334,7 @@ def removal_stage(
     history = load_history(journal, problems, read_only=dry_run or not may_write)
     stage = _Stage(history, JournalWriter(journal, problems), hostname, now, dry_run)
     if not may_write and not dry_run:
-        problems.append("another run or an unusable state directory holds the run lock")
+        problems.append("the run lock could not be taken (the state directory is unusable)")
     result = []
     for finding in findings:
         lock = wanted.get(finding.name)
