@@ -185,6 +185,9 @@ def test_stale_lock_removed_after_two_sightings_stale_confirm_apart_and_notified
     assert removal_notices[0]["title"] == f"removed stale lock: wa-store ({store.lock})"
     body = str(removal_notices[0]["message"])
     assert f"PID {dead} is not running" in body and ".LOCK.lockwarden-removed-" in body
+    titles = [str(payload["title"]) for payload in receiver.payloads]
+    resolved = next(n for n, title in enumerate(titles) if title.startswith("resolved"))
+    assert titles.index(removal_notices[0]["title"]) < resolved  # what was done, then the end
     assert store.finding(10)["removal"] is None  # nothing left to remove, nothing said
 
 
@@ -344,6 +347,23 @@ def test_a_stale_git_index_lock_is_removed_and_git_commits_again(
     assert not index_lock.exists()
     assert [n for n in os.listdir(index_lock.parent) if "lockwarden-removed" in n] == []
     git(repository, "commit", "-qam", "two")
+
+
+def test_a_lock_replaced_after_the_last_look_is_left_alone(store: Store) -> None:
+    """In-process: the judged lock is swapped for another directory between the last look and
+    the move (as a racing job would); the move refuses, and both stay where they are."""
+    from lockwarden.config import load
+    from lockwarden.removal import Refused, judge_now, move_aside_and_delete
+
+    store.hold_and_die()
+    lock = load(str(store.config)).locks[0]
+    candidate = judge_now(lock, store.base + timedelta(minutes=5))
+    judged = store.store / "judged"
+    store.lock.rename(judged)  # kept, so the new directory cannot reuse its inode
+    store.hold_and_die("racer")
+    with pytest.raises(Refused, match="not the lock that was judged"):
+        move_aside_and_delete(candidate, store.base + timedelta(minutes=5))
+    assert store.lock.is_dir() and judged.is_dir() and store.leftovers() == []
 
 
 def test_remove_stale_refuses_formats_whose_lock_is_the_kernels(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ def alert_stage(
     read_only = dry_run or not config.notify.configured
     history = load_history(journal, problems, read_only)
     plan = decide(findings, history, now, policies(config), hostname)
-    plan.outgoing.extend(extra)
+    plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)
     if read_only:
         outcome.state_problems = [] if not dry_run else problems

@@ -444,10 +444,12 @@ class _Stage:
             lock.name, candidate, quarantine, first_at, self.hostname, self.now
         )
         incident = self.history.open_incident(lock.name)
-        message_id = hashlib.sha256(
-            f"{REMOVED}|{candidate.key}|{timestamp(self.now)}".encode()
-        ).hexdigest()[:12]
-        incident_id = incident.incident_id if incident is not None else f"removal-{message_id}"
+        if incident is not None:  # the stale incident this removal ends
+            incident_id = incident.incident_id
+            message_id = f"{incident_id}/{REMOVED}"
+        else:
+            digest = hashlib.sha256(f"{candidate.key}|{timestamp(self.now)}".encode())
+            incident_id = message_id = f"{REMOVED}-{digest.hexdigest()[:12]}"
         return Outgoing(message_id, incident_id, lock.name, REMOVED, message, lock.notify_tags)
 
 
