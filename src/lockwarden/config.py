@@ -189,7 +189,7 @@ LOCK_OPTIONS = (
         "move a stale lock aside and delete it once two runs at least stale_confirm apart saw "
         "the same stale lock (same inode, same record); only for locks left behind as files or "
         "directories, never kernel locks (see the README's 'Removing stale locks')",
-        True,
+        False,
     ),
     Option(
         "stale_confirm",
