@@ -238,10 +238,11 @@ def quarantine_name(name: str, now: datetime) -> str:
     return f".{name}.{QUARANTINE_MARK}-{now.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
 
 
-def move_aside_and_delete(candidate: Candidate, now: datetime) -> str:
+def move_aside_and_delete(candidate: Candidate, now: datetime) -> tuple[str, str | None]:
     """Rename the lock to its quarantine name in the same directory (atomic: writers are
     unblocked at once), check the moved inode is the one judged, then delete it. All through
-    one descriptor of the directory, so a renamed or replaced parent cannot redirect us."""
+    one descriptor of the directory, so a renamed or replaced parent cannot redirect us.
+    Returns the quarantine path and, if deleting it failed, why."""
     directory, name = os.path.split(candidate.target)
     quarantine = quarantine_name(name, now)
     parent = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -257,10 +258,10 @@ def move_aside_and_delete(candidate: Candidate, now: datetime) -> str:
             _same_inode(parent, quarantine, candidate.fingerprint, "after the move", moved=True)
         except Refused as error:
             raise Refused(f"{error}; {_put_back(parent, quarantine, name)}") from None
-        _delete(parent, quarantine, candidate.fingerprint.kind)
+        delete_error = _delete(parent, quarantine, candidate.fingerprint.kind)
     finally:
         os.close(parent)
-    return os.path.join(directory, quarantine)
+    return os.path.join(directory, quarantine), delete_error
 
 
 def _same_inode(parent: int, name: str, judged: Fingerprint, when: str, moved: bool) -> None:
@@ -305,7 +306,7 @@ def _put_back(parent: int, quarantine: str, name: str) -> str:
     return "moved it back"
 
 
-def _delete(parent: int, quarantine: str, kind: str) -> None:
+def _delete(parent: int, quarantine: str, kind: str) -> str | None:
     """The lock is already out of the way; a failure here leaves only the quarantined copy."""
     try:
         if kind == "directory":
@@ -314,6 +315,8 @@ def _delete(parent: int, quarantine: str, kind: str) -> None:
             os.unlink(quarantine, dir_fd=parent)
     except OSError as error:
         log.warning("moved a stale lock aside as %s but cannot delete it: %s", quarantine, error)
+        return error.strerror or str(error)
+    return None
 
 
 def removal_stage(
@@ -367,54 +370,63 @@ class _Stage:
             return self._consider(lock, finding, problems)
         except Refused as error:
             return replace(finding, removal=f"not removed: {error}")
+        except Exception as error:  # a health check must not die here: say it, remove nothing
+            log.debug("considering %s for removal failed", lock.name, exc_info=True)
+            return replace(finding, removal=f"not removed: internal error: {error}")
 
     def _consider(self, lock: LockConfig, finding: Finding, problems: list[str]) -> Finding:
         candidate = judge_now(lock, self.now)
         if candidate.finding.identity != finding.identity:
             raise Refused("it changed while being checked (another holder identity)")
-        confirm = format_duration(lock.stale_confirm)
         sighting = self.history.sightings.get(lock.name)
         if sighting is None or sighting.key != candidate.key:
-            if problems:
-                raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
-            if not self.dry_run:
-                self.writer.append(self._sighting_record(lock, candidate))
-            due = format_time(self.now + timedelta(seconds=lock.stale_confirm))
-            text = f"seen once; will remove after {confirm} if still stale (at {due} or later)"
-            if self.dry_run:
-                text += "; a dry run records nothing: a real run must see it first"
-            return replace(finding, removal=text)
+            return replace(finding, removal=self._first_sighting(lock, candidate, problems))
         due_at = sighting.first_at + timedelta(seconds=lock.stale_confirm)
+        since = format_time(sighting.first_at)
         if self.now < due_at:
-            return replace(
-                finding,
-                removal=f"seen stale since {format_time(sighting.first_at)}; will remove at "
-                f"{format_time(due_at)} if still stale",
-            )
+            text = f"seen stale since {since}; will remove at {format_time(due_at)} if still stale"
+            return replace(finding, removal=text)
         if self.dry_run:
-            return replace(
-                finding,
-                removal=f"would remove {candidate.target} (stale since "
-                f"{format_time(sighting.first_at)}; proof: {candidate.finding.proof})",
-            )
+            text = f"would remove {candidate.target} (stale since {since}; proof: "
+            return replace(finding, removal=f"{text}{candidate.finding.proof})")
         if problems or self.writer.broken:
             raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
         return self._remove(lock, candidate, sighting.first_at)
+
+    def _first_sighting(self, lock: LockConfig, candidate: Candidate, problems: list[str]) -> str:
+        """Record the first sighting (a dry run only says it would)."""
+        if problems:
+            raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
+        if not self.dry_run:
+            self.writer.append(self._sighting_record(lock, candidate))
+            if self.writer.broken:
+                raise Refused(f"cannot record the sighting ({'; '.join(problems)})")
+        due = format_time(self.now + timedelta(seconds=lock.stale_confirm))
+        text = (
+            f"seen once; will remove after {format_duration(lock.stale_confirm)} if still stale "
+            f"(at {due} or later)"
+        )
+        if self.dry_run:
+            text += "; a dry run records nothing: a real run must see it first"
+        return text
 
     def _remove(self, lock: LockConfig, seen: Candidate, first_at: datetime) -> Finding:
         final = judge_now(lock, self.now)  # the last look, right before acting
         if final.key != seen.key or final.finding.proof != seen.finding.proof:
             raise Refused("it changed between the check and the removal")
-        quarantine = move_aside_and_delete(final, self.now)
-        record = self._removed_record(lock, final, quarantine)
-        self.writer.append(record)
+        quarantine, delete_error = move_aside_and_delete(final, self.now)
+        self.writer.append(self._removed_record(lock, final, quarantine))
         self.outgoing.append(self._message(lock, final, quarantine, first_at))
-        after = _inspect(lock, self.now)
+        deleted = (
+            "and deleted"
+            if delete_error is None
+            else f"but could not delete it ({delete_error}); delete {quarantine} by hand"
+        )
         text = (
             f"removed ({final.target} was stale since {format_time(first_at)}: "
-            f"{final.finding.proof}; moved aside as {os.path.basename(quarantine)} and deleted)"
+            f"{final.finding.proof}; moved aside as {os.path.basename(quarantine)} {deleted})"
         )
-        return replace(after, removal=text)
+        return replace(_inspect(lock, self.now), removal=text)
 
     def _sighting_record(self, lock: LockConfig, candidate: Candidate) -> Record:
         return {
