@@ -201,6 +201,18 @@ def test_two_sightings_closer_than_stale_confirm_remove_nothing(store: Store) ->
     assert store.records("removed") == []
 
 
+def test_no_removal_without_a_usable_state_journal(store: Store) -> None:
+    """Sightings live in the journal: a state directory anyone can write is refused, and then
+    nothing is ever removed (nor recorded)."""
+    store.hold_and_die()
+    store.state_dir.chmod(0o777)
+    for minutes in (0, 3, 10):
+        finding = store.finding(minutes)
+        assert finding["removal"].startswith("not removed: the state journal is unusable")
+        assert "writable by every user" in finding["removal"]
+    assert store.lock.is_dir() and not store.journal.exists()
+
+
 def test_a_live_holder_is_never_removed(store: Store) -> None:
     holder = store.hold()
     for minutes in (0, 3, 30, 120):
@@ -347,6 +359,39 @@ def test_a_stale_git_index_lock_is_removed_and_git_commits_again(
     assert not index_lock.exists()
     assert [n for n in os.listdir(index_lock.parent) if "lockwarden-removed" in n] == []
     git(repository, "commit", "-qam", "two")
+
+
+def test_a_stale_mercurial_wlock_is_removed_without_following_its_link(
+    tmp_path: Path, children: Children
+) -> None:
+    """A real `hg debuglocks --set-wlock` killed with SIGKILL leaves `.hg/wlock -> HOST/NS:PID`.
+    A file planted at the link's target (relative to .hg) must survive the removal."""
+    hg = require_tool("hg")
+    environment = {**os.environ, "HGPLAIN": "1", "HGRCPATH": os.devnull}
+    repository = tmp_path / "repo"
+    subprocess.run([hg, "init", str(repository)], check=True, env=environment)
+    holder = children.start(
+        [hg, "debuglocks", "--set-wlock"], stdin=subprocess.PIPE, cwd=repository, env=environment
+    )
+    wlock = repository / ".hg" / "wlock"
+    assert wait_until(wlock.is_symlink, timeout=20)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    planted = repository / ".hg" / os.readlink(wlock)
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text("not the lock")
+    store = Store(tmp_path, children)
+    store.lock = wlock
+    store.configure(lock_format="mercurial")
+
+    first = store.finding(0)
+    assert first["state"] == "stale" and str(holder.pid) in first["proof"]
+    assert store.finding(2)["removal"].startswith(f"removed ({wlock} was stale since ")
+    assert not wlock.is_symlink() and planted.read_text() == "not the lock"
+    locks = subprocess.run(
+        [hg, "debuglocks"], cwd=repository, env=environment, capture_output=True, text=True
+    )
+    assert "wlock: free" in locks.stdout.splitlines(), locks.stdout
 
 
 def test_a_lock_replaced_after_the_last_look_is_left_alone(store: Store) -> None:

@@ -36,7 +36,7 @@ from lockwarden.formats import read_claim
 from lockwarden.history import History, timestamp
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
-from lockwarden.journal import Journal, Record
+from lockwarden.journal import Journal, Record, StateError, check_state_dir
 from lockwarden.messages import Message, Row, render_markdown, render_text
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_link, read_record
@@ -337,7 +337,7 @@ def removal_stage(
     history = load_history(journal, problems, read_only=dry_run or not may_write)
     stage = _Stage(history, JournalWriter(journal, problems), hostname, now, dry_run)
     if not may_write and not dry_run:
-        problems.append("the run lock could not be taken (the state directory is unusable)")
+        problems.append(_why_no_run_lock(journal.directory))
     result = []
     for finding in findings:
         lock = wanted.get(finding.name)
@@ -347,6 +347,14 @@ def removal_stage(
             result.append(stage.consider(lock, finding, problems))
     journal.close()
     return RemovalOutcome(tuple(result), stage.outgoing)
+
+
+def _why_no_run_lock(directory: str) -> str:
+    try:
+        check_state_dir(directory)
+    except StateError as error:
+        return str(error)
+    return f"the run lock in {directory} could not be taken"
 
 
 class _Stage:
