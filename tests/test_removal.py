@@ -240,6 +240,26 @@ def test_a_lock_reacquired_between_sightings_is_not_removed(store: Store) -> Non
     assert len({record["key"] for record in store.records("sighting")}) == 2
 
 
+def test_a_record_rewritten_in_place_between_sightings_is_a_new_sighting(
+    tmp_path: Path, children: Children
+) -> None:
+    """Same inode, same dead PID, other bytes: the finding identity (inode + PID) alone would
+    call it the same lock; the record's digest and mtime do not."""
+    store = Store(tmp_path, children, lock_name="LOCK.json")
+    record = json.loads(dead_record("first"))
+    store.lock.write_text(json.dumps(record))
+    inode = store.lock.stat().st_ino
+    assert store.finding(0)["removal"].startswith("seen once")
+    with open(store.lock, "r+") as handle:  # in place: the inode stays
+        handle.write(json.dumps({**record, "role": "second"}))
+        handle.truncate()
+    assert store.lock.stat().st_ino == inode
+    again = store.finding(3)
+    assert again["state"] == "stale" and again["removal"].startswith("seen once")
+    assert store.lock.exists() and store.records("removed") == []
+    assert store.finding(5)["removal"].startswith("removed (")
+
+
 def test_a_kernel_locked_file_is_never_removed(tmp_path: Path, children: Children) -> None:
     """A JSON owner record naming a dead PID, but flocked by a live process: held, not stale;
     and a kernel-format lock file is never removed, held or not."""
