@@ -262,7 +262,7 @@ def test_a_record_rewritten_in_place_between_sightings_is_a_new_sighting(
 
 def test_a_kernel_locked_file_is_never_removed(tmp_path: Path, children: Children) -> None:
     """A JSON owner record naming a dead PID, but flocked by a live process: held, not stale;
-    and a kernel-format lock file is never removed, held or not."""
+    and a plain file that `auto` reads as a kernel lock is never removed, held or not."""
     store = Store(tmp_path, children, lock_name="LOCK.json")
     store.lock.write_text(dead_record())
     flock = children.python(FLOCK_HOLDER, str(store.lock))
@@ -273,12 +273,30 @@ def test_a_kernel_locked_file_is_never_removed(tmp_path: Path, children: Childre
         assert finding["removal"] is None
     assert store.lock.exists()
 
-    store.configure(lock_format="kernel")
     flock.send_signal(signal.SIGKILL)
     flock.wait(timeout=10)
+
+    (tmp_path / "plain").mkdir()
+    plain = Store(tmp_path / "plain", children)  # an empty file: `auto` reads it as kernel
+    plain.lock.touch()
+    plain_flock = children.python(FLOCK_HOLDER, str(plain.lock))
+    assert plain.finding(0)["state"] == "held"
+    plain_flock.send_signal(signal.SIGKILL)
+    plain_flock.wait(timeout=10)
     for minutes in (20, 30):
-        assert store.finding(minutes)["state"] == "free"
-    assert store.lock.exists() and store.records("removed") == []
+        finding = plain.finding(minutes)
+        assert finding["state"] == "free" and finding["format"] == "kernel"
+    assert plain.lock.exists() and plain.records("removed") == []
+
+
+@pytest.mark.parametrize("lock_format", ["kernel", "sqlite", "dpkg", "borg", "postgres"])
+def test_check_config_refuses_remove_stale_on_formats_never_removed(
+    store: Store, lock_format: str
+) -> None:
+    store.configure(lock_format=lock_format)
+    done = run_cli("check-config", "--config", str(store.config))
+    assert done.returncode == 78, done.stdout
+    assert f"lock[1].remove_stale: format '{lock_format}' is never removed" in done.stderr
 
 
 def test_a_stale_record_still_open_in_a_process_is_never_removed(

@@ -19,6 +19,7 @@ from lockwarden.durations import DurationError, format_config_duration, parse_du
 from lockwarden.formats import format_names
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.formats.dpkg import NAME as DPKG
+from lockwarden.removable import NEVER_REMOVED
 
 DEFAULT_PATH = "/etc/lockwarden/config.toml"
 REQUIRED = object()
@@ -507,6 +508,7 @@ def _locks(
         elif isinstance(name, str):
             seen[name] = number
         _check_order(values, prefix, report)
+        _check_removal(values, prefix, report)
         if all(values[key] not in (None, REQUIRED) for key in ("name", "path")) and all(
             isinstance(values[key], float) for key in ("warn_after", "critical_after")
         ):
@@ -527,6 +529,12 @@ def _check_order(values: dict[str, Any], prefix: str, report: Callable[[str, str
     warn, critical = values["warn_after"], values["critical_after"]
     if isinstance(warn, float) and isinstance(critical, float) and warn > critical:
         report(f"{prefix}warn_after", "is longer than critical_after; a warning must come first")
+
+
+def _check_removal(values: dict[str, Any], prefix: str, report: Callable[[str, str], None]) -> None:
+    if values["remove_stale"] and values["format"] in NEVER_REMOVED:
+        why = NEVER_REMOVED[values["format"]]
+        report(f"{prefix}remove_stale", f"format {values['format']!r} is never removed: {why}")
 
 
 def builtin(exists: Callable[[str], bool] = os.path.exists) -> Config:

@@ -39,36 +39,13 @@ from lockwarden.identify import gather, keys_to_scan
 from lockwarden.journal import Journal, Record, StateError, check_state_dir
 from lockwarden.messages import Message, Row, render_markdown, render_text
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
+from lockwarden.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_link, read_record
 
 log = logging.getLogger(__name__)
 
 REMOVED = "removed"
 QUARANTINE_MARK = "lockwarden-removed"
-# Formats whose lock is an artefact left behind by a dead holder, and safe to take away.
-ELIGIBLE_FORMATS = frozenset(
-    {
-        "owner-record",
-        "pidfile",
-        "filelock-soft",
-        "chromium-profile",
-        "mercurial",
-        "emacs",
-        "git",
-        "pacman",
-        "terraform",
-    }
-)
-REFUSED_FORMATS = {
-    "borg": (
-        "borg locks are broken with `borg break-lock`, which drops every lock of the repository "
-        "(shared readers' roster entries too); lockwarden leaves that to a person"
-    ),
-    "postgres": (
-        "PostgreSQL checks and replaces its own stale postmaster.pid at start; removing it by "
-        "hand while old backends may still use the data directory risks corrupting it"
-    ),
-}
 
 
 class Refused(Exception):
@@ -122,10 +99,10 @@ def refusal(claim: Claim) -> str | None:
     """Why this lock's format can never be removed by lockwarden, or None."""
     if claim.never_remove:
         return claim.never_remove
-    if claim.format in REFUSED_FORMATS:
-        return REFUSED_FORMATS[claim.format]
+    if claim.format in NEVER_REMOVED:
+        return NEVER_REMOVED[claim.format]
     if not claim.existence_is_lock or claim.stale_proof is StaleProof.NEVER:
-        return "only a kernel lock counts for it, and the kernel frees that when its holder exits"
+        return KERNEL_ONLY
     if claim.format not in ELIGIBLE_FORMATS or not claim.remove_path:
         return f"format {claim.format} names no file left behind that is safe to remove"
     return None
