@@ -16,7 +16,15 @@ from datetime import datetime
 
 from lockwarden.config import Config
 from lockwarden.decide import LockPolicy, Outgoing, Plan, Retry, decide
-from lockwarden.history import KEEP_RUNS, UNRESOLVED, History, fold, keep_for_dedupe, timestamp
+from lockwarden.history import (
+    KEEP_RUNS,
+    UNRESOLVED,
+    History,
+    fold,
+    keep_for_dedupe,
+    keep_for_removal,
+    timestamp,
+)
 from lockwarden.journal import Journal, Record, StateError, check_state_dir, default_state_path
 from lockwarden.messages import Message, render_state_degraded
 from lockwarden.model import Finding, Severity, State
@@ -99,14 +107,17 @@ def alert_stage(
     hostname: str,
     now: datetime,
     dry_run: bool = False,
+    extra: tuple[Outgoing, ...] = (),
 ) -> AlertOutcome:
     """Decide, send, journal. With no [notify] service configured, alerting is off: the
-    journal is only read (never created), and the report says how many alerts were due."""
+    journal is only read (never created), and the report says how many alerts were due.
+    `extra` are messages an earlier stage of the run wants sent (a stale lock removed)."""
     journal = Journal(state_path(config), config.state.max_bytes)
     problems: list[str] = []
     read_only = dry_run or not config.notify.configured
     history = load_history(journal, problems, read_only)
     plan = decide(findings, history, now, policies(config), hostname)
+    plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)
     if read_only:
         outcome.state_problems = [] if not dry_run else problems
@@ -250,7 +261,9 @@ def _compact(journal: Journal, writer: JournalWriter, config: Config) -> None:
     )
     keep_runs = max(KEEP_RUNS, longest + 1)
     try:
-        dropped = journal.compact(lambda records: keep_for_dedupe(records, keep_runs))
+        dropped = journal.compact(
+            lambda records: keep_for_removal(keep_for_dedupe(records, keep_runs))
+        )
         log.debug("compacted %s: %d records dropped", journal.path, dropped)
     except StateError as error:
         writer.problems.append(str(error))

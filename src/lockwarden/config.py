@@ -19,6 +19,7 @@ from lockwarden.durations import DurationError, format_config_duration, parse_du
 from lockwarden.formats import format_names
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.formats.dpkg import NAME as DPKG
+from lockwarden.removable import NEVER_REMOVED
 
 DEFAULT_PATH = "/etc/lockwarden/config.toml"
 REQUIRED = object()
@@ -181,6 +182,22 @@ LOCK_OPTIONS = (
         "for locks whose holder is found by its working directory (git): a lock with no such "
         "process is stale once older than this",
         "30m",
+    ),
+    Option(
+        "remove_stale",
+        _boolean,
+        False,
+        "move a stale lock aside and delete it once two runs at least stale_confirm apart saw "
+        "the same stale lock (same inode, same record); only for locks left behind as files or "
+        "directories, never kernel locks (see the README's 'Removing stale locks')",
+        False,
+    ),
+    Option(
+        "stale_confirm",
+        _duration,
+        "2m",
+        "with remove_stale: how long apart the two sightings of the same stale lock must be",
+        "5m",
     ),
 )
 
@@ -350,6 +367,8 @@ class LockConfig:
     alerts: AlertSettings = AlertSettings()
     notify_tags: tuple[str, ...] = ()
     stale_after: float = 600.0
+    remove_stale: bool = False
+    stale_confirm: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -489,6 +508,7 @@ def _locks(
         elif isinstance(name, str):
             seen[name] = number
         _check_order(values, prefix, report)
+        _check_removal(values, prefix, report)
         if all(values[key] not in (None, REQUIRED) for key in ("name", "path")) and all(
             isinstance(values[key], float) for key in ("warn_after", "critical_after")
         ):
@@ -509,6 +529,12 @@ def _check_order(values: dict[str, Any], prefix: str, report: Callable[[str, str
     warn, critical = values["warn_after"], values["critical_after"]
     if isinstance(warn, float) and isinstance(critical, float) and warn > critical:
         report(f"{prefix}warn_after", "is longer than critical_after; a warning must come first")
+
+
+def _check_removal(values: dict[str, Any], prefix: str, report: Callable[[str, str], None]) -> None:
+    if values["remove_stale"] and values["format"] in NEVER_REMOVED:
+        why = NEVER_REMOVED[values["format"]]
+        report(f"{prefix}remove_stale", f"format {values['format']!r} is never removed: {why}")
 
 
 def builtin(exists: Callable[[str], bool] = os.path.exists) -> Config:
@@ -548,6 +574,8 @@ def effective(config: Config) -> dict[str, Any]:
         if lock.notify_tags:
             entry["notify_tags"] = list(lock.notify_tags)
         entry["stale_after"] = _seconds(lock.stale_after)
+        entry["remove_stale"] = lock.remove_stale
+        entry["stale_confirm"] = _seconds(lock.stale_confirm)
         locks.append(entry)
     defaults = {key: _seconds(value) for key, value in config.defaults.items()}
     document: dict[str, Any] = {

@@ -10,6 +10,9 @@ Pure: records in, typed history out. The record kinds (one JSON object per line)
   ``url`` is apprise's privacy form, never the URL itself;
 * ``close``    ``{at, incident, why}``;
 * ``giveup``   ``{at, message, services}`` — undeliverable after give_up_after.
+* ``sighting`` ``{at, lock, key, path, proof}`` — `remove_stale`: the first run that saw this
+  stale lock (its key names the finding's identity, the inode and a digest of the record);
+* ``removed``  ``{at, lock, key, path, quarantine, proof}`` — a stale lock moved aside and deleted.
 """
 
 from __future__ import annotations
@@ -115,11 +118,20 @@ class RunSummary:
         return self.locks.get(lock, (GOOD, None))[0]
 
 
+@dataclass(frozen=True)
+class Sighting:
+    """The first run that saw a lock stale with this key (removal needs two, far enough apart)."""
+
+    key: str
+    first_at: datetime
+
+
 @dataclass
 class History:
     runs: list[RunSummary] = field(default_factory=list)
     incidents: dict[str, Incident] = field(default_factory=dict)
     messages: dict[str, Sent] = field(default_factory=dict)
+    sightings: dict[str, Sighting] = field(default_factory=dict)
 
     def open_incident(self, lock: str) -> Incident | None:
         found = [i for i in self.incidents.values() if i.open and i.lock == lock]
@@ -192,6 +204,18 @@ def _apply(history: History, record: Record) -> None:
         message = history.messages.get(record["message"])
         if message is not None:
             message.gave_up.update(record["services"])
+    elif kind in ("sighting", "removed"):
+        _apply_removal(history, kind, str(record["lock"]), str(record["key"]), at)
+
+
+def _apply_removal(history: History, kind: str, lock: str, key: str, at: datetime) -> None:
+    """A sighting of a new key replaces the lock's last one; a removal ends it."""
+    current = history.sightings.get(lock)
+    if kind == "removed":
+        if current is not None and current.key == key:
+            del history.sightings[lock]
+    elif current is None or current.key != key:
+        history.sightings[lock] = Sighting(key, at)
 
 
 def _apply_due(history: History, record: Record, at: datetime) -> None:
@@ -249,3 +273,33 @@ def keep_for_dedupe(records: list[Record], keep_runs: int = KEEP_RUNS) -> list[R
 
 def _has_pending(incident: Incident) -> bool:
     return any(message.pending for message in incident.messages)
+
+
+KEEP_REMOVALS = 20
+
+
+def keep_for_removal(records: list[Record]) -> list[Record]:
+    """What compaction keeps of `remove_stale`'s records: each lock's current sighting (the
+    record that started it, so the confirm delay is never shortened) and the last
+    KEEP_REMOVALS removals; superseded sightings go."""
+    current = fold(records).sightings
+    removals = [index for index, record in enumerate(records) if record.get("type") == "removed"]
+    kept_removals = set(removals[-KEEP_REMOVALS:])
+    kept: list[Record] = []
+    started: set[str] = set()
+    for index, record in enumerate(records):
+        kind = record.get("type")
+        if kind == "removed" and index not in kept_removals:
+            continue
+        if kind == "sighting":
+            lock = record.get("lock")
+            sighting = current.get(lock) if isinstance(lock, str) else None
+            if sighting is None or lock in started or not _starts(record, sighting):
+                continue
+            started.add(str(lock))
+        kept.append(record)
+    return kept
+
+
+def _starts(record: Record, sighting: Sighting) -> bool:
+    return record.get("key") == sighting.key and parse_time(record.get("at")) == sighting.first_at

@@ -35,6 +35,7 @@ class Descriptor:
 class DescriptorScan:
     by_key: dict[InodeKey, list[Descriptor]] = field(default_factory=dict)
     unreadable_pids: int = 0
+    hidden: list[int] = field(default_factory=list)  # the PIDs behind unreadable_pids
 
 
 def parse_proc_locks(text: str) -> dict[InodeKey, list[KernelLock]]:
@@ -260,6 +261,11 @@ class Snapshot:
     def unreadable_pids(self) -> int:
         return self._scan.unreadable_pids if self._scan else 0
 
+    @property
+    def hidden_pids(self) -> tuple[int, ...]:
+        """The processes whose open files could not be read in the last descriptor scan."""
+        return tuple(self._scan.hidden) if self._scan else ()
+
     def scan_descriptors(self, keys: Iterable[InodeKey]) -> None:
         """Walk /proc/*/fdinfo once for all these inodes (and those asked about before)."""
         wanted = frozenset(keys) | self._scanned_keys
@@ -357,6 +363,7 @@ def _scan_descriptors(proc: str, keys: frozenset[InodeKey]) -> DescriptorScan:
             fd_names = os.listdir(f"{proc}/{entry}/fdinfo")
         except PermissionError:
             scan.unreadable_pids += 1
+            scan.hidden.append(int(entry))
             continue
         except OSError:
             continue

@@ -235,6 +235,8 @@ class Finding:
     note: str | None = None
     readers: tuple[Holder, ...] = ()
     never_remove: str | None = None
+    removal: str | None = None
+    """With `remove_stale`: what removal did or will do ("removed (…)", "will remove at …")."""
 
 
 def command_text(cmdline: Iterable[str], limit: int = 300) -> str:

@@ -61,6 +61,7 @@ def finding_document(finding: Finding) -> dict[str, Any]:
         "note": finding.note,
         "readers": [holder_document(reader) for reader in finding.readers],
         "never_remove": finding.never_remove,
+        "removal": finding.removal,
     }
 
 
@@ -98,6 +99,8 @@ def render_text(result: RunResult, colour: bool = False) -> str:
         )
         if finding.state is not State.FREE:
             lines.extend(f"            {line}" for line in detail_lines(finding))
+        if finding.removal:
+            lines.append(f"            removal: {finding.removal}")
     lines.extend(f"note: {note}" for note in result.notes)
     return "\n".join(lines) + "\n"
 

@@ -132,15 +132,22 @@ def run_and_alert(
     """`--once`: inspect, then decide, notify and journal, holding the run lock throughout
     (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes."""
     from lockwarden.alerting import alert_stage, state_directory, with_outcome
+    from lockwarden.removal import removal_stage
 
-    alerting = config.notify.configured and not dry_run
-    run_lock = _take_run_lock(state_directory(config)) if alerting else None
+    removing = any(lock.remove_stale for lock in config.locks)
+    writes = (config.notify.configured or removing) and not dry_run
+    run_lock = _take_run_lock(state_directory(config)) if writes else None
     try:
         if on_start is not None:
             on_start()
         result = run_once(config, now)
-        outcome = alert_stage(config, result.findings, result.hostname, now, dry_run)
-        findings, notes = with_outcome(result.findings, result.notes, outcome)
+        removal = removal_stage(
+            config, result.findings, result.hostname, now, dry_run, run_lock is not None
+        )
+        outcome = alert_stage(
+            config, removal.findings, result.hostname, now, dry_run, tuple(removal.outgoing)
+        )
+        findings, notes = with_outcome(removal.findings, result.notes, outcome)
         return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
     finally:
         if run_lock is not None:

@@ -1,0 +1,478 @@
+"""Guarded stale-lock removal (`remove_stale = true` on a lock), off by default.
+
+A stale lock is removed only when all of these hold, and the finding says which one did not:
+
+* its format leaves a file, directory or symlink behind (never a kernel lock: the kernel frees
+  those, and deleting the file of a live POSIX/flock lock splits its users in two);
+* two runs at least `stale_confirm` apart saw the same stale lock: the same finding identity,
+  the same inode, and the same record (a digest of its bytes, its mtime); the first sighting is
+  a `sighting` record in the journal;
+* right before acting, a fresh host snapshot re-reads and re-classifies it: still stale, same
+  key, same proof, and no process has a kernel lock on it or a descriptor open on it;
+* it is moved aside atomically (rename within its directory to
+  `.NAME.lockwarden-removed-TIME-PID`), the moved inode is checked to be the one judged (if not,
+  it is moved back), and only then deleted (a directory with rmtree confined to that one
+  directory descriptor, never following a symlink).
+
+Every removal is journaled (`removed`) and notified with its proof.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from lockwarden.alerting import JournalWriter, load_history, state_path
+from lockwarden.classify import classify
+from lockwarden.config import Config, LockConfig
+from lockwarden.decide import Outgoing
+from lockwarden.durations import format_duration, format_time
+from lockwarden.formats import read_claim
+from lockwarden.history import History, timestamp
+from lockwarden.host import Snapshot
+from lockwarden.identify import gather, keys_to_scan
+from lockwarden.journal import Journal, Record, StateError, check_state_dir
+from lockwarden.messages import Message, Row, render_markdown, render_text
+from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
+from lockwarden.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
+from lockwarden.safe_read import UnsafeRecord, list_directory, read_link, read_record
+
+log = logging.getLogger(__name__)
+
+REMOVED = "removed"
+QUARANTINE_MARK = "lockwarden-removed"
+
+
+class Refused(Exception):
+    """Why a stale lock is not removed now; the finding says it."""
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The judged artefact: its inode, kind, mtime and a digest of what it records."""
+
+    device: int
+    inode: int
+    kind: str
+    mtime_ns: int
+    digest: str
+
+    @property
+    def key(self) -> InodeKey:
+        return (self.device, self.inode)
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}:{self.device}:{self.inode}:{self.mtime_ns}:{self.digest}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A lock judged stale just now from a fresh snapshot, with what removing it needs."""
+
+    claim: Claim
+    finding: Finding
+    fingerprint: Fingerprint
+
+    @property
+    def target(self) -> str:
+        assert self.claim.remove_path is not None
+        return self.claim.remove_path
+
+    @property
+    def key(self) -> str:
+        return f"{self.finding.identity}|{self.fingerprint.text}"
+
+
+@dataclass
+class RemovalOutcome:
+    findings: tuple[Finding, ...]
+    outgoing: list[Outgoing] = field(default_factory=list)
+
+
+def refusal(claim: Claim) -> str | None:
+    """Why this lock's format can never be removed by lockwarden, or None."""
+    if claim.never_remove:
+        return claim.never_remove
+    if claim.format in NEVER_REMOVED:
+        return NEVER_REMOVED[claim.format]
+    if not claim.existence_is_lock or claim.stale_proof is StaleProof.NEVER:
+        return KERNEL_ONLY
+    if claim.format not in ELIGIBLE_FORMATS or not claim.remove_path:
+        return f"format {claim.format} names no file left behind that is safe to remove"
+    return None
+
+
+def fingerprint(path: str, record_path: str | None) -> Fingerprint:
+    """What the lock at `path` is now; raise Refused when it is not something to remove."""
+    try:
+        status = os.lstat(path)
+        kind = _kind(status)
+        if kind == "symlink":
+            content = read_link(path).encode("utf-8", "surrogateescape")
+        elif kind == "file":
+            content, status = read_record(path)
+        else:
+            content = _directory_content(path, record_path)
+    except FileNotFoundError:
+        raise Refused(f"{path} is gone") from None
+    except (OSError, UnsafeRecord) as error:
+        raise Refused(f"cannot read {path}: {error}") from None
+    digest = hashlib.sha256(content).hexdigest()[:16]
+    return Fingerprint(status.st_dev, status.st_ino, kind, status.st_mtime_ns, digest)
+
+
+def _kind(status: os.stat_result) -> str:
+    if stat.S_ISLNK(status.st_mode):
+        return "symlink"
+    if stat.S_ISREG(status.st_mode):
+        return "file"
+    if stat.S_ISDIR(status.st_mode):
+        return "directory"
+    raise Refused("it is neither a file, a directory nor a symlink")
+
+
+def _directory_content(path: str, record_path: str | None) -> bytes:
+    """Each entry's name, inode, type, size and mtime, and the record's bytes."""
+    parts: list[bytes] = []
+    for entry in list_directory(path):
+        info = entry.stat(follow_symlinks=False)
+        parts.append(
+            f"{entry.name}\0{info.st_ino}\0{info.st_mode}\0{info.st_size}\0{info.st_mtime_ns}".encode(
+                "utf-8", "surrogateescape"
+            )
+        )
+    if record_path and os.path.dirname(record_path) == path:
+        parts.append(read_record(record_path)[0])
+    return b"\n".join(parts)
+
+
+def judge_now(lock: LockConfig, now: datetime) -> Candidate:
+    """Read and classify the lock again from a fresh host snapshot; raise Refused unless it is
+    stale, removable, and nobody has it locked or open."""
+    from lockwarden.run import policy_for
+
+    snapshot = Snapshot.capture()
+    claim = read_claim(lock.path, lock.format, snapshot.pid_max)
+    why_not = refusal(claim)
+    if why_not is not None:
+        raise Refused(why_not)
+    assert claim.remove_path is not None
+    judged = fingerprint(claim.remove_path, claim.record_path)
+    watched = {*claim.keys, judged.key, *_record_key(claim)}
+    snapshot.scan_descriptors(watched | keys_to_scan([claim], snapshot))
+    finding = classify(lock.name, claim, gather(claim, snapshot), policy_for(lock), now)
+    if finding.state is not State.STALE:
+        raise Refused(f"a fresh look finds it {finding.state.value}: {finding.reason}")
+    busy = _in_use(snapshot, watched, judged)
+    if busy is not None:
+        raise Refused(busy)
+    return Candidate(claim, finding, judged)
+
+
+def _record_key(claim: Claim) -> list[InodeKey]:
+    if not claim.record_path or claim.record_path == claim.remove_path:
+        return []
+    try:
+        status = os.lstat(claim.record_path)
+    except OSError:
+        return []
+    return [(status.st_dev, status.st_ino)]
+
+
+def _in_use(snapshot: Snapshot, keys: set[InodeKey], judged: Fingerprint) -> str | None:
+    for key in sorted(keys):
+        if snapshot.kernel_locks(key):
+            pids = sorted({lock.pid for lock in snapshot.kernel_locks(key)})
+            return f"a kernel lock is still on it (/proc/locks names PID {pids[0]})"
+        openers = sorted({descriptor.pid for descriptor in snapshot.descriptors(key)})
+        if openers:
+            return f"PID {openers[0]} still has it open"
+    return _hidden_since(snapshot, judged)
+
+
+def _hidden_since(snapshot: Snapshot, judged: Fingerprint) -> str | None:
+    """A process whose open files cannot be read blocks removal, unless it was already running
+    when the lock was last written: then it is not the holder nor a child that inherited the
+    lock (a container's init hides its files even from root)."""
+    written = datetime.fromtimestamp(judged.mtime_ns / 1e9, UTC)
+    for pid in snapshot.hidden_pids:
+        process = snapshot.process(pid)
+        if process is not None and process.started_at >= written:
+            return (
+                f"PID {pid} started after the lock was written and its open files cannot be "
+                "read (run lockwarden as root), so nobody can say it does not hold it"
+            )
+    return None
+
+
+def quarantine_name(name: str, now: datetime) -> str:
+    return f".{name}.{QUARANTINE_MARK}-{now.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
+
+
+def move_aside_and_delete(candidate: Candidate, now: datetime) -> tuple[str, str | None]:
+    """Rename the lock to its quarantine name in the same directory (atomic: writers are
+    unblocked at once), check the moved inode is the one judged, then delete it. All through
+    one descriptor of the directory, so a renamed or replaced parent cannot redirect us.
+    Returns the quarantine path and, if deleting it failed, why."""
+    directory, name = os.path.split(candidate.target)
+    quarantine = quarantine_name(name, now)
+    parent = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _same_inode(parent, name, candidate.fingerprint, "just before the move", moved=False)
+        if _exists(parent, quarantine):
+            raise Refused(f"{quarantine} already exists in {directory}")
+        try:
+            os.rename(name, quarantine, src_dir_fd=parent, dst_dir_fd=parent)
+        except OSError as error:
+            raise Refused(f"cannot move it aside: {error.strerror}") from None
+        try:
+            _same_inode(parent, quarantine, candidate.fingerprint, "after the move", moved=True)
+        except Refused as error:
+            raise Refused(f"{error}; {_put_back(parent, quarantine, name)}") from None
+        delete_error = _delete(parent, quarantine, candidate.fingerprint.kind)
+    finally:
+        os.close(parent)
+    return os.path.join(directory, quarantine), delete_error
+
+
+def _same_inode(parent: int, name: str, judged: Fingerprint, when: str, moved: bool) -> None:
+    try:
+        status = os.lstat(name, dir_fd=parent)
+    except OSError as error:
+        raise Refused(f"{name} cannot be looked at {when}: {error.strerror}") from None
+    same = (status.st_dev, status.st_ino, _kind_or_other(status)) == (
+        judged.device,
+        judged.inode,
+        judged.kind,
+    )
+    # A rename may touch a directory's times; a file's or a link's mtime never moves with it.
+    if not (moved and judged.kind == "directory"):
+        same = same and status.st_mtime_ns == judged.mtime_ns
+    if not same:
+        raise Refused(f"it is not the lock that was judged {when} (another inode or record)")
+
+
+def _kind_or_other(status: os.stat_result) -> str:
+    try:
+        return _kind(status)
+    except Refused:
+        return "other"
+
+
+def _exists(parent: int, name: str) -> bool:
+    try:
+        os.lstat(name, dir_fd=parent)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _put_back(parent: int, quarantine: str, name: str) -> str:
+    if _exists(parent, name):
+        return f"left it as {quarantine}, as something new is at {name}"
+    try:
+        os.rename(quarantine, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as error:
+        return f"could not move it back from {quarantine}: {error.strerror}"
+    return "moved it back"
+
+
+def _delete(parent: int, quarantine: str, kind: str) -> str | None:
+    """The lock is already out of the way; a failure here leaves only the quarantined copy."""
+    try:
+        if kind == "directory":
+            shutil.rmtree(quarantine, dir_fd=parent)
+        else:
+            os.unlink(quarantine, dir_fd=parent)
+    except OSError as error:
+        log.warning("moved a stale lock aside as %s but cannot delete it: %s", quarantine, error)
+        return error.strerror or str(error)
+    return None
+
+
+def removal_stage(
+    config: Config,
+    findings: tuple[Finding, ...],
+    hostname: str,
+    now: datetime,
+    dry_run: bool,
+    may_write: bool = True,
+) -> RemovalOutcome:
+    """For each stale lock with remove_stale: record a sighting, or remove it once confirmed.
+    `may_write` is false when this run does not hold the run lock: then it only says why not."""
+    wanted = {lock.name: lock for lock in config.locks if lock.remove_stale}
+    if not wanted:
+        return RemovalOutcome(findings)
+    journal = Journal(state_path(config), config.state.max_bytes)
+    problems: list[str] = []
+    history = load_history(journal, problems, read_only=dry_run or not may_write)
+    stage = _Stage(history, JournalWriter(journal, problems), hostname, now, dry_run)
+    if not may_write and not dry_run:
+        problems.append(_why_no_run_lock(journal.directory))
+    result = []
+    for finding in findings:
+        lock = wanted.get(finding.name)
+        if lock is None or finding.state is not State.STALE:
+            result.append(finding)
+        else:
+            result.append(stage.consider(lock, finding, problems))
+    journal.close()
+    return RemovalOutcome(tuple(result), stage.outgoing)
+
+
+def _why_no_run_lock(directory: str) -> str:
+    try:
+        check_state_dir(directory)
+    except StateError as error:
+        return str(error)
+    return f"the run lock in {directory} could not be taken"
+
+
+class _Stage:
+    def __init__(
+        self,
+        history: History,
+        writer: JournalWriter,
+        hostname: str,
+        now: datetime,
+        dry_run: bool,
+    ) -> None:
+        self.history = history
+        self.writer = writer
+        self.hostname = hostname
+        self.now = now
+        self.dry_run = dry_run
+        self.outgoing: list[Outgoing] = []
+
+    def consider(self, lock: LockConfig, finding: Finding, problems: list[str]) -> Finding:
+        try:
+            return self._consider(lock, finding, problems)
+        except Refused as error:
+            return replace(finding, removal=f"not removed: {error}")
+        except Exception as error:  # a health check must not die here: say it, remove nothing
+            log.debug("considering %s for removal failed", lock.name, exc_info=True)
+            return replace(finding, removal=f"not removed: internal error: {error}")
+
+    def _consider(self, lock: LockConfig, finding: Finding, problems: list[str]) -> Finding:
+        candidate = judge_now(lock, self.now)
+        if candidate.finding.identity != finding.identity:
+            raise Refused("it changed while being checked (another holder identity)")
+        sighting = self.history.sightings.get(lock.name)
+        if sighting is None or sighting.key != candidate.key:
+            return replace(finding, removal=self._first_sighting(lock, candidate, problems))
+        due_at = sighting.first_at + timedelta(seconds=lock.stale_confirm)
+        since = format_time(sighting.first_at)
+        if self.now < due_at:
+            text = f"seen stale since {since}; will remove at {format_time(due_at)} if still stale"
+            return replace(finding, removal=text)
+        if self.dry_run:
+            text = f"would remove {candidate.target} (stale since {since}; proof: "
+            return replace(finding, removal=f"{text}{candidate.finding.proof})")
+        if problems or self.writer.broken:
+            raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
+        return self._remove(lock, candidate, sighting.first_at)
+
+    def _first_sighting(self, lock: LockConfig, candidate: Candidate, problems: list[str]) -> str:
+        """Record the first sighting (a dry run only says it would)."""
+        if problems:
+            raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
+        if not self.dry_run:
+            self.writer.append(self._sighting_record(lock, candidate))
+            if self.writer.broken:
+                raise Refused(f"cannot record the sighting ({'; '.join(problems)})")
+        due = format_time(self.now + timedelta(seconds=lock.stale_confirm))
+        text = (
+            f"seen once; will remove after {format_duration(lock.stale_confirm)} if still stale "
+            f"(at {due} or later)"
+        )
+        if self.dry_run:
+            text += "; a dry run records nothing: a real run must see it first"
+        return text
+
+    def _remove(self, lock: LockConfig, seen: Candidate, first_at: datetime) -> Finding:
+        final = judge_now(lock, self.now)  # the last look, right before acting
+        if final.key != seen.key or final.finding.proof != seen.finding.proof:
+            raise Refused("it changed between the check and the removal")
+        quarantine, delete_error = move_aside_and_delete(final, self.now)
+        self.writer.append(self._removed_record(lock, final, quarantine))
+        self.outgoing.append(self._message(lock, final, quarantine, first_at))
+        deleted = (
+            "and deleted"
+            if delete_error is None
+            else f"but could not delete it ({delete_error}); delete {quarantine} by hand"
+        )
+        text = (
+            f"removed ({final.target} was stale since {format_time(first_at)}: "
+            f"{final.finding.proof}; moved aside as {os.path.basename(quarantine)} {deleted})"
+        )
+        return replace(_inspect(lock, self.now), removal=text)
+
+    def _sighting_record(self, lock: LockConfig, candidate: Candidate) -> Record:
+        return {
+            "type": "sighting",
+            "at": timestamp(self.now),
+            "lock": lock.name,
+            "key": candidate.key,
+            "path": candidate.target,
+            "proof": candidate.finding.proof,
+        }
+
+    def _removed_record(self, lock: LockConfig, candidate: Candidate, quarantine: str) -> Record:
+        return {
+            "type": REMOVED,
+            "at": timestamp(self.now),
+            "lock": lock.name,
+            "key": candidate.key,
+            "path": candidate.target,
+            "quarantine": quarantine,
+            "proof": candidate.finding.proof,
+        }
+
+    def _message(
+        self, lock: LockConfig, candidate: Candidate, quarantine: str, first_at: datetime
+    ) -> Outgoing:
+        message = render_removed(
+            lock.name, candidate, quarantine, first_at, self.hostname, self.now
+        )
+        incident = self.history.open_incident(lock.name)
+        if incident is not None:  # the stale incident this removal ends
+            incident_id = incident.incident_id
+            message_id = f"{incident_id}/{REMOVED}"
+        else:
+            digest = hashlib.sha256(f"{candidate.key}|{timestamp(self.now)}".encode())
+            incident_id = message_id = f"{REMOVED}-{digest.hexdigest()[:12]}"
+        return Outgoing(message_id, incident_id, lock.name, REMOVED, message, lock.notify_tags)
+
+
+def _inspect(lock: LockConfig, now: datetime) -> Finding:
+    """The lock as it is after the removal (free, or a new holder that was quick)."""
+    from lockwarden.run import inspect_locks
+
+    return inspect_locks([lock], Snapshot.capture(), now)[0]
+
+
+def render_removed(
+    name: str,
+    candidate: Candidate,
+    quarantine: str,
+    first_at: datetime,
+    host: str,
+    now: datetime,
+) -> Message:
+    title = f"removed stale lock: {name} ({candidate.target})"
+    rows = [
+        Row("Host", host),
+        Row("Lock", f"{name} at {candidate.finding.path} ({candidate.finding.format})"),
+        Row("Removed", candidate.target, code=True),
+        Row("Moved aside as", quarantine, code=True),
+        Row("Stale since", f"{format_time(first_at)} (seen again at {format_time(now)})"),
+        Row("Proof", candidate.finding.proof or candidate.finding.reason),
+        Row("Identity", candidate.key),
+    ]
+    return Message(title, render_markdown(rows), render_text(title, rows))
