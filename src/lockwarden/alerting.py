@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.config import Config
+from lockwarden.crashpoints import crash_point
 from lockwarden.decide import LockPolicy, Outgoing, Plan, Retry, decide
 from lockwarden.history import KEEP_RUNS, UNRESOLVED, History, fold, keep_for_dedupe, timestamp
 from lockwarden.journal import Journal, Record, StateError, check_state_dir, default_state_path
@@ -107,6 +108,7 @@ def alert_stage(
     read_only = dry_run or not config.notify.configured
     history = load_history(journal, problems, read_only)
     plan = decide(findings, history, now, policies(config), hostname)
+    crash_point("after-decide")  # test-only (crashpoints.py); a no-op unless asked
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)
     if read_only:
         outcome.state_problems = [] if not dry_run else problems
@@ -220,6 +222,8 @@ def _record(
     deliveries: list[Delivery],
     now: datetime,
 ) -> None:
+    if deliveries and message_id != NOTICE_ID:
+        crash_point("after-send")  # test-only: delivered, not yet journaled
     for delivery in deliveries:
         outcome.deliveries.append(
             Sending(

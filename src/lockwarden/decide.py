@@ -108,6 +108,7 @@ def decide(
     for finding in findings:
         _decide_lock(plan, finding, history, now, policies.get(finding.name, LockPolicy()), host)
     _close_unchecked(plan, history, {finding.name for finding in findings}, now)
+    _resolve_interrupted(plan, history, findings, policies, host)
     _retry_pending(plan, history, now, policies)
     return plan
 
@@ -147,6 +148,21 @@ def _decide_lock(
             _resolve(plan, current, finding, now, policy, host, why="resolved")
         return
     key = incident_key(finding, klass)
+    if current is not None and current.key == key and not _has(current, ALERT):
+        # The run that opened it died before its alert was due (kill -9, power loss): the
+        # "open" record is there, the alert is not. Send it now, or it is lost until a reminder.
+        message = render_alert(finding, host, ALERT)
+        plan.outgoing.append(
+            Outgoing(
+                f"{current.incident_id}/{ALERT}",
+                current.incident_id,
+                finding.name,
+                ALERT,
+                message,
+                policy.tags,
+            )
+        )
+        return
     if current is not None and current.key == key:
         _maybe_remind(plan, current, finding, now, policy, host)
         return
@@ -224,6 +240,18 @@ def _resolve(
     )
     if why == "unchecked":
         return
+    _resolve_message(plan, incident, finding, now, policy, host, superseded=why == "superseded")
+
+
+def _resolve_message(
+    plan: Plan,
+    incident: Incident,
+    finding: Finding | None,
+    now: datetime,
+    policy: LockPolicy,
+    host: str,
+    superseded: bool,
+) -> None:
     ended = Ended(
         lock=incident.lock,
         path=incident.path,
@@ -232,7 +260,7 @@ def _resolve(
         held_since=incident.held_since,
         state=incident.state_class,
     )
-    message = render_resolved(ended, finding, host, now, superseded=why == "superseded")
+    message = render_resolved(ended, finding, host, now, superseded=superseded)
     plan.outgoing.append(
         Outgoing(
             f"{incident.incident_id}/{RESOLVED}",
@@ -243,6 +271,42 @@ def _resolve(
             policy.tags,
         )
     )
+
+
+def _has(incident: Incident, kind: str) -> bool:
+    return any(message.kind == kind for message in incident.messages)
+
+
+def _resolve_interrupted(
+    plan: Plan,
+    history: History,
+    findings: Sequence[Finding],
+    policies: Mapping[str, LockPolicy],
+    host: str,
+) -> None:
+    """An incident closed by the last recorded run, which died before its "resolved" was due:
+    send that message now. (Only the last run: compaction may drop older closed incidents'
+    messages, and their "resolved" went out long ago.)"""
+    if not history.runs:
+        return
+    last_run = history.runs[-1].at
+    now_of = {finding.name: finding for finding in findings}
+    for incident in list(history.incidents.values()):
+        interrupted = (
+            incident.closed_at == last_run
+            and incident.why_closed in ("resolved", "superseded")
+            and not _has(incident, RESOLVED)
+        )
+        if interrupted:
+            _resolve_message(
+                plan,
+                incident,
+                now_of.get(incident.lock),
+                last_run,
+                policies.get(incident.lock, LockPolicy()),
+                host,
+                superseded=incident.why_closed == "superseded",
+            )
 
 
 def _close_unchecked(plan: Plan, history: History, checked: set[str], now: datetime) -> None:

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockwarden.crashpoints import armed, crash_point, crash_point_now
+
 log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
@@ -198,6 +200,8 @@ class Journal:
         data = encode(record)
         before = os.fstat(descriptor).st_size
         try:
+            if armed("mid-append"):  # test-only (crashpoints.py): die with half a record out
+                _die_after_writing(descriptor, data[: len(data) // 2])
             written = os.write(descriptor, data)
             if written != len(data):
                 raise OSError(
@@ -250,11 +254,15 @@ class Journal:
         try:
             descriptor = os.open(temporary, flags, 0o600)
             try:
-                _write_all(descriptor, b"".join(encode(record) for record in kept))
+                body = b"".join(encode(record) for record in kept)
+                if armed("mid-compaction"):  # test-only: the new file half written
+                    _die_after_writing(descriptor, body[: len(body) // 2])
+                _write_all(descriptor, body)
                 os.fsync(descriptor)
             finally:
                 os.close(descriptor)
             self.close()
+            crash_point("mid-compaction")  # test-only: complete, not yet renamed
             os.rename(temporary, self.path)
             fsync_directory(self.directory)
         except OSError as error:
@@ -273,6 +281,13 @@ class Journal:
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
+
+
+def _die_after_writing(descriptor: int, part: bytes) -> None:
+    """Test-only: put PART on disk, then die as `kill -9` would."""
+    _write_all(descriptor, part)
+    os.fsync(descriptor)
+    crash_point_now()
 
 
 def _read_all(descriptor: int) -> bytes:

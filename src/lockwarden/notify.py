@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockwarden.config import NotifySettings
+from lockwarden.crashpoints import crash_point
 from lockwarden.messages import Message
 
 log = logging.getLogger(__name__)
@@ -215,10 +216,12 @@ class Notifier:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0.05:
             return [Delivery(s.service_id, s.url, False, "out of time budget") for s in chosen]
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import ThreadPoolExecutor, as_completed
 
         with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
             futures = [pool.submit(self._send_one, s, message, remaining) for s in chosen]
+            next(as_completed(futures)).result()
+            crash_point("mid-send")  # test-only: one service answered, others may be in flight
             return [future.result() for future in futures]
 
     def _send_one(self, service: Service, message: Message, timeout: float) -> Delivery:
