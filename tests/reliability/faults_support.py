@@ -15,6 +15,7 @@ from alerts.helpers import Children, Receiver, cli_env
 
 FORKRUN = str(Path(__file__).with_name("forkrun.py"))
 EXIT_BUSY = 75
+Job = tuple[list[str], dict[str, str]]  # argv and extra environment of one run
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class ForkRunner:
         assert self.server.stdout is not None
         assert self.server.stdout.readline().strip() == "ready"
 
-    def batch(self, runs: list[tuple[list[str], dict[str, str]]]) -> list[Ran]:
+    def batch(self, runs: list[Job]) -> list[Ran]:
         """Start every (argv, env) together, wait for all, return each outcome in order."""
         jobs: list[dict[str, Any]] = []
         for argv, env in runs:

@@ -17,7 +17,7 @@ from alerts.test_end_to_end import Scenario
 from lockwarden.crashpoints import STEPS
 from lockwarden.journal import COMPACT_PREFIX, Journal
 
-from .faults_support import ForkRunner, Ran, titles_for, write_config
+from .faults_support import ForkRunner, Job, Ran, titles_for, write_config
 from .figures_faults import Figure, record
 
 __all__ = ["receiver"]
@@ -44,7 +44,7 @@ def chunks(
     return [items[start : start + CONCURRENT] for start in range(0, len(items), CONCURRENT)]
 
 
-def run_all(runner: ForkRunner, items: list[tuple[list[str], dict[str, str]]]) -> list[Ran]:
+def run_all(runner: ForkRunner, items: list[Job]) -> list[Ran]:
     return [ran for chunk in chunks(items) for ran in runner.batch(chunk)]
 
 
