@@ -149,7 +149,9 @@ class Notifier:
 
         self._apprise = apprise
         self.budget = settings.timeout
-        self.deadline = time.monotonic() + settings.timeout
+        # The budget is for waiting on the network, so it starts at the first send: loading
+        # apprise's plugins (seconds on a loaded host) must not use it up before anything is sent.
+        self.deadline: float | None = None
         asset = apprise.AppriseAsset(app_id="lockwarden", app_desc="lockwarden lock alerts")
         source = apprise.Apprise(asset=asset)
         for number, spec in enumerate(url_specs(settings, environ), start=1):
@@ -213,6 +215,8 @@ class Notifier:
         chosen = [s for s in self.services if s.service_id in set(service_ids)]
         if not chosen:
             return []
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.budget
         remaining = self.deadline - time.monotonic()
         if remaining <= 0.05:
             return [Delivery(s.service_id, s.url, False, "out of time budget") for s in chosen]
