@@ -164,7 +164,7 @@ def _decide_lock(
         )
         return
     if current is not None and current.key == key:
-        _maybe_remind(plan, current, finding, now, policy, host)
+        _maybe_remind(plan, current, finding, history, now, policy, host)
         return
     if klass == State.UNKNOWN.value and (
         history.streak(finding.name, klass) + 1 < policy.alerts.unknown_after
@@ -207,11 +207,31 @@ def _open(
     )
 
 
+def elapsed_since(moment: datetime, history: History, now: datetime) -> float:
+    """Seconds from `moment` to `now`, walking the recorded runs in journal order and counting
+    only forward steps: a wall clock stepped back an hour then delays a reminder by at most one
+    run interval instead of an hour (a step forward can only bring it early, never lose it).
+    """
+    starts = [index for index, run in enumerate(history.runs) if run.at == moment]
+    if not starts:  # that run's record was compacted away: plain wall-clock difference
+        return (now - moment).total_seconds()
+    # The first run at that moment: after a step back the same wall time can come round again,
+    # and starting there would count the hour twice over (erring early, never late, is fine).
+    moments = [run.at for run in history.runs[starts[0] :]] + [now]
+    return sum(max((b - a).total_seconds(), 0.0) for a, b in zip(moments, moments[1:]))
+
+
 def _maybe_remind(
-    plan: Plan, incident: Incident, finding: Finding, now: datetime, policy: LockPolicy, host: str
+    plan: Plan,
+    incident: Incident,
+    finding: Finding,
+    history: History,
+    now: datetime,
+    policy: LockPolicy,
+    host: str,
 ) -> None:
     interval = policy.alerts.repeat_interval
-    if interval <= 0 or (now - incident.last_notice_at).total_seconds() < interval:
+    if interval <= 0 or elapsed_since(incident.last_notice_at, history, now) < interval:
         return
     message = render_alert(finding, host, REMINDER)
     plan.outgoing.append(
