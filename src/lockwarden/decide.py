@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 from lockwarden.config import AlertSettings
 from lockwarden.history import GOOD, History, Incident, Sent, timestamp
@@ -218,7 +219,7 @@ def elapsed_since(moment: datetime, history: History, now: datetime) -> float:
     # The first run at that moment: after a step back the same wall time can come round again,
     # and starting there would count the hour twice over (erring early, never late, is fine).
     moments = [run.at for run in history.runs[starts[0] :]] + [now]
-    return sum(max((b - a).total_seconds(), 0.0) for a, b in zip(moments, moments[1:]))
+    return sum(max((b - a).total_seconds(), 0.0) for a, b in pairwise(moments))
 
 
 def _maybe_remind(
