@@ -72,7 +72,7 @@ def check_state_dir(directory: str) -> None:
         info = os.lstat(directory)
     except FileNotFoundError:
         _make_state_dir(directory)
-        info = os.lstat(directory)
+        info = _lstat_made(directory)
     except OSError as error:
         raise StateError(f"state directory {directory}: {error.strerror}") from None
     if stat.S_ISLNK(info.st_mode):
@@ -94,6 +94,17 @@ def check_state_dir(directory: str) -> None:
         )
 
 
+def _lstat_made(directory: str) -> os.stat_result:
+    """The directory just made; someone may have removed it already (a state problem, not a
+    crash: the run still alerts)."""
+    try:
+        return os.lstat(directory)
+    except OSError as error:
+        raise StateError(
+            f"state directory {directory} vanished just after it was made: {error.strerror}"
+        ) from None
+
+
 def _make_state_dir(directory: str) -> None:
     parent = os.path.dirname(directory.rstrip("/")) or "/"
     try:
@@ -106,7 +117,10 @@ def _make_state_dir(directory: str) -> None:
         ) from None
     except OSError as error:
         raise StateError(f"cannot create state directory {directory}: {error.strerror}") from None
-    fsync_directory(parent)
+    try:
+        fsync_directory(parent)
+    except OSError as error:  # the parent vanished or cannot be opened: the caller's check says
+        log.debug("cannot fsync %s: %s", parent, error.strerror)
 
 
 def fsync_directory(directory: str) -> None:
