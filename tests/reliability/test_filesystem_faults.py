@@ -81,7 +81,12 @@ def test_unusable_state_for_three_runs_then_healed_loses_no_alert(
     target, link = tmp_path / "target", tmp_path / "link"
     target.mkdir(mode=0o700)
     link.symlink_to(target)
-    faults["symlink"] = (link, lambda: (link.unlink(), link.mkdir(mode=0o700)) and None)
+
+    def real_directory() -> None:
+        link.unlink()
+        link.mkdir(mode=0o700)
+
+    faults["symlink"] = (link, real_directory)
 
     open_dir = tmp_path / "world"
     open_dir.mkdir()
