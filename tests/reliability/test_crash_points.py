@@ -122,7 +122,10 @@ def _trials(
         if trouble:
             figure.failures += 1
             problems.append(f"{name} ({where}): {trouble}")
-    figure.detail = f"{TRIALS_PER_STEP} trials x {len(STEPS)} steps"
+    figure.detail = (
+        f"{TRIALS_PER_STEP} trials x {len(STEPS)} steps; a duplicate is at most 1 per service "
+        "per crash, only where the send happened and its record did not"
+    )
     record(figures, figure)
     assert problems == []
 
