@@ -135,10 +135,12 @@ class RedactingFilter(logging.Filter):
 
 
 def redact_in_logs(secrets: Iterable[str]) -> None:
-    """Mask these strings in every line any handler of the root logger writes."""
+    """Mask these strings in every line written by a handler of the root logger or of the
+    `lockwarden` logger (the CLI's own handler, which does not propagate to the root)."""
     redaction = RedactingFilter(secret for secret in secrets if secret)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(redaction)
+    for logger in (logging.getLogger(), logging.getLogger("lockwarden")):
+        for handler in logger.handlers:
+            handler.addFilter(redaction)
 
 
 class Notifier:

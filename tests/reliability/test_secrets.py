@@ -124,3 +124,27 @@ def test_a_config_with_secrets_readable_by_others_is_warned_about(
     no_secret.chmod(0o644)
     quiet = runner.batch([(["check-config", "--config", str(no_secret)], {})])[0]
     assert "readable by other users" not in quiet.stderr
+
+
+def test_a_token_in_a_lockwarden_log_line_is_masked_on_the_cli_handler() -> None:
+    """In-process (the handler is the CLI's own): the masking filter must sit on the handler
+    that really writes lockwarden's lines, which does not propagate to the root logger."""
+    import io
+    import logging
+
+    from lockwarden import logs
+    from lockwarden.notify import redact_in_logs
+
+    stream = io.StringIO()
+    logger = logging.getLogger("lockwarden")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    try:
+        logs.configure(True, stream, {"NO_COLOR": "1"})
+        redact_in_logs([TOKENS["urls"]])
+        logging.getLogger("lockwarden.notify").warning("posting to x://%s@host", TOKENS["urls"])
+    finally:
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])
+        logger.propagate = saved[2]
+    assert "posting to x://****@host" in stream.getvalue()
+    assert TOKENS["urls"] not in stream.getvalue()
