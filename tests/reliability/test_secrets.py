@@ -27,6 +27,7 @@ TOKENS = {
     "urls_file": "FileTok3nSecret0002",
     "urls_env": "EnvTok3nSecret0003",
     "heartbeat": "HbTok3nSecret0004abcd",
+    "webhook path": "PathTok3nSecret0005",
 }
 ENV_NAME = "LOCKWARDEN_TEST_SECRET_URLS"
 
@@ -45,6 +46,7 @@ def test_tokens_appear_nowhere_under_debug_logging_and_an_echoing_receiver(
     urls_file.write_text(f"{receiver.url(TOKENS['urls_file'])}\n")
     urls_file.chmod(0o600)
     prom = tmp_path / "lockwarden.prom"
+    path_url = f"json://127.0.0.1:{receiver.port}/hooks/{TOKENS['webhook path']}"
     heartbeat = f"http://127.0.0.1:{receiver.port}/ping/{TOKENS['heartbeat']}"
     scenario.config.write_text(
         f"""
@@ -54,7 +56,7 @@ prometheus = {{ textfile = {json.dumps(str(prom))} }}
 path = {json.dumps(str(scenario.state_path))}
 
 [notify]
-urls = [{json.dumps(receiver.url(TOKENS["urls"]))}]
+urls = [{json.dumps(receiver.url(TOKENS["urls"]))}, {json.dumps(path_url)}]
 urls_file = {json.dumps(str(urls_file))}
 urls_env = "{ENV_NAME}"
 timeout = "3s"
@@ -85,7 +87,7 @@ critical_after = "1h"
             (["history", *config, "--json"], env),
         ]
     )
-    assert len(receiver.payloads) >= 3 + 3  # each service: the alert and the test message
+    assert len(receiver.payloads) >= 4 + 4  # each service: the alert and the test message
     assert receiver.pings  # the heartbeat really was pinged
     places = {f"run {i} stdout": r.stdout for i, r in enumerate(outputs)}
     places |= {f"run {i} stderr": r.stderr for i, r in enumerate(outputs)}
