@@ -150,19 +150,7 @@ def _decide_lock(
         return
     key = incident_key(finding, klass)
     if current is not None and current.key == key and not _has(current, ALERT):
-        # The run that opened it died before its alert was due (kill -9, power loss): the
-        # "open" record is there, the alert is not. Send it now, or it is lost until a reminder.
-        message = render_alert(finding, host, ALERT)
-        plan.outgoing.append(
-            Outgoing(
-                f"{current.incident_id}/{ALERT}",
-                current.incident_id,
-                finding.name,
-                ALERT,
-                message,
-                policy.tags,
-            )
-        )
+        _alert_interrupted(plan, current, finding, policy, host)
         return
     if current is not None and current.key == key:
         _maybe_remind(plan, current, finding, history, now, policy, host)
@@ -174,6 +162,18 @@ def _decide_lock(
     if current is not None:
         _resolve(plan, current, finding, now, policy, host, why="superseded")
     _open(plan, finding, klass, key, now, policy, host)
+
+
+def _alert_interrupted(
+    plan: Plan, incident: Incident, finding: Finding, policy: LockPolicy, host: str
+) -> None:
+    """The run that opened it died before its alert was due (kill -9, power loss): the "open"
+    record is there, the alert is not. Send it now, or it is lost until the first reminder."""
+    message = render_alert(finding, host, ALERT)
+    identifier = incident.incident_id
+    plan.outgoing.append(
+        Outgoing(f"{identifier}/{ALERT}", identifier, finding.name, ALERT, message, policy.tags)
+    )
 
 
 def _open(
