@@ -35,7 +35,7 @@ def armed(step: str) -> bool:
     name, _, count = wanted.partition(":")
     if name != step:
         return False
-    remaining = int(count or "1")
+    remaining = int(count) if count.isdigit() else 1
     if remaining > 1:
         os.environ[VARIABLE] = f"{name}:{remaining - 1}"
         return False
