@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.config import Config
+from lockwarden.crashpoints import crash_point
 from lockwarden.decide import LockPolicy, Outgoing, Plan, Retry, decide
 from lockwarden.history import (
     KEEP_RUNS,
@@ -118,6 +119,7 @@ def alert_stage(
     history = load_history(journal, problems, read_only)
     plan = decide(findings, history, now, policies(config), hostname)
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
+    crash_point("after-decide")  # test-only (crashpoints.py); a no-op unless asked
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)
     if read_only:
         outcome.state_problems = [] if not dry_run else problems
@@ -231,6 +233,8 @@ def _record(
     deliveries: list[Delivery],
     now: datetime,
 ) -> None:
+    if deliveries and message_id != NOTICE_ID:
+        crash_point("after-send")  # test-only: delivered, not yet journaled
     for delivery in deliveries:
         outcome.deliveries.append(
             Sending(

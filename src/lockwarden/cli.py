@@ -412,11 +412,15 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
 
 def load_config(path: str | None) -> config_module.Config:
     """--config PATH must exist; the default path may be absent (then: built-in defaults)."""
-    if path is not None:
-        return config_module.load(path)
-    if os.path.exists(config_module.DEFAULT_PATH):
-        return config_module.load(config_module.DEFAULT_PATH)
-    return config_module.builtin()
+    if path is None and not os.path.exists(config_module.DEFAULT_PATH):
+        return config_module.builtin()
+    config = config_module.load(path or config_module.DEFAULT_PATH)
+    from lockwarden.secret_files import readable_secrets_warning
+
+    warning = readable_secrets_warning(config)
+    if warning:
+        log.warning("%s", warning)
+    return config
 
 
 def command_once(arguments: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 from lockwarden.config import AlertSettings
 from lockwarden.history import GOOD, History, Incident, Sent, timestamp
@@ -108,6 +109,7 @@ def decide(
     for finding in findings:
         _decide_lock(plan, finding, history, now, policies.get(finding.name, LockPolicy()), host)
     _close_unchecked(plan, history, {finding.name for finding in findings}, now)
+    _resolve_interrupted(plan, history, findings, policies, host)
     _retry_pending(plan, history, now, policies)
     return plan
 
@@ -147,8 +149,11 @@ def _decide_lock(
             _resolve(plan, current, finding, now, policy, host, why="resolved")
         return
     key = incident_key(finding, klass)
+    if current is not None and current.key == key and not _has(current, ALERT):
+        _alert_interrupted(plan, current, finding, policy, host)
+        return
     if current is not None and current.key == key:
-        _maybe_remind(plan, current, finding, now, policy, host)
+        _maybe_remind(plan, current, finding, history, now, policy, host)
         return
     if klass == State.UNKNOWN.value and (
         history.streak(finding.name, klass) + 1 < policy.alerts.unknown_after
@@ -157,6 +162,18 @@ def _decide_lock(
     if current is not None:
         _resolve(plan, current, finding, now, policy, host, why="superseded")
     _open(plan, finding, klass, key, now, policy, host)
+
+
+def _alert_interrupted(
+    plan: Plan, incident: Incident, finding: Finding, policy: LockPolicy, host: str
+) -> None:
+    """The run that opened it died before its alert was due (kill -9, power loss): the "open"
+    record is there, the alert is not. Send it now, or it is lost until the first reminder."""
+    message = render_alert(finding, host, ALERT)
+    identifier = incident.incident_id
+    plan.outgoing.append(
+        Outgoing(f"{identifier}/{ALERT}", identifier, finding.name, ALERT, message, policy.tags)
+    )
 
 
 def _open(
@@ -191,11 +208,31 @@ def _open(
     )
 
 
+def elapsed_since(moment: datetime, history: History, now: datetime) -> float:
+    """Seconds from `moment` to `now`, walking the recorded runs in journal order and counting
+    only forward steps: a wall clock stepped back an hour then delays a reminder by at most one
+    run interval instead of an hour (a step forward can only bring it early, never lose it).
+    """
+    starts = [index for index, run in enumerate(history.runs) if run.at == moment]
+    if not starts:  # that run's record was compacted away: plain wall-clock difference
+        return (now - moment).total_seconds()
+    # The first run at that moment: after a step back the same wall time can come round again,
+    # and starting there would count the hour twice over (erring early, never late, is fine).
+    moments = [run.at for run in history.runs[starts[0] :]] + [now]
+    return sum(max((b - a).total_seconds(), 0.0) for a, b in pairwise(moments))
+
+
 def _maybe_remind(
-    plan: Plan, incident: Incident, finding: Finding, now: datetime, policy: LockPolicy, host: str
+    plan: Plan,
+    incident: Incident,
+    finding: Finding,
+    history: History,
+    now: datetime,
+    policy: LockPolicy,
+    host: str,
 ) -> None:
     interval = policy.alerts.repeat_interval
-    if interval <= 0 or (now - incident.last_notice_at).total_seconds() < interval:
+    if interval <= 0 or elapsed_since(incident.last_notice_at, history, now) < interval:
         return
     message = render_alert(finding, host, REMINDER)
     plan.outgoing.append(
@@ -224,6 +261,18 @@ def _resolve(
     )
     if why == "unchecked":
         return
+    _resolve_message(plan, incident, finding, now, policy, host, superseded=why == "superseded")
+
+
+def _resolve_message(
+    plan: Plan,
+    incident: Incident,
+    finding: Finding | None,
+    now: datetime,
+    policy: LockPolicy,
+    host: str,
+    superseded: bool,
+) -> None:
     ended = Ended(
         lock=incident.lock,
         path=incident.path,
@@ -232,7 +281,7 @@ def _resolve(
         held_since=incident.held_since,
         state=incident.state_class,
     )
-    message = render_resolved(ended, finding, host, now, superseded=why == "superseded")
+    message = render_resolved(ended, finding, host, now, superseded=superseded)
     plan.outgoing.append(
         Outgoing(
             f"{incident.incident_id}/{RESOLVED}",
@@ -243,6 +292,42 @@ def _resolve(
             policy.tags,
         )
     )
+
+
+def _has(incident: Incident, kind: str) -> bool:
+    return any(message.kind == kind for message in incident.messages)
+
+
+def _resolve_interrupted(
+    plan: Plan,
+    history: History,
+    findings: Sequence[Finding],
+    policies: Mapping[str, LockPolicy],
+    host: str,
+) -> None:
+    """An incident closed by the last recorded run, which died before its "resolved" was due:
+    send that message now. (Only the last run: compaction may drop older closed incidents'
+    messages, and their "resolved" went out long ago.)"""
+    if not history.runs:
+        return
+    last_run = history.runs[-1].at
+    now_of = {finding.name: finding for finding in findings}
+    for incident in list(history.incidents.values()):
+        interrupted = (
+            incident.closed_at == last_run
+            and incident.why_closed in ("resolved", "superseded")
+            and not _has(incident, RESOLVED)
+        )
+        if interrupted:
+            _resolve_message(
+                plan,
+                incident,
+                now_of.get(incident.lock),
+                last_run,
+                policies.get(incident.lock, LockPolicy()),
+                host,
+                superseded=incident.why_closed == "superseded",
+            )
 
 
 def _close_unchecked(plan: Plan, history: History, checked: set[str], now: datetime) -> None:

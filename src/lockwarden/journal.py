@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockwarden.crashpoints import armed, crash_point, crash_point_now
+
 log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
@@ -70,7 +72,7 @@ def check_state_dir(directory: str) -> None:
         info = os.lstat(directory)
     except FileNotFoundError:
         _make_state_dir(directory)
-        info = os.lstat(directory)
+        info = _lstat_made(directory)
     except OSError as error:
         raise StateError(f"state directory {directory}: {error.strerror}") from None
     if stat.S_ISLNK(info.st_mode):
@@ -92,6 +94,17 @@ def check_state_dir(directory: str) -> None:
         )
 
 
+def _lstat_made(directory: str) -> os.stat_result:
+    """The directory just made; someone may have removed it already (a state problem, not a
+    crash: the run still alerts)."""
+    try:
+        return os.lstat(directory)
+    except OSError as error:
+        raise StateError(
+            f"state directory {directory} vanished just after it was made: {error.strerror}"
+        ) from None
+
+
 def _make_state_dir(directory: str) -> None:
     parent = os.path.dirname(directory.rstrip("/")) or "/"
     try:
@@ -104,7 +117,10 @@ def _make_state_dir(directory: str) -> None:
         ) from None
     except OSError as error:
         raise StateError(f"cannot create state directory {directory}: {error.strerror}") from None
-    fsync_directory(parent)
+    try:
+        fsync_directory(parent)
+    except OSError as error:  # the parent vanished or cannot be opened: the caller's check says
+        log.debug("cannot fsync %s: %s", parent, error.strerror)
 
 
 def fsync_directory(directory: str) -> None:
@@ -198,6 +214,8 @@ class Journal:
         data = encode(record)
         before = os.fstat(descriptor).st_size
         try:
+            if armed("mid-append"):  # test-only (crashpoints.py): die with half a record out
+                _die_after_writing(descriptor, data[: len(data) // 2])
             written = os.write(descriptor, data)
             if written != len(data):
                 raise OSError(
@@ -250,11 +268,15 @@ class Journal:
         try:
             descriptor = os.open(temporary, flags, 0o600)
             try:
-                _write_all(descriptor, b"".join(encode(record) for record in kept))
+                body = b"".join(encode(record) for record in kept)
+                if armed("mid-compaction"):  # test-only: the new file half written
+                    _die_after_writing(descriptor, body[: len(body) // 2])
+                _write_all(descriptor, body)
                 os.fsync(descriptor)
             finally:
                 os.close(descriptor)
             self.close()
+            crash_point("mid-compaction")  # test-only: complete, not yet renamed
             os.rename(temporary, self.path)
             fsync_directory(self.directory)
         except OSError as error:
@@ -273,6 +295,13 @@ class Journal:
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
+
+
+def _die_after_writing(descriptor: int, part: bytes) -> None:
+    """Test-only: put PART on disk, then die as `kill -9` would."""
+    _write_all(descriptor, part)
+    os.fsync(descriptor)
+    crash_point_now()
 
 
 def _read_all(descriptor: int) -> bytes:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockwarden.config import NotifySettings
+from lockwarden.crashpoints import crash_point
 from lockwarden.messages import Message
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ EMAIL_SCHEMES = frozenset({"mailto", "mailtos"})
 TAGGED_URL = re.compile(r"^\s*([A-Za-z0-9_.\-, ]+?)\s*=\s*([A-Za-z][\w+.-]*://.*)$", re.DOTALL)
 MIN_SECRET_LENGTH = 4
 ALWAYS_TAG = "always"
+# Generic webhooks: apprise's privacy form hides only their password, but a webhook URL's path
+# is often its token (https://hooks.example/T0/B0/XXXX), so lockwarden never shows it.
+GENERIC_WEBHOOK_SCHEMES = frozenset({"json", "jsons", "xml", "xmls", "form", "forms"})
+HIDDEN_PATH = "/…"
 
 
 class NotifyConfigError(Exception):
@@ -116,6 +121,25 @@ def secrets_of(full_url: str, private_url: str) -> set[str]:
     }
 
 
+def shown_url(private_url: str, schemes: set[str]) -> str:
+    """How a service is named in output and the journal: apprise's privacy form without its
+    query, and for a generic webhook without its path either."""
+    without_query = private_url.split("?", 1)[0]
+    if not schemes & GENERIC_WEBHOOK_SCHEMES or "://" not in without_query:
+        return without_query
+    scheme, rest = without_query.split("://", 1)
+    authority, slash, _path = rest.partition("/")
+    return f"{scheme}://{authority}{HIDDEN_PATH}" if slash else without_query
+
+
+def path_secrets(private_url: str) -> set[str]:
+    """The path pieces of a generic webhook URL (its token, usually)."""
+    path = private_url.split("?", 1)[0].split("://", 1)[-1].partition("/")[2]
+    return {piece for piece in path.split("/") if len(piece) >= MIN_SECRET_LENGTH} | (
+        {path} if path else set()
+    )
+
+
 class RedactingFilter(logging.Filter):
     """Masks secrets in every log record that passes a handler it is attached to."""
 
@@ -134,10 +158,12 @@ class RedactingFilter(logging.Filter):
 
 
 def redact_in_logs(secrets: Iterable[str]) -> None:
-    """Mask these strings in every line any handler of the root logger writes."""
+    """Mask these strings in every line written by a handler of the root logger or of the
+    `lockwarden` logger (the CLI's own handler, which does not propagate to the root)."""
     redaction = RedactingFilter(secret for secret in secrets if secret)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(redaction)
+    for logger in (logging.getLogger(), logging.getLogger("lockwarden")):
+        for handler in logger.handlers:
+            handler.addFilter(redaction)
 
 
 class Notifier:
@@ -148,7 +174,9 @@ class Notifier:
 
         self._apprise = apprise
         self.budget = settings.timeout
-        self.deadline = time.monotonic() + settings.timeout
+        # The budget is for waiting on the network, so it starts at the first send: loading
+        # apprise's plugins (seconds on a loaded host) must not use it up before anything is sent.
+        self.deadline: float | None = None
         asset = apprise.AppriseAsset(app_id="lockwarden", app_desc="lockwarden lock alerts")
         source = apprise.Apprise(asset=asset)
         for number, spec in enumerate(url_specs(settings, environ), start=1):
@@ -178,7 +206,7 @@ class Notifier:
         flat = {p for item in protocols for p in (item if isinstance(item, tuple) else (item,))}
         return Service(
             service_id=service_id,
-            url=plugin.url(privacy=True).split("?", 1)[0],
+            url=shown_url(plugin.url(privacy=True), flat),
             tags=frozenset(plugin.tags or ()),
             email=bool(flat & EMAIL_SCHEMES),
             plugin=plugin,
@@ -187,7 +215,10 @@ class Notifier:
     def _install_redaction(self) -> None:
         secrets: set[str] = set()
         for service in self.services:
-            secrets |= secrets_of(service.plugin.url(), service.plugin.url(privacy=True))
+            full, private = service.plugin.url(), service.plugin.url(privacy=True)
+            secrets |= secrets_of(full, private)
+            if service.url.endswith(HIDDEN_PATH):  # a generic webhook: its path is a secret
+                secrets |= path_secrets(private)
         redact_in_logs(secrets)
 
     def targets(self, tags: tuple[str, ...]) -> tuple[str, ...]:
@@ -212,13 +243,17 @@ class Notifier:
         chosen = [s for s in self.services if s.service_id in set(service_ids)]
         if not chosen:
             return []
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.budget
         remaining = self.deadline - time.monotonic()
         if remaining <= 0.05:
             return [Delivery(s.service_id, s.url, False, "out of time budget") for s in chosen]
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import ThreadPoolExecutor, as_completed
 
         with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
             futures = [pool.submit(self._send_one, s, message, remaining) for s in chosen]
+            next(as_completed(futures)).result()
+            crash_point("mid-send")  # test-only: one service answered, others may be in flight
             return [future.result() for future in futures]
 
     def _send_one(self, service: Service, message: Message, timeout: float) -> Delivery:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from lockwarden.classify import Policy, classify
 from lockwarden.config import Config, LockConfig
+from lockwarden.crashpoints import crash_point
 from lockwarden.formats import read_claim
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
@@ -141,6 +142,7 @@ def run_and_alert(
         if on_start is not None:
             on_start()
         result = run_once(config, now)
+        crash_point("after-snapshot")  # test-only (crashpoints.py); a no-op unless asked
         removal = removal_stage(
             config, result.findings, result.hostname, now, dry_run, run_lock is not None
         )

@@ -33,6 +33,7 @@ class Receiver:
     def __init__(self) -> None:
         self.port = free_port()
         self.mode = "ok"
+        self.fail_status = 500  # what mode "fail" answers (503: a service that is down)
         self.payloads: list[dict[str, Any]] = []
         self.pings: list[str] = []
         self.requests = 0
@@ -54,7 +55,7 @@ class Receiver:
                 if receiver.mode == "slow":  # answers 200 once the test sets `release`
                     receiver.release.wait(30)
                 if receiver.mode == "fail":
-                    self.send_response(500)
+                    self.send_response(receiver.fail_status)
                     self.end_headers()
                     self.wfile.write(f"failed for {self.path} {self.headers}".encode())
                     return

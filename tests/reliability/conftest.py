@@ -19,7 +19,7 @@ def figures(request: pytest.FixtureRequest) -> Figures:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
     collected = config.stash.get(FIGURES, None)
-    if collected is None or not collected.by_row:
+    if collected is None or not (collected.by_row or collected.lines):
         return
     terminalreporter.section("reliability figures")
     for name, figure in sorted(collected.by_row.items()):
@@ -30,3 +30,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
         terminalreporter.write_line(line)
         for note in figure.notes:
             terminalreporter.write_line(f"    {note}")
+    for line in collected.lines:  # rows 2-5, 8, 9 (figures_faults.py) write whole lines
+        terminalreporter.write_line(line)

@@ -47,9 +47,14 @@ class Figure:
 @dataclass
 class Figures:
     by_row: dict[str, Figure] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
 
     def row(self, name: str) -> Figure:
         return self.by_row.setdefault(name, Figure())
+
+    def append(self, line: str) -> None:
+        """A whole figure line, as the fault rows (figures_faults.py) write them."""
+        self.lines.append(line)
 
 
 FIGURES = pytest.StashKey[Figures]()
