@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-import tomli_w
-
 from lockwarden import __version__
 from lockwarden import config as config_module
 from lockwarden.durations import DurationError, parse_duration
@@ -238,6 +236,8 @@ def command_check_config(arguments: argparse.Namespace) -> int:
 
         print(json.dumps({"source": source, "config": document}, indent=2))
     else:
+        import tomli_w  # only check-config writes TOML; a run every minute should not load it
+
         print(f"# effective configuration from {source}: valid, {len(config.locks)} locks")
         print(tomli_w.dumps(document), end="")
     return EXIT_OK

@@ -36,6 +36,21 @@ class DescriptorScan:
     unreadable_pids: int = 0
 
 
+def index_proc_locks(text: str) -> dict[int, list[str]]:
+    """The raw /proc/locks lines grouped by inode number, without parsing them.
+
+    A host can hold tens of thousands of locks while a run asks about a few inodes: grouping
+    the lines costs a split per line, parsing them all would cost a typed object per line.
+    The inode is the number after the last `:` (in `MAJ:MIN:INODE`; START/END have none).
+    """
+    index: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        inode_text = line.rpartition(":")[2].split(" ", 1)[0]
+        if inode_text.isdigit():
+            index.setdefault(int(inode_text), []).append(line)
+    return index
+
+
 def parse_proc_locks(text: str) -> dict[InodeKey, list[KernelLock]]:
     """Index /proc/locks lines by (st_dev, inode); waiters (`->`) are kept, marked waiting."""
     index: dict[InodeKey, list[KernelLock]] = {}
@@ -97,6 +112,24 @@ def _read_text(path: str) -> str:
         return handle.read()
 
 
+def _read_small(path: str) -> bytes | None:
+    """One read of a small /proc file (an fdinfo entry) with no text layer; None if gone.
+
+    Called once per open descriptor on the host, so it avoids open()'s buffered text wrapper,
+    which costs more than the read itself.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(descriptor, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+
+
 def _namespace_id(link: str) -> int | None:
     try:
         target = os.readlink(link)
@@ -125,8 +158,9 @@ class Snapshot:
     pid_max: int
     pid_namespace: int | None
     nested_pid_namespace: bool
-    locks: dict[InodeKey, list[KernelLock]]
+    lock_lines: dict[int, list[str]]
     proc: str = "/proc"
+    _locks: dict[InodeKey, list[KernelLock]] = field(default_factory=dict, repr=False)
     _processes: dict[int, Process | None] = field(default_factory=dict, repr=False)
     _scan: DescriptorScan | None = field(default=None, repr=False)
     _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
@@ -148,7 +182,7 @@ class Snapshot:
             pid_max=pid_max,
             pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
             nested_pid_namespace=_own_namespace_is_nested(proc),
-            locks=parse_proc_locks(_read_text(f"{proc}/locks")),
+            lock_lines=index_proc_locks(_read_text(f"{proc}/locks")),
             proc=proc,
         )
 
@@ -164,7 +198,11 @@ class Snapshot:
         return type(pid) is int and 2 <= pid <= self.pid_max
 
     def kernel_locks(self, key: InodeKey) -> list[KernelLock]:
-        return self.locks.get(key, [])
+        """The /proc/locks entries on this inode, parsed on first use (see index_proc_locks)."""
+        if key not in self._locks:
+            lines = "\n".join(self.lock_lines.get(key[1], ()))
+            self._locks[key] = parse_proc_locks(lines).get(key, [])
+        return self._locks[key]
 
     def pid_exists(self, pid: int) -> bool:
         """kill(pid, 0): EPERM means it exists and belongs to someone else."""
@@ -286,19 +324,10 @@ def _read_descriptor(
     proc: str, pid: int, fd_name: str, inodes: set[int], keys: frozenset[InodeKey]
 ) -> tuple[InodeKey, Descriptor] | None:
     """fdinfo first (no filesystem access), stat of the fd link only on an inode match."""
-    try:
-        info = _read_text(f"{proc}/{pid}/fdinfo/{fd_name}")
-    except OSError:
+    raw = _read_small(f"{proc}/{pid}/fdinfo/{fd_name}")
+    if raw is None:
         return None
-    inode = flags = None
-    lock_lines = []
-    for line in info.splitlines():
-        if line.startswith("ino:"):
-            inode = int(line.split()[1])
-        elif line.startswith("flags:"):
-            flags = int(line.split()[1], 8)
-        elif line.startswith("lock:"):
-            lock_lines.append(line[5:].strip())
+    inode = _fdinfo_inode(raw)
     if inode is not None and inode not in inodes:
         return None  # kernels before 5.14 print no ino: line; they pay for a stat instead
     try:
@@ -308,6 +337,29 @@ def _read_descriptor(
     key = (status.st_dev, status.st_ino)
     if key not in keys:
         return None
+    flags, lock_lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))
     locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
     write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
     return key, Descriptor(pid, int(fd_name), locks, write)
+
+
+def _fdinfo_inode(raw: bytes) -> int | None:
+    """The `ino:` field of an fdinfo entry, found without splitting the whole entry."""
+    start = raw.find(b"\nino:")
+    if start < 0:
+        return None
+    end = raw.find(b"\n", start + 1)
+    value = raw[start + 5 : end if end >= 0 else len(raw)].strip()
+    return int(value) if value.isdigit() else None
+
+
+def _fdinfo_details(info: str) -> tuple[int | None, list[str]]:
+    """The open flags (octal) and the `lock:` lines of an fdinfo entry."""
+    flags = None
+    lock_lines = []
+    for line in info.splitlines():
+        if line.startswith("flags:"):
+            flags = int(line.split()[1], 8)
+        elif line.startswith("lock:"):
+            lock_lines.append(line[5:].strip())
+    return flags, lock_lines
