@@ -242,6 +242,7 @@ class Command:
     argv: tuple[str, ...]
     accept: frozenset[int] = frozenset({0})
     before: Callable[[int], None] | None = None  # runs untimed before each run (run number)
+    warm_up: bool = True  # one uncounted first run (compiles bytecode, fills caches)
 
 
 @dataclass
@@ -266,8 +267,9 @@ class Bench:
 
     def pair(self, floor: Command, value: Command) -> tuple[list[Sample], list[Sample]]:
         """Warm both up once, then alternate them `runs` times."""
-        self.once(floor)
-        self.once(value)
+        for command in (floor, value):
+            if command.warm_up:
+                self.once(command)
         floors, values = [], []
         for number in range(1, self.runs + 1):
             floors.append(self.once(floor, number))
@@ -491,7 +493,7 @@ def host_locks_row(bench: Bench, stage: Stage, processes: Processes) -> Row:
         for number in range(HOST_LOCK_HOLDERS)
     ]
     try:
-        floors, values = bench.pair(Command((lslocks,)), lockwarden(stage.ten))
+        floors, values = bench.pair(Command((lslocks,), warm_up=False), lockwarden(stage.ten))
     finally:
         processes.stop(holders)
     return ratio_row(
@@ -615,15 +617,14 @@ def child_env(workdir: Path) -> dict[str, str]:
     return env
 
 
-def print_rows(rows: list[Row]) -> None:
-    header = Row("figure", "value", "floor", "ratio", "target", "ok|MISSED")
-    table = [header, *rows]
-    widths = [max(len(getattr(row, name)) for row in table) for name in Row.__dataclass_fields__]
-    for row in table:
-        cells = [getattr(row, name) for name in Row.__dataclass_fields__]
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-        )
+WIDTHS = (50, 10, 10, 20, 11)
+
+
+def print_row(row: Row) -> None:
+    """One row as soon as it is measured (the whole run takes minutes)."""
+    cells = [getattr(row, name) for name in Row.__dataclass_fields__]
+    padded = [cell.ljust(width) for cell, width in zip(cells, WIDTHS, strict=False)]
+    print("  ".join([*padded, cells[-1]]).rstrip(), flush=True)
 
 
 def describe_host() -> str:
@@ -670,14 +671,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench = Bench(workdir, child_env(workdir), arguments.runs, Launcher.start(processes))
         stage = build_stage(workdir, processes)
         print(f"# {describe_host()}; medians of {arguments.runs} runs", flush=True)
+        print_row(Row("figure", "value", "floor", "ratio", "target", "ok|MISSED"))
         for name, figure in FIGURES.items():
             if arguments.only and name not in arguments.only:
                 continue
-            rows.extend(figure(bench, stage, processes))
+            for row in figure(bench, stage, processes):
+                print_row(row)
+                rows.append(row)
     finally:
         processes.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
-    print_rows(rows)
     print(f"# {time.monotonic() - started:.0f} s")
     return 0 if all(row.verdict in ("ok",) or row.verdict.startswith("n/a") for row in rows) else 1
 

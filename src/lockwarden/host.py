@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -175,7 +174,7 @@ class Snapshot:
             pid_max = DEFAULT_PID_MAX
         return cls(
             boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
-            hostname=socket.gethostname(),
+            hostname=os.uname().nodename,  # gethostname() without importing socket
             captured_at=captured_at,
             uptime_s=uptime_s,
             clock_ticks=os.sysconf("SC_CLK_TCK"),
@@ -298,38 +297,42 @@ def _own_namespace_is_nested(proc: str) -> bool:
 
 
 def _scan_descriptors(proc: str, keys: frozenset[InodeKey]) -> DescriptorScan:
+    """Every descriptor on these inodes. Called once per run, this loop runs once per open
+    descriptor on the host (tens of thousands on a busy one), so it stays lean: one
+    open/read/close per descriptor and a byte comparison of its inode."""
     scan = DescriptorScan()
     if not keys:
         return scan
-    inodes = {inode for _device, inode in keys}
+    inodes = {str(inode).encode() for _device, inode in keys}
     for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
+        fdinfo = f"{proc}/{entry}/fdinfo"
         try:
-            fd_names = os.listdir(f"{proc}/{entry}/fdinfo")
+            fd_names = os.listdir(fdinfo)
         except PermissionError:
             scan.unreadable_pids += 1
             continue
         except OSError:
             continue
         for fd_name in fd_names:
-            descriptor = _read_descriptor(proc, int(entry), fd_name, inodes, keys)
+            raw = _read_small(f"{fdinfo}/{fd_name}")
+            if raw is None:
+                continue
+            inode = _fdinfo_inode(raw)
+            if inode is not None and inode not in inodes:
+                continue  # kernels before 5.14 print no ino: line; they pay for a stat instead
+            descriptor = _descriptor(proc, int(entry), fd_name, raw, keys)
             if descriptor is not None:
                 key, found = descriptor
                 scan.by_key.setdefault(key, []).append(found)
     return scan
 
 
-def _read_descriptor(
-    proc: str, pid: int, fd_name: str, inodes: set[int], keys: frozenset[InodeKey]
+def _descriptor(
+    proc: str, pid: int, fd_name: str, raw: bytes, keys: frozenset[InodeKey]
 ) -> tuple[InodeKey, Descriptor] | None:
-    """fdinfo first (no filesystem access), stat of the fd link only on an inode match."""
-    raw = _read_small(f"{proc}/{pid}/fdinfo/{fd_name}")
-    if raw is None:
-        return None
-    inode = _fdinfo_inode(raw)
-    if inode is not None and inode not in inodes:
-        return None  # kernels before 5.14 print no ino: line; they pay for a stat instead
+    """A descriptor whose fdinfo inode matched: stat its fd link for the device too."""
     try:
         status = os.stat(f"{proc}/{pid}/fd/{fd_name}")
     except OSError:
@@ -343,14 +346,14 @@ def _read_descriptor(
     return key, Descriptor(pid, int(fd_name), locks, write)
 
 
-def _fdinfo_inode(raw: bytes) -> int | None:
-    """The `ino:` field of an fdinfo entry, found without splitting the whole entry."""
+def _fdinfo_inode(raw: bytes) -> bytes | None:
+    """The digits of the `ino:` field of an fdinfo entry, found without splitting the entry."""
     start = raw.find(b"\nino:")
     if start < 0:
         return None
     end = raw.find(b"\n", start + 1)
     value = raw[start + 5 : end if end >= 0 else len(raw)].strip()
-    return int(value) if value.isdigit() else None
+    return value if value.isdigit() else None
 
 
 def _fdinfo_details(info: str) -> tuple[int | None, list[str]]:
