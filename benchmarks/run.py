@@ -276,10 +276,6 @@ class Bench:
             values.append(self.once(value, number))
         return floors, values
 
-    def series(self, command: Command) -> list[Sample]:
-        self.once(command)
-        return [self.once(command, number) for number in range(1, self.runs + 1)]
-
 
 def median_ms(samples: list[Sample]) -> float:
     return statistics.median(sample.wall_ms for sample in samples)
@@ -594,12 +590,24 @@ def journal_template(bench: Bench, stage: Stage) -> list[str]:
 
 
 def processes_row(bench: Bench, stage: Stage, processes: Processes) -> Row:
-    floors = bench.series(lockwarden(stage.ten))
-    sleepers = processes.sleepers(SLEEPERS)
-    try:
-        values = bench.series(lockwarden(stage.ten))
-    finally:
+    """Idle host vs 1,000 more processes, alternated: the sleepers are started before each
+    value run and killed before each floor run (untimed), so load drift hits both alike."""
+    sleepers: list[int] = []
+
+    def without_sleepers(_number: int) -> None:
         processes.stop(sleepers)
+        sleepers.clear()
+
+    def with_sleepers(_number: int) -> None:
+        if not sleepers:
+            sleepers.extend(processes.sleepers(SLEEPERS))
+
+    floor = lockwarden(stage.ten, before=without_sleepers)
+    value = lockwarden(stage.ten, before=with_sleepers)
+    try:
+        floors, values = bench.pair(floor, value)
+    finally:
+        without_sleepers(0)
     return delta_row(
         "1,000 processes on the host, 10 configured", median_ms(values), median_ms(floors), 50
     )
@@ -617,7 +625,7 @@ def child_env(workdir: Path) -> dict[str, str]:
     return env
 
 
-WIDTHS = (50, 10, 10, 20, 11)
+WIDTHS = (64, 10, 11, 20, 11)
 
 
 def print_row(row: Row) -> None:
