@@ -683,7 +683,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, figure in FIGURES.items():
             if arguments.only and name not in arguments.only:
                 continue
-            for row in figure(bench, stage, processes):
+            try:
+                measured = figure(bench, stage, processes)
+            except RuntimeError as error:  # a run that failed: say so, measure the rest
+                measured = [Row(name, "n/a", "n/a", "n/a", "", f"ERROR ({error})")]
+            for row in measured:
                 print_row(row)
                 rows.append(row)
     finally:
