@@ -42,6 +42,8 @@ Converter = Callable[[Any], Any]
 
 @dataclass(frozen=True)
 class Option:
+    """One key of the config schema: how to convert it, its default, its help."""
+
     key: str
     convert: Converter
     default: Any
@@ -126,6 +128,8 @@ SECTIONS: dict[str, tuple[Option, ...]] = {"defaults": DEFAULTS_OPTIONS}
 
 @dataclass(frozen=True)
 class LockConfig:
+    """One `[[lock]]` table with every default filled in."""
+
     name: str
     path: str
     format: str
@@ -137,6 +141,8 @@ class LockConfig:
 
 @dataclass(frozen=True)
 class Config:
+    """A validated configuration (from a file, or the built-in defaults)."""
+
     source: str | None
     locks: tuple[LockConfig, ...]
     defaults: dict[str, Any] = field(default_factory=dict)

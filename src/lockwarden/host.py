@@ -31,6 +31,8 @@ class Descriptor:
 
 @dataclass
 class DescriptorScan:
+    """Descriptors found on the watched inodes in one walk of /proc/*/fdinfo."""
+
     by_key: dict[InodeKey, list[Descriptor]] = field(default_factory=dict)
     unreadable_pids: int = 0
 

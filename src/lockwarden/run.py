@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunResult:
+    """Every finding of one run, and the host it ran on."""
+
     hostname: str
     boot_id: str
     checked_at: datetime
