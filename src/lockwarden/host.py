@@ -198,6 +198,13 @@ class Snapshot:
         """Only an int in 2..pid_max names a process (0, -1 and True are traps for kill())."""
         return type(pid) is int and 2 <= pid <= self.pid_max
 
+    @property
+    def locks(self) -> dict[InodeKey, list[KernelLock]]:
+        """Every /proc/locks entry, parsed (all of them: prefer kernel_locks(key))."""
+        return parse_proc_locks(
+            "\n".join(line for lines in self.lock_lines.values() for line in lines)
+        )
+
     def kernel_locks(self, key: InodeKey) -> list[KernelLock]:
         """The /proc/locks entries on this inode, parsed on first use (see index_proc_locks)."""
         if key not in self._locks:
