@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from lockwarden import __version__
 from lockwarden import config as config_module
 from lockwarden.durations import DurationError, parse_duration
+from lockwarden.entry import LocksPrefetch
 from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
 from lockwarden.report import render_json, render_text
@@ -166,7 +167,8 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) -> int:
+    """`locks`: /proc/locks already being read (see entry.py); None reads it when needed."""
     parser = build_parser()
     arguments = parser.parse_args(argv)
     verbose = getattr(arguments, "verbose", False)
@@ -176,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return dispatch(parser, arguments)
+        return dispatch(parser, arguments, locks)
     except config_module.ConfigError as error:
         for problem in error.problems:
             print(f"lockwarden: config error: {problem}", file=sys.stderr)
@@ -196,7 +198,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNKNOWN
 
 
-def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
+def dispatch(
+    parser: argparse.ArgumentParser,
+    arguments: argparse.Namespace,
+    locks: LocksPrefetch | None = None,
+) -> int:
     if arguments.command == "inspect":
         return command_inspect(arguments)
     if arguments.command == "check-config":
@@ -206,7 +212,7 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
 
         return run_demo()
     if arguments.once:
-        return command_once(arguments)
+        return command_once(arguments, locks)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -220,9 +226,10 @@ def load_config(path: str | None) -> config_module.Config:
     return config_module.builtin()
 
 
-def command_once(arguments: argparse.Namespace) -> int:
+def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = None) -> int:
     config = load_config(arguments.config)
-    result = run_once(config, now_of(arguments))
+    locks_text = locks.text() if locks is not None else None
+    result = run_once(config, now_of(arguments), locks_text=locks_text)
     emit(result, arguments.json)
     return int(result.status)
 

@@ -167,7 +167,8 @@ class Snapshot:
     _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
 
     @classmethod
-    def capture(cls, proc: str = "/proc") -> Snapshot:
+    def capture(cls, proc: str = "/proc", locks_text: str | None = None) -> Snapshot:
+        """`locks_text`: /proc/locks as already read (entry.py starts that read early)."""
         captured_at = datetime.now(UTC)
         uptime_s = float(_read_text(f"{proc}/uptime").split()[0])
         try:
@@ -183,7 +184,9 @@ class Snapshot:
             pid_max=pid_max,
             pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
             nested_pid_namespace=_own_namespace_is_nested(proc),
-            lock_lines=index_proc_locks(_read_text(f"{proc}/locks")),
+            lock_lines=index_proc_locks(
+                _read_text(f"{proc}/locks") if locks_text is None else locks_text
+            ),
             proc=proc,
         )
 

@@ -79,8 +79,11 @@ def _judge(lock: LockConfig, claim: Claim | None, snapshot: Snapshot, now: datet
         )
 
 
-def run_once(config: Config, now: datetime, proc: str = "/proc") -> RunResult:
-    snapshot = Snapshot.capture(proc)
+def run_once(
+    config: Config, now: datetime, proc: str = "/proc", locks_text: str | None = None
+) -> RunResult:
+    """`locks_text`: the content of /proc/locks when the caller already read it."""
+    snapshot = Snapshot.capture(proc, locks_text)
     findings = inspect_locks(config.locks, snapshot, now)
     notes: list[str] = []
     if config.builtin:
