@@ -116,13 +116,14 @@ class Processes:
 
     def holder(self, code: str, *args: str) -> int:
         """A python child that takes its locks, says `ready`, and sleeps."""
-        proc = subprocess.Popen(
-            [PYTHON, "-c", textwrap.dedent(code), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.adopt(proc)
+        with _signals_held():
+            proc = subprocess.Popen(
+                [PYTHON, "-c", textwrap.dedent(code), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            self.adopt(proc)
         assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline().strip()
         proc.stdout.close()
@@ -132,12 +133,17 @@ class Processes:
         return proc.pid
 
     def sleepers(self, count: int) -> list[int]:
+        """`count` idle processes; each PID is registered as soon as it exists, so an
+        interruption halfway leaves none behind."""
         sleep = shutil.which("sleep") or "/bin/sleep"
-        started = [
-            os.posix_spawn(sleep, [sleep, "3600"], os.environ, file_actions=_quiet_actions())
-            for _ in range(count)
-        ]
-        self.pids.extend(started)
+        started: list[int] = []
+        with _signals_held():
+            for _ in range(count):
+                pid = os.posix_spawn(
+                    sleep, [sleep, "3600"], os.environ, file_actions=_quiet_actions()
+                )
+                self.pids.append(pid)
+                started.append(pid)
         return started
 
     def stop(self, pids: Sequence[int]) -> None:
@@ -158,6 +164,17 @@ class Processes:
 
     def stop_all(self) -> None:
         self.stop(list(self.pids))
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGTERM and SIGINT between starting a process and registering its PID."""
+    held = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 def _quiet_actions() -> list[tuple[int, int, str, int, int]]:
@@ -679,6 +696,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.runs < 10:
         parser.error("--runs must be at least 10: the targets are medians of 10 or more runs")
     started = time.monotonic()
+    # A SIGTERM (a CI timeout) unwinds like Ctrl-C, so the finally below kills every holder.
+    signal.signal(signal.SIGTERM, lambda _signal, _frame: sys.exit(128 + signal.SIGTERM))
     processes = Processes()
     workdir = Path(tempfile.mkdtemp(prefix="lockwarden-bench-"))
     rows: list[Row] = []
