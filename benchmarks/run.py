@@ -367,7 +367,8 @@ def build_stage(workdir: Path, processes: Processes) -> Stage:
     processes.holder(FLOCK_MANY, str(locks), "kernel-", "0", "2")
     now = rfc3339(datetime.now(UTC))
     held_record = locks / "store-0" / "LOCK"
-    (locks / "store-0").mkdir()
+    for number in range(3):  # the stores exist; store-1 and store-2 are not locked
+        (locks / f"store-{number}").mkdir()
     alert_dir = locks / "alert-store" / "LOCK"
     (locks / "alert-store").mkdir()
     holder = processes.holder(OWNER_RECORD, str(held_record), now, str(alert_dir), now)
@@ -385,13 +386,15 @@ def build_stage(workdir: Path, processes: Processes) -> Stage:
 
 
 def many_tables(workdir: Path, processes: Processes) -> tuple[list[str], list[int]]:
-    """1,000 locks: 500 files flocked by two holders, 250 free files, 250 absent records;
+    """1,000 locks: 500 files flocked by two holders, 250 free files, 250 free stores;
     and the holders' PIDs."""
     many = workdir / "many"
     many.mkdir()
     half = CONFIGURED_MANY // 2
     for path in (many / f"k{number}" for number in range(CONFIGURED_MANY - CONFIGURED_MANY // 4)):
         path.touch()
+    for number in range(CONFIGURED_MANY // 4):
+        (many / f"store-{number}").mkdir()  # an existing store whose lock is free
     holders = [
         processes.holder(FLOCK_MANY, str(many), "k", "0", str(half // 2)),
         processes.holder(FLOCK_MANY, str(many), "k", str(half // 2), str(half - half // 2)),
