@@ -60,6 +60,14 @@ def test_direct_service_is_what_apprise_instantiate_builds(scheme: str) -> None:
     assert ours.url(privacy=True) == theirs.url(privacy=True)
 
 
+def test_tags_are_given_to_the_service_as_apprise_instantiate_does() -> None:
+    asset = apprise.AppriseAsset()
+    ours = direct_service(SAMPLE_URLS["json"], asset, ("oncall", "db"))
+    theirs = apprise.Apprise.instantiate(SAMPLE_URLS["json"], asset=asset, tag=["oncall", "db"])
+    assert ours is not None and theirs is not None
+    assert set(ours.tags) == set(theirs.tags) == {"oncall", "db"}
+
+
 def test_unlisted_scheme_is_not_built_directly() -> None:
     assert direct_service("bogus://example.com", apprise.AppriseAsset()) is None
 

@@ -107,8 +107,9 @@ def schemes_of(plugin: Any) -> set[str]:
     return claimed
 
 
-def direct_service(url: str, asset: Any) -> Any | None:
-    """What `Apprise.instantiate(url)` builds, without the lookup that loads every plugin."""
+def direct_service(url: str, asset: Any, tags: Iterable[str] = ()) -> Any | None:
+    """What `Apprise.instantiate(url, asset, tags)` builds, without the lookup that loads
+    every plugin; None when this URL needs that lookup (then call `Apprise.add(url)`)."""
     plugin = plugin_class(scheme_of(url))
     if plugin is None or not getattr(plugin, "enabled", True):
         return None
@@ -117,6 +118,7 @@ def direct_service(url: str, asset: Any) -> Any | None:
         if not arguments:
             return None
         arguments["asset"] = asset
+        arguments["tag"] = set(tags)
         service = plugin(**arguments)
     except Exception:  # apprise's own instantiate() treats any error as "cannot load this URL"
         log.debug("%s:// could not be built directly", scheme_of(url), exc_info=True)
