@@ -1,3 +1,3 @@
-from lockwarden.cli import main
+from lockwarden.entry import main
 
 raise SystemExit(main())

@@ -29,7 +29,7 @@ class Output:
     error: str = ""
 
 
-def once(config: Config, now: datetime, dry_run: bool) -> AlertedRun:
+def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = None) -> AlertedRun:
     """One checked, alerted, journaled run, then the heartbeat (never for a dry run)."""
     beat = config.heartbeat.url is not None and not dry_run
 
@@ -37,7 +37,7 @@ def once(config: Config, now: datetime, dry_run: bool) -> AlertedRun:
         if beat and config.heartbeat.send_start:
             heartbeat.ping(config.heartbeat, heartbeat.START)
 
-    alerted = run_and_alert(config, now, dry_run, on_start)
+    alerted = run_and_alert(config, now, dry_run, on_start, locks_text)
     if beat:
         heartbeat.ping(config.heartbeat, heartbeat.FAIL if alerted.outcome.failed else None)
     return alerted

@@ -33,6 +33,8 @@ COMM_LENGTH = 15
 
 @dataclass(frozen=True)
 class Policy:
+    """How long a lock may be held, and how bad a stale one is."""
+
     warn_after: float
     critical_after: float
     stale_severity: Severity = Severity.CRITICAL
@@ -42,6 +44,8 @@ class Policy:
 
 @dataclass(frozen=True)
 class Verdict:
+    """What the evidence says about a claim, before it becomes a Finding."""
+
     state: State
     reason: str
     holder: Holder | None = None

@@ -11,11 +11,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import tomli_w
-
-from lockwarden import __version__, logs, sample_config
+from lockwarden import __version__, logs
 from lockwarden import config as config_module
 from lockwarden.durations import DurationError, parse_duration
+from lockwarden.entry import LocksPrefetch
 from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
 from lockwarden.report import render_json, render_text
@@ -342,7 +341,8 @@ def split_hold_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:split], argv[split + 1 :]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) -> int:
+    """`locks`: /proc/locks already being read (see entry.py); None reads it when needed."""
     parser = build_parser()
     before, command = split_hold_command(list(sys.argv[1:] if argv is None else argv))
     arguments = parser.parse_args(before)
@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(verbose, sys.stderr, os.environ)
     try:
         merge_global_options(arguments)
-        return dispatch(parser, arguments)
+        return dispatch(parser, arguments, locks)
     except config_module.ConfigError as error:
         for problem in error.problems:
             log.error("config error: %s", problem)
@@ -377,7 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNKNOWN
 
 
-def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
+def dispatch(
+    parser: argparse.ArgumentParser,
+    arguments: argparse.Namespace,
+    locks: LocksPrefetch | None = None,
+) -> int:
     if arguments.command == "inspect":
         return command_inspect(arguments)
     if arguments.command == "check-config":
@@ -405,7 +409,7 @@ def dispatch(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
 
         return run_demo()
     if arguments.once:
-        return command_once(arguments)
+        return command_once(arguments, locks)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -423,14 +427,15 @@ def load_config(path: str | None) -> config_module.Config:
     return config
 
 
-def command_once(arguments: argparse.Namespace) -> int:
+def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = None) -> int:
     from lockwarden import alert_commands
     from lockwarden.journal import RunBusy
 
     config = load_config(arguments.config)
     started = time.monotonic()
     try:
-        alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run)
+        locks_text = locks.text() if locks is not None else None
+        alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run, locks_text)
     except RunBusy as busy:
         print(f"lockwarden: {busy}; this run exits without doing anything", file=sys.stderr)
         return EXIT_BUSY
@@ -473,6 +478,8 @@ def command_check_config(arguments: argparse.Namespace) -> int:
 
         print(json.dumps({"source": source, "config": document}, indent=2))
     else:
+        import tomli_w  # only check-config writes TOML; a run every minute should not load it
+
         print(f"# effective configuration from {source}: valid, {len(config.locks)} locks")
         print(tomli_w.dumps(document), end="")
     return EXIT_OK
@@ -506,6 +513,8 @@ def command_discover(arguments: argparse.Namespace) -> int:
 
 
 def command_init(arguments: argparse.Namespace) -> int:
+    from lockwarden import sample_config
+
     path = os.path.abspath(arguments.path)
     candidates = sample_config.host_candidates(arguments.directories)
     text = sample_config.render_starter(candidates)

@@ -7,7 +7,6 @@ and all problems are reported at once.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import tomllib
@@ -46,6 +45,8 @@ Converter = Callable[[Any], Any]
 
 @dataclass(frozen=True)
 class Option:
+    """One key of the config schema: how to convert it, its default, its help."""
+
     key: str
     convert: Converter
     default: Any
@@ -77,6 +78,8 @@ def _absolute_path(value: Any) -> str:
 def _format(value: Any) -> str:
     text = _string(value)
     if text not in format_names():
+        import difflib  # only a config error needs suggestions
+
         close = difflib.get_close_matches(text, format_names(), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"{text!r} is not a format (one of {', '.join(format_names())}){hint}")
@@ -357,6 +360,8 @@ class HeartbeatSettings:
 
 @dataclass(frozen=True)
 class LockConfig:
+    """One `[[lock]]` table with every default filled in."""
+
     name: str
     path: str
     format: str
@@ -373,6 +378,8 @@ class LockConfig:
 
 @dataclass(frozen=True)
 class Config:
+    """A validated configuration (from a file, or the built-in defaults)."""
+
     source: str | None
     locks: tuple[LockConfig, ...]
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -435,6 +442,8 @@ def _refuse_unknown(
 ) -> None:
     for key in table:
         if key not in valid:
+            import difflib  # only a config error needs suggestions
+
             close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6) or sorted(
                 option for option in valid if option.startswith(key) or key.startswith(option)
             )

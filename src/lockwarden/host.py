@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import socket
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,9 +32,26 @@ class Descriptor:
 
 @dataclass
 class DescriptorScan:
+    """Descriptors found on the watched inodes in one walk of /proc/*/fdinfo."""
+
     by_key: dict[InodeKey, list[Descriptor]] = field(default_factory=dict)
     unreadable_pids: int = 0
     hidden: list[int] = field(default_factory=list)  # the PIDs behind unreadable_pids
+
+
+def index_proc_locks(text: str) -> dict[int, list[str]]:
+    """The raw /proc/locks lines grouped by inode number, without parsing them.
+
+    A host can hold tens of thousands of locks while a run asks about a few inodes: grouping
+    the lines costs a split per line, parsing them all would cost a typed object per line.
+    The inode is the number after the last `:` (in `MAJ:MIN:INODE`; START/END have none).
+    """
+    index: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        inode_text = line.rpartition(":")[2].split(" ", 1)[0]
+        if inode_text.isdigit():
+            index.setdefault(int(inode_text), []).append(line)
+    return index
 
 
 def parse_proc_locks(text: str) -> dict[InodeKey, list[KernelLock]]:
@@ -99,12 +115,20 @@ def _read_text(path: str) -> str:
         return handle.read()
 
 
-def _read_small(path: str, limit: int = 65536) -> str:
-    """A short /proc file without the text layer: the descriptor scan reads one per open file
-    on the host, and a plain open() costs twice as much."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _read_small(path: str) -> bytes | None:
+    """One read of a small /proc file (an fdinfo entry) with no text layer; None if gone.
+
+    Called once per open descriptor on the host, so it avoids open()'s buffered text wrapper,
+    which costs more than the read itself.
+    """
     try:
-        return os.read(descriptor, limit).decode("utf-8", errors="replace")
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(descriptor, 65536)
+    except OSError:
+        return None
     finally:
         os.close(descriptor)
 
@@ -137,19 +161,24 @@ class Snapshot:
     pid_max: int
     pid_namespace: int | None
     nested_pid_namespace: bool
-    locks: dict[InodeKey, list[KernelLock]]
+    lock_lines: dict[int, list[str]]
     proc: str = "/proc"
+    _locks: dict[InodeKey, list[KernelLock]] = field(default_factory=dict, repr=False)
     _processes: dict[int, Process | None] = field(default_factory=dict, repr=False)
     _scan: DescriptorScan | None = field(default=None, repr=False)
     _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
     _node_id: int | None = field(default=None, repr=False)
     _cwds: WorkingDirectories | None = field(default=None, repr=False)
     _nested_pids: dict[int, tuple[int, ...]] | None = field(default=None, repr=False)
+    _pid_entries: tuple[str, ...] | None = field(default=None, repr=False)
 
     @classmethod
-    def capture(cls, proc: str = "/proc", read_locks: bool = True) -> Snapshot:
+    def capture(
+        cls, proc: str = "/proc", read_locks: bool = True, locks_text: str | None = None
+    ) -> Snapshot:
         """`read_locks=False` skips /proc/locks (which can hold thousands of lines) for callers
-        that only need identities, such as `lockwarden hold` writing its own record."""
+        that only need identities, such as `lockwarden hold` writing its own record.
+        `locks_text`: /proc/locks as already read (entry.py starts that read early)."""
         captured_at = datetime.now(UTC)
         uptime_s = float(_read_text(f"{proc}/uptime").split()[0])
         try:
@@ -158,14 +187,18 @@ class Snapshot:
             pid_max = DEFAULT_PID_MAX
         return cls(
             boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
-            hostname=socket.gethostname(),
+            hostname=os.uname().nodename,  # gethostname() without importing socket
             captured_at=captured_at,
             uptime_s=uptime_s,
             clock_ticks=os.sysconf("SC_CLK_TCK"),
             pid_max=pid_max,
             pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
             nested_pid_namespace=_own_namespace_is_nested(proc),
-            locks=parse_proc_locks(_read_text(f"{proc}/locks")) if read_locks else {},
+            lock_lines=(
+                index_proc_locks(_read_text(f"{proc}/locks") if locks_text is None else locks_text)
+                if read_locks
+                else {}
+            ),
             proc=proc,
         )
 
@@ -187,8 +220,19 @@ class Snapshot:
         """Only an int in 2..pid_max names a process (0, -1 and True are traps for kill())."""
         return type(pid) is int and 2 <= pid <= self.pid_max
 
+    @property
+    def locks(self) -> dict[InodeKey, list[KernelLock]]:
+        """Every /proc/locks entry, parsed (all of them: prefer kernel_locks(key))."""
+        return parse_proc_locks(
+            "\n".join(line for lines in self.lock_lines.values() for line in lines)
+        )
+
     def kernel_locks(self, key: InodeKey) -> list[KernelLock]:
-        return self.locks.get(key, [])
+        """The /proc/locks entries on this inode, parsed on first use (see index_proc_locks)."""
+        if key not in self._locks:
+            lines = "\n".join(self.lock_lines.get(key[1], ()))
+            self._locks[key] = parse_proc_locks(lines).get(key, [])
+        return self._locks[key]
 
     def pid_exists(self, pid: int) -> bool:
         """kill(pid, 0): EPERM means it exists and belongs to someone else."""
@@ -244,10 +288,16 @@ class Snapshot:
             started_at=self.ticks_to_time(start_ticks),
         )
 
+    def pid_entries(self) -> tuple[str, ...]:
+        """The process directories of /proc, listed once per run for every scan that needs it."""
+        if self._pid_entries is None:
+            self._pid_entries = tuple(entry for entry in os.listdir(self.proc) if entry.isdigit())
+        return self._pid_entries
+
     def namespace_twins(self, pid: int) -> tuple[int, ...]:
         """Processes (by their PID here) whose PID in a nested namespace is `pid`."""
         if self._nested_pids is None:
-            self._nested_pids = _scan_nested_pids(self.proc)
+            self._nested_pids = _scan_nested_pids(self.proc, self.pid_entries(), self.pid_namespace)
         return self._nested_pids.get(pid, ())
 
     def descriptors(self, key: InodeKey) -> list[Descriptor]:
@@ -271,13 +321,13 @@ class Snapshot:
         wanted = frozenset(keys) | self._scanned_keys
         if self._scan is not None and wanted == self._scanned_keys:
             return
-        self._scan = _scan_descriptors(self.proc, wanted)
+        self._scan = _scan_descriptors(self.proc, wanted, self.pid_entries())
         self._scanned_keys = wanted
 
     def working_directories(self) -> WorkingDirectories:
         """Every process's working directory, read once per run and only when a lock asks."""
         if self._cwds is None:
-            self._cwds = _read_working_directories(self.proc)
+            self._cwds = _read_working_directories(self.proc, self.pid_entries())
         return self._cwds
 
     def processes_working_in(self, directories: Iterable[str]) -> list[int]:
@@ -296,12 +346,10 @@ class WorkingDirectories:
     unreadable_pids: tuple[int, ...]
 
 
-def _read_working_directories(proc: str) -> WorkingDirectories:
+def _read_working_directories(proc: str, entries: tuple[str, ...]) -> WorkingDirectories:
     by_pid: dict[int, str] = {}
     unreadable: list[int] = []
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
+    for entry in entries:
         try:
             cwd = os.readlink(f"{proc}/{entry}/cwd")
         except PermissionError:
@@ -321,12 +369,15 @@ def _status_uid(status_text: str) -> int:
     return -1
 
 
-def _scan_nested_pids(proc: str) -> dict[int, tuple[int, ...]]:
-    """Inner PID -> outer PIDs, from the `NSpid:` lines of every process (one PID per level,
-    ours first); processes of this namespace only have one."""
+def _scan_nested_pids(
+    proc: str, entries: tuple[str, ...], own_namespace: int | None
+) -> dict[int, tuple[int, ...]]:
+    """Inner PID -> outer PIDs, from the `NSpid:` lines (one PID per level, ours first) of the
+    processes in another PID namespace than ours; the namespace link is one readlink, so the
+    status file is read only for those."""
     nested: dict[int, list[int]] = {}
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
+    for entry in entries:
+        if own_namespace is not None and _namespace_id(f"{proc}/{entry}/ns/pid") == own_namespace:
             continue
         try:
             status = _read_text(f"{proc}/{entry}/status")
@@ -351,16 +402,20 @@ def _own_namespace_is_nested(proc: str) -> bool:
     return False
 
 
-def _scan_descriptors(proc: str, keys: frozenset[InodeKey]) -> DescriptorScan:
+def _scan_descriptors(
+    proc: str, keys: frozenset[InodeKey], entries: tuple[str, ...]
+) -> DescriptorScan:
+    """Every descriptor on these inodes. Called once per run, this loop runs once per open
+    descriptor on the host (tens of thousands on a busy one), so it stays lean: one
+    open/read/close per descriptor and a byte comparison of its inode."""
     scan = DescriptorScan()
     if not keys:
         return scan
-    inodes = {inode for _device, inode in keys}
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
+    inodes = {str(inode).encode() for _device, inode in keys}
+    for entry in entries:
+        fdinfo = f"{proc}/{entry}/fdinfo"
         try:
-            fd_names = os.listdir(f"{proc}/{entry}/fdinfo")
+            fd_names = os.listdir(fdinfo)
         except PermissionError:
             scan.unreadable_pids += 1
             scan.hidden.append(int(entry))
@@ -368,32 +423,23 @@ def _scan_descriptors(proc: str, keys: frozenset[InodeKey]) -> DescriptorScan:
         except OSError:
             continue
         for fd_name in fd_names:
-            descriptor = _read_descriptor(proc, int(entry), fd_name, inodes, keys)
+            raw = _read_small(f"{fdinfo}/{fd_name}")
+            if raw is None:
+                continue
+            inode = _fdinfo_inode(raw)
+            if inode is not None and inode not in inodes:
+                continue  # kernels before 5.14 print no ino: line; they pay for a stat instead
+            descriptor = _descriptor(proc, int(entry), fd_name, raw, keys)
             if descriptor is not None:
                 key, found = descriptor
                 scan.by_key.setdefault(key, []).append(found)
     return scan
 
 
-def _read_descriptor(
-    proc: str, pid: int, fd_name: str, inodes: set[int], keys: frozenset[InodeKey]
+def _descriptor(
+    proc: str, pid: int, fd_name: str, raw: bytes, keys: frozenset[InodeKey]
 ) -> tuple[InodeKey, Descriptor] | None:
-    """fdinfo first (no filesystem access), stat of the fd link only on an inode match."""
-    try:
-        info = _read_small(f"{proc}/{pid}/fdinfo/{fd_name}")
-    except OSError:
-        return None
-    inode = flags = None
-    lock_lines = []
-    for line in info.splitlines():
-        if line.startswith("ino:"):
-            inode = int(line.split()[1])
-        elif line.startswith("flags:"):
-            flags = int(line.split()[1], 8)
-        elif line.startswith("lock:"):
-            lock_lines.append(line[5:].strip())
-    if inode is not None and inode not in inodes:
-        return None  # kernels before 5.14 print no ino: line; they pay for a stat instead
+    """A descriptor whose fdinfo inode matched: stat its fd link for the device too."""
     try:
         status = os.stat(f"{proc}/{pid}/fd/{fd_name}")
     except OSError:
@@ -401,6 +447,29 @@ def _read_descriptor(
     key = (status.st_dev, status.st_ino)
     if key not in keys:
         return None
+    flags, lock_lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))
     locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
     write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
     return key, Descriptor(pid, int(fd_name), locks, write)
+
+
+def _fdinfo_inode(raw: bytes) -> bytes | None:
+    """The digits of the `ino:` field of an fdinfo entry, found without splitting the entry."""
+    start = raw.find(b"\nino:")
+    if start < 0:
+        return None
+    end = raw.find(b"\n", start + 1)
+    value = raw[start + 5 : end if end >= 0 else len(raw)].strip()
+    return value if value.isdigit() else None
+
+
+def _fdinfo_details(info: str) -> tuple[int | None, list[str]]:
+    """The open flags (octal) and the `lock:` lines of an fdinfo entry."""
+    flags = None
+    lock_lines = []
+    for line in info.splitlines():
+        if line.startswith("flags:"):
+            flags = int(line.split()[1], 8)
+        elif line.startswith("lock:"):
+            lock_lines.append(line[5:].strip())
+    return flags, lock_lines

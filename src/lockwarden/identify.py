@@ -18,6 +18,8 @@ from lockwarden.model import Claim, Holder, InodeKey, KernelLock, Process, Waite
 
 @dataclass(frozen=True)
 class Evidence:
+    """What the host snapshot says about one claim: kernel locks, holders, waiters."""
+
     boot_id: str
     hostname: str
     booted_at: datetime

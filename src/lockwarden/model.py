@@ -191,6 +191,8 @@ class KernelLock:
 
 @dataclass(frozen=True)
 class Holder:
+    """A process that holds (or, for `openers`, has open) a lock, as shown in a finding."""
+
     pid: int | None
     alive: bool | None
     role: str | None = None
@@ -213,12 +215,16 @@ class Holder:
 
 @dataclass(frozen=True)
 class Waiter:
+    """A process blocked in /proc/locks behind a held lock."""
+
     pid: int
     cmdline: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Finding:
+    """The verdict on one configured lock: state, severity, reason, holder and action."""
+
     name: str
     path: str
     format: str

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunResult:
+    """Every finding of one run, and the host it ran on."""
+
     hostname: str
     boot_id: str
     checked_at: datetime
@@ -84,8 +86,11 @@ def _judge(lock: LockConfig, claim: Claim | None, snapshot: Snapshot, now: datet
         )
 
 
-def run_once(config: Config, now: datetime, proc: str = "/proc") -> RunResult:
-    snapshot = Snapshot.capture(proc)
+def run_once(
+    config: Config, now: datetime, proc: str = "/proc", locks_text: str | None = None
+) -> RunResult:
+    """`locks_text`: the content of /proc/locks when the caller already read it."""
+    snapshot = Snapshot.capture(proc, locks_text=locks_text)
     findings = inspect_locks(config.locks, snapshot, now)
     notes: list[str] = []
     if config.builtin:
@@ -129,6 +134,7 @@ def run_and_alert(
     now: datetime,
     dry_run: bool = False,
     on_start: Callable[[], None] | None = None,
+    locks_text: str | None = None,
 ) -> AlertedRun:
     """`--once`: inspect, then decide, notify and journal, holding the run lock throughout
     (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes."""
@@ -141,7 +147,7 @@ def run_and_alert(
     try:
         if on_start is not None:
             on_start()
-        result = run_once(config, now)
+        result = run_once(config, now, locks_text=locks_text)
         crash_point("after-snapshot")  # test-only (crashpoints.py); a no-op unless asked
         removal = removal_stage(
             config, result.findings, result.hostname, now, dry_run, run_lock is not None

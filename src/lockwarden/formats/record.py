@@ -40,6 +40,8 @@ class RecordProblem(ValueError):
 
 @dataclass(frozen=True)
 class Record:
+    """The fields an owner record may carry, whatever its syntax."""
+
     pid: int | None = None
     role: str | None = None
     host: str | None = None

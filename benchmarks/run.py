@@ -1,0 +1,730 @@
+"""Measure what a `lockwarden --once` costs against a floor measured in the same run.
+
+    python benchmarks/run.py [--runs 10] [--only WORD]
+
+Prints one row per figure of the performance targets:
+
+    figure  value  floor  ratio  target  ok|MISSED
+
+Every value and floor is the median of --runs (at least 10) runs of a fresh process, started
+with posix_spawn and reaped with wait4, which returns the wall time and the peak RSS of exactly
+that child. Floors and values are run alternately so that drift hits both alike. The benchmark
+makes its own locks and holders in a temporary directory: holder processes with real flock(2)
+locks, owner-record directories, 10,000 kernel locks held by 4 processes, 1,000 sleeping
+processes, an HTTP receiver on 127.0.0.1 for the alert. Every process it starts is killed by
+PID when it ends (finally and atexit). It takes about 4 minutes, most of it in `lslocks` with
+10,000 locks on the host (about 18 s per call on a 2-core machine).
+
+Children run with this checkout's `src/` first on the path and compiled bytecode cached in the
+temporary directory (as an installed package has), so the first, compiling run is a warm-up
+and is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+PYTHON = sys.executable
+CHILD_TIMEOUT_S = 120.0
+HOST_LOCKS = 10_000
+HOST_LOCK_HOLDERS = 4
+SLEEPERS = 1_000
+CONFIGURED_MANY = 1_000
+JOURNAL_RECORDS = 50_000
+ALERT_LOCK = "bench-alert"
+DEFAULTS_TABLE = '[defaults]\nwarn_after = "1h"\ncritical_after = "2h"\n\n'
+
+FLOCK_MANY = """
+import fcntl, os, resource, sys, time
+directory, prefix = sys.argv[1], sys.argv[2]
+first, count = int(sys.argv[3]), int(sys.argv[4])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, count + 64)), hard))
+descriptors = []
+for number in range(first, first + count):
+    path = os.path.join(directory, f"{prefix}{number}")
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    descriptors.append(descriptor)
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
+OWNER_RECORD = """
+import json, os, socket, sys, time
+for lock, started in zip(sys.argv[1::2], sys.argv[2::2]):
+    os.mkdir(lock)
+    record = {"pid": os.getpid(), "role": "bench-holder", "host": socket.gethostname(),
+              "startedAt": started}
+    with open(os.path.join(lock, "owner.json"), "w") as handle:
+        json.dump(record, handle)
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    wall_ms: float
+    rss_kb: int
+
+
+@dataclass(frozen=True)
+class Row:
+    figure: str
+    value: str
+    floor: str
+    ratio: str
+    target: str
+    verdict: str
+
+
+@dataclass
+class Processes:
+    """Every process the benchmark starts, killed by PID at the end (finally and atexit)."""
+
+    pids: list[int] = field(default_factory=list)
+    popens: dict[int, subprocess.Popen[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        atexit.register(self.stop_all)
+
+    def adopt(self, process: subprocess.Popen[str]) -> None:
+        self.pids.append(process.pid)
+        self.popens[process.pid] = process
+
+    def holder(self, code: str, *args: str) -> int:
+        """A python child that takes its locks, says `ready`, and sleeps."""
+        with _signals_held():
+            proc = subprocess.Popen(
+                [PYTHON, "-c", textwrap.dedent(code), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            self.adopt(proc)
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline().strip()
+        proc.stdout.close()
+        if line != "ready":
+            raise RuntimeError(f"lock holder did not get ready: {line!r} {proc.stderr.read()}")
+        proc.stderr.close()
+        return proc.pid
+
+    def sleepers(self, count: int) -> list[int]:
+        """`count` idle processes; each PID is registered as soon as it exists, so an
+        interruption halfway leaves none behind."""
+        sleep = shutil.which("sleep") or "/bin/sleep"
+        started: list[int] = []
+        with _signals_held():
+            for _ in range(count):
+                pid = os.posix_spawn(
+                    sleep, [sleep, "3600"], os.environ, file_actions=_quiet_actions()
+                )
+                self.pids.append(pid)
+                started.append(pid)
+        return started
+
+    def stop(self, pids: Sequence[int]) -> None:
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            popen = self.popens.pop(pid, None)
+            if popen is not None:
+                popen.wait()
+                for stream in (popen.stdin, popen.stdout, popen.stderr):
+                    if stream is not None:
+                        stream.close()
+                continue
+            with suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        self.pids = [pid for pid in self.pids if pid not in set(pids)]
+
+    def stop_all(self) -> None:
+        self.stop(list(self.pids))
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGTERM and SIGINT between starting a process and registering its PID."""
+    held = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+def _quiet_actions() -> list[tuple[int, int, str, int, int]]:
+    return [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+    ]
+
+
+LAUNCHER = """
+import json, os, signal, sys, time
+signal.signal(signal.SIGALRM, lambda *_: os.kill(child, signal.SIGKILL))
+for line in sys.stdin:
+    request = json.loads(line)
+    started = time.perf_counter_ns()
+    child = os.fork()
+    if child == 0:
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            errors = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(errors, 2)
+            os.execve(request["argv"][0], request["argv"], request["env"])
+        finally:
+            os._exit(127)
+    signal.alarm(request["timeout"])
+    _, status, usage = os.wait4(child, 0)
+    signal.alarm(0)
+    wall_ns = time.perf_counter_ns() - started
+    report = {"wall_ns": wall_ns, "maxrss_kb": usage.ru_maxrss,
+              "code": os.waitstatus_to_exitcode(status)}
+    print(json.dumps(report), flush=True)
+"""
+
+
+@dataclass
+class Launcher:
+    """A small process that forks and execs every measured command and reaps it with wait4.
+
+    Linux counts the memory of the process that called execve in the new program's peak RSS
+    (ru_maxrss), so a command spawned from the benchmark itself would report at least the
+    benchmark's own size. This launcher is a bare `python -S -I` of about 8 MB, below any
+    Python program it measures, and wall time is taken around fork and wait4 inside it.
+    """
+
+    process: subprocess.Popen[str]
+
+    @classmethod
+    def start(cls, processes: Processes) -> Launcher:
+        process = subprocess.Popen(
+            [PYTHON, "-S", "-I", "-c", textwrap.dedent(LAUNCHER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        processes.adopt(process)
+        return cls(process)
+
+    def run(
+        self, argv: Sequence[str], env: dict[str, str], stderr_path: str
+    ) -> tuple[float, int, int]:
+        """Wall ms, peak RSS in KB and exit code of one run of argv."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        request = {
+            "argv": list(argv),
+            "env": env,
+            "stderr": stderr_path,
+            "timeout": int(CHILD_TIMEOUT_S),
+        }
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        reply = self.process.stdout.readline()
+        if not reply:
+            raise RuntimeError("the launcher process died")
+        report = json.loads(reply)
+        return report["wall_ns"] / 1e6, int(report["maxrss_kb"]), int(report["code"])
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: tuple[str, ...]
+    accept: frozenset[int] = frozenset({0})
+    before: Callable[[int], None] | None = None  # runs untimed before each run (run number)
+    warm_up: bool = True  # one uncounted first run (compiles bytecode, fills caches)
+
+
+@dataclass
+class Bench:
+    workdir: Path
+    env: dict[str, str]
+    runs: int
+    launcher: Launcher
+
+    def once(self, command: Command, number: int = 0) -> Sample:
+        """One run in a fresh process: wall time from fork to reap, and its own peak RSS."""
+        if command.before is not None:
+            command.before(number)
+        stderr_path = str(self.workdir / "stderr.txt")
+        executable = shutil.which(command.argv[0]) or command.argv[0]
+        argv = (executable, *command.argv[1:])
+        wall_ms, rss_kb, code = self.launcher.run(argv, self.env, stderr_path)
+        if code not in command.accept:
+            errors = Path(stderr_path).read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{' '.join(command.argv)} exited {code}: {errors}")
+        return Sample(wall_ms, rss_kb)
+
+    def pair(self, floor: Command, value: Command) -> tuple[list[Sample], list[Sample]]:
+        """Warm both up once, then alternate them `runs` times."""
+        for command in (floor, value):
+            if command.warm_up:
+                self.once(command)
+        floors, values = [], []
+        for number in range(1, self.runs + 1):
+            floors.append(self.once(floor, number))
+            values.append(self.once(value, number))
+        return floors, values
+
+
+def median_ms(samples: list[Sample]) -> float:
+    return statistics.median(sample.wall_ms for sample in samples)
+
+
+def median_mb(samples: list[Sample]) -> float:
+    return statistics.median(sample.rss_kb for sample in samples) / 1024
+
+
+def ratio_row(figure: str, value: float, floor: float, limit: float, unit: str) -> Row:
+    ratio = value / floor
+    verdict = "ok" if ratio <= limit else "MISSED"
+    return Row(
+        figure,
+        f"{value:.1f} {unit}",
+        f"{floor:.1f} {unit}",
+        f"{ratio:.3f}x",
+        f"<= {limit}x",
+        verdict,
+    )
+
+
+def delta_row(figure: str, value: float, floor: float, limit_ms: float) -> Row:
+    verdict = "ok" if value - floor <= limit_ms else "MISSED"
+    return Row(
+        figure,
+        f"{value:.1f} ms",
+        f"{floor:.1f} ms",
+        f"{value / floor:.3f}x (+{value - floor:.1f} ms)",
+        f"<= +{limit_ms:g} ms",
+        verdict,
+    )
+
+
+def missing_row(figure: str, why: str) -> Row:
+    return Row(figure, "n/a", "n/a", "n/a", "", f"n/a ({why})")
+
+
+# ---------------------------------------------------------------- configs and host state
+
+
+def lock_table(name: str, path: Path, lock_format: str, extra: str = "") -> str:
+    return f'[[lock]]\nname = "{name}"\npath = "{path}"\nformat = "{lock_format}"\n{extra}\n'
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def alert_table(stage: Stage) -> str:
+    """A lock held (by a live holder) past a 2 s critical budget: one new incident."""
+    budget = 'warn_after = "1s"\ncritical_after = "2s"\n'
+    return lock_table(ALERT_LOCK, stage.alert_dir, "owner-record", budget)
+
+
+@dataclass
+class Stage:
+    """The locks and holders the quiet runs inspect; `ten` is their config file."""
+
+    ten: Path
+    alert_dir: Path
+
+
+def build_stage(workdir: Path, processes: Processes) -> Stage:
+    """10 configured locks: 3 held within budget by live processes, the rest free."""
+    locks = workdir / "locks"
+    locks.mkdir()
+    kernel = [locks / f"kernel-{number}" for number in range(4)]
+    for path in kernel:
+        path.touch()
+    processes.holder(FLOCK_MANY, str(locks), "kernel-", "0", "2")
+    now = rfc3339(datetime.now(UTC))
+    held_record = locks / "store-0" / "LOCK"
+    for number in range(3):  # the stores exist; store-1 and store-2 are not locked
+        (locks / f"store-{number}").mkdir()
+    alert_dir = locks / "alert-store" / "LOCK"
+    (locks / "alert-store").mkdir()
+    holder = processes.holder(OWNER_RECORD, str(held_record), now, str(alert_dir), now)
+    pidfile = locks / "daemon.pid"
+    pidfile.write_text(f"{holder}\n")
+    tables = [lock_table(f"kernel-{n}", path, "kernel") for n, path in enumerate(kernel)]
+    tables += [
+        lock_table(f"store-{n}", locks / f"store-{n}" / "LOCK", "owner-record") for n in range(3)
+    ]
+    tables += [lock_table("daemon", pidfile, "pidfile")]
+    tables += [lock_table(f"absent-{n}", locks / f"absent-{n}.pid", "pidfile") for n in range(2)]
+    ten = workdir / "ten.toml"
+    ten.write_text(DEFAULTS_TABLE + "".join(tables))
+    return Stage(ten, alert_dir)
+
+
+def many_tables(workdir: Path, processes: Processes) -> tuple[list[str], list[int]]:
+    """1,000 locks: 500 files flocked by two holders, 250 free files, 250 free stores;
+    and the holders' PIDs."""
+    many = workdir / "many"
+    many.mkdir()
+    half = CONFIGURED_MANY // 2
+    for path in (many / f"k{number}" for number in range(CONFIGURED_MANY - CONFIGURED_MANY // 4)):
+        path.touch()
+    for number in range(CONFIGURED_MANY // 4):
+        (many / f"store-{number}").mkdir()  # an existing store whose lock is free
+    holders = [
+        processes.holder(FLOCK_MANY, str(many), "k", "0", str(half // 2)),
+        processes.holder(FLOCK_MANY, str(many), "k", str(half // 2), str(half - half // 2)),
+    ]
+    tables = [
+        lock_table(f"k{n}", many / f"k{n}", "kernel")
+        for n in range(CONFIGURED_MANY - CONFIGURED_MANY // 4)
+    ]
+    tables += [
+        lock_table(f"absent-{n}", many / f"store-{n}" / "LOCK", "owner-record")
+        for n in range(CONFIGURED_MANY // 4)
+    ]
+    return tables, holders
+
+
+def lockwarden(
+    config: Path,
+    accept: frozenset[int] = frozenset({0}),
+    before: Callable[[int], None] | None = None,
+) -> Command:
+    return Command((PYTHON, "-m", "lockwarden", "--once", "--config", str(config)), accept, before)
+
+
+def config_problem(bench: Bench, config: Path) -> str | None:
+    """None when this build accepts the config, else its first config error."""
+    completed = subprocess.run(
+        [PYTHON, "-m", "lockwarden", "check-config", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=bench.env,
+        timeout=60,
+        check=False,
+    )
+    if completed.returncode == 0:
+        return None
+    return (completed.stderr.strip().splitlines() or [f"exit {completed.returncode}"])[0]
+
+
+# ---------------------------------------------------------------- the alert receiver
+
+
+@dataclass
+class Receiver:
+    """A real HTTP endpoint on 127.0.0.1 for apprise's json:// plugin; counts deliveries."""
+
+    server: http.server.ThreadingHTTPServer
+    deliveries: list[bytes]
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+
+@contextmanager
+def receiver() -> Iterator[Receiver]:
+    deliveries: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            deliveries.append(self.rfile.read(length))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Receiver(server, deliveries)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---------------------------------------------------------------- the figures
+
+
+def quiet_rows(bench: Bench, stage: Stage) -> tuple[list[Row], list[Sample]]:
+    floor = Command((PYTHON, "-c", "import psutil, tomllib, json"))
+    floors, values = bench.pair(floor, lockwarden(stage.ten))
+    rows = [
+        ratio_row("quiet --once, 10 locks, wall", median_ms(values), median_ms(floors), 1.5, "ms"),
+        ratio_row(
+            "quiet --once, 10 locks, peak RSS", median_mb(values), median_mb(floors), 1.3, "MB"
+        ),
+    ]
+    return rows, values
+
+
+def many_locks_row(bench: Bench, stage: Stage, processes: Processes) -> Row:
+    """The 1,000-lock holders live only for this figure: the others' hosts do not have them."""
+    tables, holders = many_tables(bench.workdir, processes)
+    many = bench.workdir / "many.toml"
+    many.write_text(DEFAULTS_TABLE + "".join(tables))
+    try:
+        floors, values = bench.pair(lockwarden(stage.ten), lockwarden(many))
+    finally:
+        processes.stop(holders)
+    return delta_row(
+        "quiet run, 1,000 configured locks (half held)", median_ms(values), median_ms(floors), 100
+    )
+
+
+def host_locks_row(bench: Bench, stage: Stage, processes: Processes) -> Row:
+    lslocks = shutil.which("lslocks")
+    if lslocks is None:
+        return missing_row(
+            "10,000 kernel locks on the host, 10 configured", "lslocks not installed"
+        )
+    directory = bench.workdir / "host-locks"
+    directory.mkdir()
+    share = HOST_LOCKS // HOST_LOCK_HOLDERS
+    holders = [
+        processes.holder(FLOCK_MANY, str(directory), "k", str(number * share), str(share))
+        for number in range(HOST_LOCK_HOLDERS)
+    ]
+    try:
+        floors, values = bench.pair(Command((lslocks,), warm_up=False), lockwarden(stage.ten))
+    finally:
+        processes.stop(holders)
+    return ratio_row(
+        "10,000 kernel locks on the host, 10 configured (floor: lslocks)",
+        median_ms(values),
+        median_ms(floors),
+        0.01,
+        "ms",
+    )
+
+
+def alert_row(bench: Bench, stage: Stage) -> Row:
+    figure = "alert run: one new incident, one json:// receiver"
+    with receiver() as endpoint:
+        config = bench.workdir / "alert.toml"
+        text = stage.ten.read_text()
+        config.write_text(
+            f'[notify]\nurls = ["json://127.0.0.1:{endpoint.port}"]\n\n'
+            f'[state]\npath = "{bench.workdir / "alert-state" / "state.jsonl"}"\n\n'
+            + text
+            + alert_table(stage)
+        )
+        problem = config_problem(bench, config)
+        if problem is not None:
+            return missing_row(figure, f"alerting not in this build: {problem}")
+
+        def fresh_state(_number: int) -> None:
+            """A first run every time: no journal, so the held-too-long lock is a new incident."""
+            shutil.rmtree(bench.workdir / "alert-state", ignore_errors=True)
+            (bench.workdir / "alert-state").mkdir()
+
+        floor = Command(
+            (PYTHON, "-c", "import apprise; apprise.Apprise().add('json://127.0.0.1:9')")
+        )
+        value = lockwarden(config, frozenset({0, 1, 2}), before=fresh_state)
+        floors, values = bench.pair(floor, value)
+        expected = bench.runs + 1  # the warm-up run alerted too
+        if len(endpoint.deliveries) < expected:
+            return Row(
+                figure,
+                f"{median_ms(values):.1f} ms",
+                f"{median_ms(floors):.1f} ms",
+                "",
+                "<= 1.2x",
+                f"MISSED (receiver got {len(endpoint.deliveries)} of {expected} alerts)",
+            )
+    return ratio_row(figure, median_ms(values), median_ms(floors), 1.2, "ms")
+
+
+def journal_row(bench: Bench, stage: Stage) -> Row:
+    """50,000 journal records vs an empty journal; each run starts from a fresh copy, because
+    a run may compact the journal it reads."""
+    figure = "journal with 50,000 records, quiet run"
+    state = bench.workdir / "journal"
+    state.mkdir()
+    config = bench.workdir / "journal.toml"
+    config.write_text(f'[state]\npath = "{state / "state.jsonl"}"\n\n' + stage.ten.read_text())
+    problem = config_problem(bench, config)
+    if problem is not None:
+        return missing_row(figure, f"state journal not in this build: {problem}")
+    template = journal_template(bench, stage)
+    if not template:
+        return missing_row(figure, "could not make a journal record to copy")
+    full = bench.workdir / "journal-50000.jsonl"
+    full.write_text(
+        "".join(
+            template[n % len(template)].replace(ALERT_LOCK, f"retired-{n}")
+            for n in range(JOURNAL_RECORDS)
+        )
+    )
+    empty = bench.workdir / "journal-empty.jsonl"
+    empty.touch()
+
+    def restore(source: Path) -> Callable[[int], None]:
+        return lambda _number: shutil.copyfile(source, state / "state.jsonl")
+
+    floors, values = bench.pair(
+        lockwarden(config, before=restore(empty)), lockwarden(config, before=restore(full))
+    )
+    return delta_row(figure, median_ms(values), median_ms(floors), 20)
+
+
+def journal_template(bench: Bench, stage: Stage) -> list[str]:
+    """Real journal lines, written by one alert run of this build (the format is its own)."""
+    with receiver() as endpoint:
+        directory = bench.workdir / "template"
+        directory.mkdir()
+        config = directory / "config.toml"
+        config.write_text(
+            f'[notify]\nurls = ["json://127.0.0.1:{endpoint.port}"]\n\n'
+            f'[state]\npath = "{directory / "state.jsonl"}"\n\n' + alert_table(stage)
+        )
+        bench.once(lockwarden(config, frozenset({0, 1, 2})))
+    journal = directory / "state.jsonl"
+    if not journal.exists():
+        return []
+    return [line + "\n" for line in journal.read_text().splitlines() if line.strip()]
+
+
+def processes_row(bench: Bench, stage: Stage, processes: Processes) -> Row:
+    """Idle host vs 1,000 more processes, alternated: the sleepers are started before each
+    value run and killed before each floor run (untimed), so load drift hits both alike."""
+    sleepers: list[int] = []
+
+    def without_sleepers(_number: int) -> None:
+        processes.stop(sleepers)
+        sleepers.clear()
+
+    def with_sleepers(_number: int) -> None:
+        if not sleepers:
+            sleepers.extend(processes.sleepers(SLEEPERS))
+
+    floor = lockwarden(stage.ten, before=without_sleepers)
+    value = lockwarden(stage.ten, before=with_sleepers)
+    try:
+        floors, values = bench.pair(floor, value)
+    finally:
+        without_sleepers(0)
+    return delta_row(
+        "1,000 processes on the host, 10 configured", median_ms(values), median_ms(floors), 50
+    )
+
+
+# ---------------------------------------------------------------- main
+
+
+def child_env(workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["NO_COLOR"] = "1"
+    return env
+
+
+WIDTHS = (64, 10, 11, 20, 11)
+
+
+def print_row(row: Row) -> None:
+    """One row as soon as it is measured (the whole run takes minutes)."""
+    cells = [getattr(row, name) for name in Row.__dataclass_fields__]
+    padded = [cell.ljust(width) for cell, width in zip(cells, WIDTHS, strict=False)]
+    print("  ".join([*padded, cells[-1]]).rstrip(), flush=True)
+
+
+def describe_host() -> str:
+    uname = os.uname()
+    try:
+        import apprise
+
+        apprise_version = apprise.__version__
+    except ImportError:
+        apprise_version = "not installed"
+    return (
+        f"{socket.gethostname()}: Linux {uname.release}, {os.cpu_count()} CPUs, "
+        f"Python {sys.version.split()[0]}, apprise {apprise_version}"
+    )
+
+
+FIGURES: dict[str, Callable[[Bench, Stage, Processes], list[Row]]] = {
+    "quiet": lambda bench, stage, _p: quiet_rows(bench, stage)[0],
+    "many": lambda bench, stage, processes: [many_locks_row(bench, stage, processes)],
+    "host-locks": lambda bench, stage, processes: [host_locks_row(bench, stage, processes)],
+    "alert": lambda bench, stage, _p: [alert_row(bench, stage)],
+    "journal": lambda bench, stage, _p: [journal_row(bench, stage)],
+    "processes": lambda bench, stage, processes: [processes_row(bench, stage, processes)],
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10, help="runs per median (at least 10)")
+    parser.add_argument(
+        "--only",
+        choices=sorted(FIGURES),
+        action="append",
+        help="measure only these figures (repeatable)",
+    )
+    arguments = parser.parse_args(argv)
+    if arguments.runs < 10:
+        parser.error("--runs must be at least 10: the targets are medians of 10 or more runs")
+    started = time.monotonic()
+    # A SIGTERM (a CI timeout) unwinds like Ctrl-C, so the finally below kills every holder.
+    signal.signal(signal.SIGTERM, lambda _signal, _frame: sys.exit(128 + signal.SIGTERM))
+    processes = Processes()
+    workdir = Path(tempfile.mkdtemp(prefix="lockwarden-bench-"))
+    rows: list[Row] = []
+    try:
+        bench = Bench(workdir, child_env(workdir), arguments.runs, Launcher.start(processes))
+        stage = build_stage(workdir, processes)
+        print(f"# {describe_host()}; medians of {arguments.runs} runs", flush=True)
+        print_row(Row("figure", "value", "floor", "ratio", "target", "ok|MISSED"))
+        for name, figure in FIGURES.items():
+            if arguments.only and name not in arguments.only:
+                continue
+            try:
+                measured = figure(bench, stage, processes)
+            except RuntimeError as error:  # a run that failed: say so, measure the rest
+                measured = [Row(name, "n/a", "n/a", "n/a", "", f"ERROR ({error})")]
+            for row in measured:
+                print_row(row)
+                rows.append(row)
+    finally:
+        processes.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"# {time.monotonic() - started:.0f} s")
+    return 0 if all(row.verdict in ("ok",) or row.verdict.startswith("n/a") for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""One run reads /proc/locks, the process table and each fdinfo entry once, however many locks
+it checks, and reads process details (stat, status, cmdline, cgroup) only for the processes
+that hold or are named by a lock. Observed with an audit hook on open() in a fresh interpreter
+running the real CLI, while real children hold real locks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conftest import MKDIR_HOLDER, Children, cli_env, write_config
+
+FLOCK_SEVERAL = """
+import fcntl, sys, time
+handles = [open(path, "a") for path in sys.argv[1:]]
+for handle in handles:
+    fcntl.flock(handle, fcntl.LOCK_EX)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+AUDITED_RUN = """
+import json, sys
+opened, listed = [], []
+
+def audit(event, args):
+    if event == "open" and isinstance(args[0], str) and args[0].startswith("/proc"):
+        opened.append(args[0])
+    elif event == "os.listdir" and isinstance(args[0], str):
+        listed.append(args[0])
+
+sys.addaudithook(audit)
+from lockwarden.cli import main
+code = main(["--once", "--json", "--config", sys.argv[1]])
+with open(sys.argv[2], "w") as handle:
+    json.dump({"code": code, "opened": opened, "listed": listed}, handle)
+"""
+
+DETAIL = re.compile(r"^/proc/(\d+)/(stat|status|cmdline|cgroup)$")
+FDINFO = re.compile(r"^/proc/\d+/fdinfo/\d+$")
+
+
+def test_five_held_locks_cost_one_scan_and_details_only_of_their_holders(
+    tmp_path: Path, children: Children
+) -> None:
+    files = [tmp_path / f"store-{number}.lock" for number in range(5)]
+    for path in files:
+        path.touch()
+    flock_holder = children.python(FLOCK_SEVERAL, *map(str, files))
+    record = tmp_path / "wa" / "LOCK"
+    record.parent.mkdir()
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record_holder = children.python(MKDIR_HOLDER, str(record), "maintenance-job", started)
+    tables = "".join(
+        f'[[lock]]\nname = "store-{n}"\npath = "{path}"\nformat = "kernel"\n\n'
+        for n, path in enumerate(files)
+    )
+    config = write_config(
+        tmp_path / "config.toml", tables + f'[[lock]]\nname = "wa"\npath = "{record}"\n'
+    )
+    audit_file = tmp_path / "audit.json"
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(AUDITED_RUN), config, str(audit_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    document = json.loads(completed.stdout)
+    assert [lock["state"] for lock in document["locks"]] == ["held"] * 6
+    audit = json.loads(audit_file.read_text())
+    opened = Counter(audit["opened"])
+
+    assert opened["/proc/locks"] == 1
+    assert audit["listed"].count("/proc") == 1  # the process table, once
+    fdinfo = {path: count for path, count in opened.items() if FDINFO.match(path)}
+    assert fdinfo, "the descriptor scan did not run"
+    assert max(fdinfo.values()) == 1, "an fdinfo entry was read more than once"
+
+    details = [match for match in map(DETAIL.match, audit["opened"]) if match]
+    # The owner record's PID is checked against nested PID namespaces: a process whose
+    # namespace link cannot be read (this sandbox's PID 1 hides it even from root) has its
+    # status read instead; every other process costs one readlink, no open.
+    hidden = {pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _ns_hidden(pid)}
+    named = {int(match.group(1)) for match in details}
+    assert named - hidden == {flock_holder.pid, record_holder.pid}
+    assert max(Counter(match.group(0) for match in details).values()) == 1
+
+
+def _ns_hidden(pid: int) -> bool:
+    try:
+        os.readlink(f"/proc/{pid}/ns/pid")
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False

@@ -1,0 +1,90 @@
+"""A run every minute must not pay for what it does not use: no apprise and no requests on a
+quiet run, no psutil/apprise/requests/tomli_w on `import lockwarden`. Checked by looking at
+sys.modules in a fresh interpreter, never by timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, cli_env, write_config
+
+HEAVY = ("apprise", "requests", "psutil", "tomli_w")
+
+QUIET_RUN = """
+import json, sys
+from lockwarden.cli import main
+code = main(["--once", "--json", "--config", sys.argv[1]])
+with open(sys.argv[2], "w") as handle:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
+"""
+
+
+def loaded(modules: list[str], package: str) -> list[str]:
+    return [name for name in modules if name == package or name.startswith(package + ".")]
+
+
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+
+
+def test_quiet_once_imports_neither_apprise_nor_requests(
+    tmp_path: Path, children: Children
+) -> None:
+    """A quiet run with held locks (so the descriptor scan and holder details run too)."""
+    flock_file = tmp_path / "store.lock"
+    flock_file.touch()
+    children.python(FLOCK_HOLDER, str(flock_file))
+    record = tmp_path / "wa" / "LOCK"
+    record.parent.mkdir()
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    children.python(MKDIR_HOLDER, str(record), "maintenance-job", started)
+    config = write_config(
+        tmp_path / "config.toml",
+        f"""
+        [[lock]]
+        name = "store"
+        path = "{flock_file}"
+        format = "kernel"
+
+        [[lock]]
+        name = "wa"
+        path = "{record}"
+        """,
+    )
+    report = tmp_path / "modules.json"
+    completed = run_python(QUIET_RUN, config, str(report))
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(report.read_text())
+    document = json.loads(completed.stdout)
+    assert result["code"] == 0, document
+    assert [lock["state"] for lock in document["locks"]] == ["held", "held"]
+    assert "lockwarden.run" in result["modules"]  # the list is real, not empty
+    for package in HEAVY:
+        assert loaded(result["modules"], package) == [], f"a quiet run imported {package}"
+
+
+def test_import_lockwarden_loads_no_heavy_dependency() -> None:
+    completed = run_python(
+        """
+        import json, sys
+        import lockwarden
+        print(json.dumps(sorted(sys.modules)))
+        """
+    )
+    assert completed.returncode == 0, completed.stderr
+    modules = json.loads(completed.stdout)
+    assert "lockwarden" in modules
+    for package in HEAVY:
+        assert loaded(modules, package) == [], f"`import lockwarden` imported {package}"
