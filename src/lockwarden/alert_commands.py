@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockwarden import heartbeat
-from lockwarden.alerting import state_path
 from lockwarden.config import Config
-from lockwarden.history import Incident, fold
-from lockwarden.journal import Journal, StateError
-from lockwarden.messages import render_test, stamp
+from lockwarden.messages import stamp
 from lockwarden.report import json_document, render_text
 from lockwarden.run import AlertedRun, run_and_alert
+
+if TYPE_CHECKING:
+    from lockwarden.history import Incident
 
 EXIT_NOTIFY_FAILED = 1
 EXIT_UNKNOWN = 3
@@ -39,11 +39,14 @@ def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = 
 
     alerted = run_and_alert(config, now, dry_run, on_start, locks_text)
     if beat:
-        heartbeat.ping(config.heartbeat, heartbeat.FAIL if alerted.outcome.failed else None)
+        failed = alerted.outcome is not None and alerted.outcome.failed
+        heartbeat.ping(config.heartbeat, heartbeat.FAIL if failed else None)
     return alerted
 
 
 def would_send(alerted: AlertedRun) -> list[dict[str, Any]]:
+    if alerted.outcome is None:
+        return []
     plan = alerted.outcome.plan
     items: list[dict[str, Any]] = [
         {
@@ -72,6 +75,14 @@ def would_send(alerted: AlertedRun) -> list[dict[str, Any]]:
 def alerts_document(alerted: AlertedRun) -> dict[str, Any]:
     """What the alert stage did, for `--once --json`: each delivery, each state problem."""
     outcome = alerted.outcome
+    if outcome is None:  # alerting off and nothing wrong: the alert stage did not run
+        return {
+            "deliveries": [],
+            "undeliverable": [],
+            "state_problems": [],
+            "notify_problem": None,
+            "journal": None,
+        }
     return {
         "deliveries": [
             {
@@ -115,6 +126,7 @@ def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
 def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
     import socket
 
+    from lockwarden.messages import render_test
     from lockwarden.notify import Notifier, NotifyConfigError
 
     if not config.notify.configured:
@@ -133,6 +145,10 @@ def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
 
 
 def history(config: Config, lock: str | None, as_json: bool) -> Output:
+    from lockwarden.alerting import state_path
+    from lockwarden.history import fold
+    from lockwarden.journal import Journal, StateError
+
     journal = Journal(state_path(config), config.state.max_bytes)
     try:
         records = journal.load().records

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 
 
 def write_atomically(path: str, text: str, mode: int) -> None:
@@ -15,6 +14,8 @@ def write_atomically(path: str, text: str, mode: int) -> None:
     node-exporter's textfile collector (`*.prom`) never pick it up.
     """
     directory = os.path.dirname(path) or "."
+    import tempfile  # a metrics write only, never a quiet run without one
+
     descriptor, temporary = tempfile.mkstemp(
         dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
     )

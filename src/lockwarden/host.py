@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -213,6 +212,8 @@ class Snapshot:
         """This machine's id as borg records it beside the host name (`uuid.getnode()`, the MAC);
         asked only when a lock records one, since finding it may cost a subprocess."""
         if self._node_id is None:
+            import uuid  # only borg records a machine id; most runs never ask
+
             self._node_id = uuid.getnode()
         return self._node_id
 

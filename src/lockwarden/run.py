@@ -126,7 +126,7 @@ def inspect_path(
 @dataclass(frozen=True)
 class AlertedRun:
     result: RunResult
-    outcome: AlertOutcome
+    outcome: AlertOutcome | None  # None: a quiet run with alerting off, nothing to decide
 
 
 def run_and_alert(
@@ -138,28 +138,45 @@ def run_and_alert(
 ) -> AlertedRun:
     """`--once`: inspect, then decide, notify and journal, holding the run lock throughout
     (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes."""
-    from lockwarden.alerting import alert_stage, state_directory, with_outcome
-    from lockwarden.removal import removal_stage
-
     removing = any(lock.remove_stale for lock in config.locks)
+    if not (config.notify.configured or removing or dry_run):
+        if on_start is not None:
+            on_start()
+        result = run_once(config, now, locks_text=locks_text)
+        if all(finding.severity is Severity.OK for finding in result.findings):
+            # Alerting is off and nothing is wrong: nothing to decide, count or send, so the
+            # alert stage (and its imports) is not paid for on the every-minute quiet path.
+            return AlertedRun(result, None)
+        return _alert(config, now, dry_run, result, None)
+    from lockwarden.alerting import state_directory
+
     writes = (config.notify.configured or removing) and not dry_run
     run_lock = _take_run_lock(state_directory(config)) if writes else None
     try:
         if on_start is not None:
             on_start()
         result = run_once(config, now, locks_text=locks_text)
-        crash_point("after-snapshot")  # test-only (crashpoints.py); a no-op unless asked
-        removal = removal_stage(
-            config, result.findings, result.hostname, now, dry_run, run_lock is not None
-        )
-        outcome = alert_stage(
-            config, removal.findings, result.hostname, now, dry_run, tuple(removal.outgoing)
-        )
-        findings, notes = with_outcome(removal.findings, result.notes, outcome)
-        return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
+        return _alert(config, now, dry_run, result, run_lock)
     finally:
         if run_lock is not None:
             run_lock.release()
+
+
+def _alert(
+    config: Config, now: datetime, dry_run: bool, result: RunResult, run_lock: RunLock | None
+) -> AlertedRun:
+    from lockwarden.alerting import alert_stage, with_outcome
+    from lockwarden.removal import removal_stage
+
+    crash_point("after-snapshot")  # test-only (crashpoints.py); a no-op unless asked
+    removal = removal_stage(
+        config, result.findings, result.hostname, now, dry_run, run_lock is not None
+    )
+    outcome = alert_stage(
+        config, removal.findings, result.hostname, now, dry_run, tuple(removal.outgoing)
+    )
+    findings, notes = with_outcome(removal.findings, result.notes, outcome)
+    return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
 
 
 def _take_run_lock(directory: str) -> RunLock | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -61,6 +60,8 @@ def decode_start_token(token: int) -> tuple[str | None, int]:
     filelock recorded 0) and the start time in clock ticks."""
     boot = token >> 64
     ticks = token & (2**64 - 1)
+    import uuid  # only a token-bearing SoftFileLock record needs it
+
     return (str(uuid.UUID(int=boot)) if boot else None), ticks
 
 
