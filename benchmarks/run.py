@@ -573,7 +573,12 @@ def journal_row(bench: Bench, stage: Stage) -> Row:
     state = bench.workdir / "journal"
     state.mkdir()
     config = bench.workdir / "journal.toml"
-    config.write_text(f'[state]\npath = "{state / "state.jsonl"}"\n\n' + stage.ten.read_text())
+    # Alerting on, as a monitored host has it (a quiet run sends nothing, so the URL is never
+    # contacted); without [notify] a quiet run skips the alert stage and never reads the journal.
+    config.write_text(
+        f'[state]\npath = "{state / "state.jsonl"}"\n\n'
+        '[notify]\nurls = ["json://127.0.0.1:9"]\n\n' + stage.ten.read_text()
+    )
     problem = config_problem(bench, config)
     if problem is not None:
         return missing_row(figure, f"state journal not in this build: {problem}")
