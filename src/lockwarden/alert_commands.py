@@ -24,6 +24,8 @@ EXIT_CONFIG = 78
 
 @dataclass(frozen=True)
 class Output:
+    """What a command prints and the exit code it returns; cli.py does the printing."""
+
     code: int
     stdout: str = ""
     error: str = ""

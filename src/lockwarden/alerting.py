@@ -39,6 +39,8 @@ NOTICE_ID = "state-degraded"  # the per-run notice: never journaled, so never re
 
 @dataclass(frozen=True)
 class Sending:
+    """One message sent (or not) to one service this run."""
+
     message_id: str
     kind: str
     lock: str
@@ -50,6 +52,8 @@ class Sending:
 
 @dataclass
 class AlertOutcome:
+    """What the alert stage decided, sent and could not do."""
+
     plan: Plan
     state_path: str
     deliveries: list[Sending] = field(default_factory=list)

@@ -325,6 +325,8 @@ SECTIONS: dict[str, tuple[Option, ...]] = {
 
 @dataclass(frozen=True)
 class AlertSettings:
+    """The [alerts] table: when to alert, remind, resolve and give up."""
+
     repeat_interval: float = 3600.0
     resolve_after: int = 1
     unknown_after: int = 3
@@ -334,6 +336,8 @@ class AlertSettings:
 
 @dataclass(frozen=True)
 class NotifySettings:
+    """The [notify] table: where alerts go (URLs never shown in full)."""
+
     urls: tuple[str, ...] = ()
     config: str | None = None
     urls_file: str | None = None
@@ -347,12 +351,16 @@ class NotifySettings:
 
 @dataclass(frozen=True)
 class StateSettings:
+    """The [state] table: the journal's path and size bound."""
+
     path: str | None = None
     max_bytes: int = 262144
 
 
 @dataclass(frozen=True)
 class HeartbeatSettings:
+    """The [heartbeat] table: the dead man's switch pinged after each run."""
+
     url: str | None = None
     send_start: bool = False
     timeout: float = 5.0

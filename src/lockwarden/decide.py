@@ -37,6 +37,8 @@ from lockwarden.model import Finding, Severity, State
 
 @dataclass(frozen=True)
 class LockPolicy:
+    """A lock's alert settings and the notify tags that route its messages."""
+
     alerts: AlertSettings = field(default_factory=AlertSettings)
     tags: tuple[str, ...] = ()
 
@@ -63,6 +65,8 @@ class Retry:
 
 @dataclass
 class Plan:
+    """What one run should send, retry or give up on, and what to journal."""
+
     records: list[Record] = field(default_factory=list)
     outgoing: list[Outgoing] = field(default_factory=list)
     retries: list[Retry] = field(default_factory=list)

@@ -45,6 +45,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Discovery:
+    """The candidate locks found on this host, each judged now."""
+
     candidates: tuple[Candidate, ...]
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]

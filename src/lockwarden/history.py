@@ -45,6 +45,8 @@ def parse_time(text: Any) -> datetime | None:
 
 @dataclass
 class Attempt:
+    """One delivery attempt of a message to one service, as the journal recorded it."""
+
     at: datetime
     service: str
     url: str
@@ -81,6 +83,8 @@ class Sent:
 
 @dataclass
 class Incident:
+    """One bad episode of one lock with one holder, folded from the journal."""
+
     incident_id: str
     lock: str
     key: str
@@ -111,6 +115,8 @@ class Incident:
 
 @dataclass(frozen=True)
 class RunSummary:
+    """What a journaled run recorded about one lock."""
+
     at: datetime
     locks: dict[str, tuple[str, str | None]]
 
@@ -128,6 +134,8 @@ class Sighting:
 
 @dataclass
 class History:
+    """Everything the journal says, folded: incidents, runs, sightings."""
+
     runs: list[RunSummary] = field(default_factory=list)
     incidents: dict[str, Incident] = field(default_factory=dict)
     messages: dict[str, Sent] = field(default_factory=dict)

@@ -343,6 +343,8 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class WorkingDirectories:
+    """Every process's working directory, and the processes whose one could not be read."""
+
     by_pid: dict[int, str]
     unreadable_pids: tuple[int, ...]
 

@@ -22,6 +22,8 @@ MAX_WAITERS_NAMED = 5
 
 @dataclass(frozen=True)
 class Message:
+    """One notification: a title, a plain-text body for email and a Markdown body for chat."""
+
     title: str
     markdown: str
     text: str
@@ -29,6 +31,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Row:
+    """One labelled line of a message body."""
+
     label: str
     value: str
     code: bool = False

@@ -42,12 +42,16 @@ class NotifyConfigError(Exception):
 
 @dataclass(frozen=True)
 class UrlSpec:
+    """One configured apprise URL and its routing tags."""
+
     url: str
     tags: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Delivery:
+    """Whether apprise delivered one message to one service."""
+
     service: str
     url: str
     ok: bool
@@ -101,6 +105,8 @@ def _url_lines(path: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Service:
+    """One apprise service, with the id the journal tracks it by."""
+
     service_id: str
     url: str
     tags: frozenset[str]

@@ -91,6 +91,8 @@ class Candidate:
 
 @dataclass
 class RemovalOutcome:
+    """What the removal stage did this run: findings updated, notices to send."""
+
     findings: tuple[Finding, ...]
     outgoing: list[Outgoing] = field(default_factory=list)
 

@@ -125,6 +125,8 @@ def inspect_path(
 
 @dataclass(frozen=True)
 class AlertedRun:
+    """A run's result with what its alert stage did (None when it did not run)."""
+
     result: RunResult
     outcome: AlertOutcome | None  # None: a quiet run with alerting off, nothing to decide
 

@@ -2,43 +2,62 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from lockwarden.formats.base import Format, lstat_or_none
-from lockwarden.formats.borg import BorgRepository
-from lockwarden.formats.chromium import ChromiumProfile
-from lockwarden.formats.dpkg import DpkgLock
-from lockwarden.formats.emacs import EmacsLock
-from lockwarden.formats.filelock_soft import SoftLockFile
-from lockwarden.formats.git import GitLock
-from lockwarden.formats.kernel import KernelLockFile
-from lockwarden.formats.mercurial import Mercurial
-from lockwarden.formats.owner_record import PREFERRED_RECORDS, OwnerRecord
-from lockwarden.formats.pacman import PacmanLock
-from lockwarden.formats.pidfile import Pidfile
-from lockwarden.formats.postgres import PostgresPidFile
-from lockwarden.formats.sqlite import SqliteDatabase
-from lockwarden.formats.terraform import TerraformState
+from lockwarden.formats.owner_record import PREFERRED_RECORDS
 from lockwarden.model import Claim
 
-FORMATS: dict[str, Format] = {
-    "owner-record": OwnerRecord(),
-    "pidfile": Pidfile(),
-    "kernel": KernelLockFile(),
-    "chromium-profile": ChromiumProfile(),
-    "mercurial": Mercurial(),
-    "emacs": EmacsLock(),
-    "borg": BorgRepository(),
-    "sqlite": SqliteDatabase(),
-    "dpkg": DpkgLock(),
-    "git": GitLock(),
-    "pacman": PacmanLock(),
-    "terraform": TerraformState(),
-    "postgres": PostgresPidFile(),
-    "filelock-soft": SoftLockFile(),
+# name -> module and class. A format's module is imported the first time the format is used,
+# so a run of `kernel` and `owner-record` locks never imports the Chromium or borg readers
+# (the registry stays explicit: this table is the whole list).
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "owner-record": ("owner_record", "OwnerRecord"),
+    "pidfile": ("pidfile", "Pidfile"),
+    "kernel": ("kernel", "KernelLockFile"),
+    "chromium-profile": ("chromium", "ChromiumProfile"),
+    "mercurial": ("mercurial", "Mercurial"),
+    "emacs": ("emacs", "EmacsLock"),
+    "borg": ("borg", "BorgRepository"),
+    "sqlite": ("sqlite", "SqliteDatabase"),
+    "dpkg": ("dpkg", "DpkgLock"),
+    "git": ("git", "GitLock"),
+    "pacman": ("pacman", "PacmanLock"),
+    "terraform": ("terraform", "TerraformState"),
+    "postgres": ("postgres", "PostgresPidFile"),
+    "filelock-soft": ("filelock_soft", "SoftLockFile"),
 }
+
+
+@functools.cache
+def _load(name: str) -> Format:
+    module_name, class_name = _REGISTRY[name]
+    module = importlib.import_module(f"lockwarden.formats.{module_name}")
+    format_class: type[Format] = getattr(module, class_name)
+    return format_class()
+
+
+class _Formats(Mapping[str, Format]):
+    """The registry as a read-only mapping that imports each format on first use."""
+
+    def __getitem__(self, name: str) -> Format:
+        if name not in _REGISTRY:
+            raise KeyError(name)
+        return _load(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_REGISTRY)
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+
+FORMATS: Mapping[str, Format] = _Formats()
 
 AUTO = "auto"
 # Most specific first: the first format whose detect() says yes is the one used.

@@ -30,6 +30,8 @@ REPOSITORY_MARKERS = ("config", "data")
 
 @dataclass(frozen=True)
 class BorgHolder:
+    """One holder borg's roster or lock.exclusive names: host id, PID, thread, shared or not."""
+
     host_id: str
     pid: int
     thread: int
