@@ -57,6 +57,19 @@ def absent(format_name: str, path: str, existence_is_lock: bool) -> Claim:
     return Claim(format=format_name, path=path, present=False, existence_is_lock=existence_is_lock)
 
 
+def unreadable(
+    format_name: str, path: str, problem: str, *, existence_is_lock: bool = True
+) -> Claim:
+    """A lock that is there but cannot be read as its format: `unknown`, with the reason."""
+    return Claim(
+        format=format_name,
+        path=path,
+        present=True,
+        existence_is_lock=existence_is_lock,
+        problem=problem,
+    )
+
+
 def claim_from_record_file(
     format_name: str,
     path: str,

@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from lockwarden.formats.base import key_of, lstat_or_none, mtime_of
+from lockwarden.formats.base import key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
@@ -56,13 +56,7 @@ class BorgRepository:
         try:
             holders, taken_at, keys = _read_holders(repository, pid_max)
         except (RecordProblem, UnsafeRecord, OSError) as error:
-            return Claim(
-                format=NAME,
-                path=repository,
-                present=True,
-                existence_is_lock=True,
-                problem=f"{repository}: {error}",
-            )
+            return unreadable(NAME, repository, f"{repository}: {error}", existence_is_lock=True)
         if not keys:
             return Claim(format=NAME, path=repository, present=False, existence_is_lock=True)
         return _claim(repository, holders, taken_at, keys)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
+from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.model import Claim, StaleProof
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
 
@@ -106,12 +106,11 @@ class GitLock:
         if status is None:
             return absent(NAME, path, existence_is_lock=True)
         if git_directory is None or not stat.S_ISREG(status.st_mode):
-            return Claim(
-                format=NAME,
-                path=path,
-                present=True,
+            return unreadable(
+                NAME,
+                path,
+                f"{path} is not a git lock file (a regular file inside a git directory)",
                 existence_is_lock=True,
-                problem=f"{path} is not a git lock file (a regular file inside a git directory)",
             )
         return Claim(
             format=NAME,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import absent, key_of
+from lockwarden.formats.base import absent, key_of, unreadable
 from lockwarden.model import Claim
 
 NAME = "kernel"
@@ -28,20 +28,10 @@ class KernelLockFile:
         except (FileNotFoundError, NotADirectoryError):
             return absent(NAME, path, existence_is_lock=False)
         except OSError as error:
-            return Claim(
-                format=NAME,
-                path=path,
-                present=True,
-                existence_is_lock=False,
-                problem=f"{path}: {error.strerror}",
-            )
+            return unreadable(NAME, path, f"{path}: {error.strerror}", existence_is_lock=False)
         if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)):
-            return Claim(
-                format=NAME,
-                path=path,
-                present=True,
-                existence_is_lock=False,
-                problem=f"{path} is not a regular file or directory",
+            return unreadable(
+                NAME, path, f"{path} is not a regular file or directory", existence_is_lock=False
             )
         return Claim(
             format=NAME, path=path, present=True, existence_is_lock=False, keys=(key_of(status),)

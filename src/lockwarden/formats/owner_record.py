@@ -17,6 +17,7 @@ from lockwarden.formats.base import (
     key_of,
     lstat_or_none,
     mtime_of,
+    unreadable,
 )
 from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.model import Claim
@@ -49,12 +50,11 @@ class OwnerRecord:
         if stat.S_ISDIR(status.st_mode):
             return self._read_directory(path, status, pid_max)
         if not stat.S_ISREG(status.st_mode):
-            return Claim(
-                format=NAME,
-                path=path,
-                present=True,
+            return unreadable(
+                NAME,
+                path,
+                f"{path} is neither a lock directory nor a record file",
                 existence_is_lock=True,
-                problem=f"{path} is neither a lock directory nor a record file",
             )
         claim = claim_from_record_file(
             NAME,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
+from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.model import Claim, StaleProof
 
 NAME = "pacman"
@@ -28,12 +28,11 @@ class PacmanLock:
         if status is None:
             return absent(NAME, path, existence_is_lock=True)
         if not stat.S_ISREG(status.st_mode):
-            return Claim(
-                format=NAME,
-                path=path,
-                present=True,
+            return unreadable(
+                NAME,
+                path,
+                f"{path} is not a regular file; pacman's lock is one",
                 existence_is_lock=True,
-                problem=f"{path} is not a regular file; pacman's lock is one",
             )
         return Claim(
             format=NAME,
