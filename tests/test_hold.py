@@ -637,3 +637,14 @@ def test_a_holder_past_its_own_declared_limit_is_at_least_a_warning(
     assert finding.severity is severity
     limit = format_limit(max_hold_s or 0)
     assert (f"past its own declared limit of {limit}" in finding.reason) is past_limit
+
+
+def test_a_file_that_is_no_lock_at_path_is_refused_not_taken(tmp_path: Path) -> None:
+    """A flock-style key=value store file at PATH reads "free" but is no lock hold can take:
+    after a few looks (another holder may be mid-creation) hold refuses with 71."""
+    path = tmp_path / "LOCK"
+    path.write_text("pid=4242\nacquired_at=2026-12-02T10:00:00Z\n")
+    refused = run_cli("hold", str(path), "--role", "x", "--file", "--", "true")
+    assert refused.returncode == 71, refused.stderr
+    assert "exists but is not a lock that hold can take" in refused.stderr
+    assert path.read_text().startswith("pid=4242")

@@ -59,6 +59,7 @@ from lockwarden.run import inspect_path
 log = logging.getLogger(__name__)
 
 RECORD_NAME = "owner.json"
+UNUSABLE_LOOKS = 5  # consecutive looks before something at PATH is called not a lock
 POLL_INTERVAL_S = 0.05
 # Signals the supervisor catches and forwards to COMMAND (see should_forward).
 FORWARDED = (
@@ -215,17 +216,26 @@ def acquire(
     """
     _refuse_store_directory(path)
     deadline = time.monotonic() + wait_s
+    unusable = 0
     while True:
         taken = try_create(path, record, as_file)
         if taken is not None:
             return taken
         finding = judge(path)
         if finding.state is State.FREE:
-            if lstat_or_none(path) is not None:
+            if lstat_or_none(path) is None:
+                continue  # released between our attempt and our look: try again at once
+            # "Free" yet there: either something that is not a lock sits at PATH, or another
+            # holder made it between our look and this check (racing breakers of one stale
+            # lock). Only what stays that way is refused.
+            unusable += 1
+            if unusable >= UNUSABLE_LOOKS:
                 raise LockUnavailable(
                     f"{path} exists but is not a lock that hold can take ({finding.reason})"
                 )
-            continue  # released between our attempt and our look: try again at once
+            sleep(POLL_INTERVAL_S)
+            continue
+        unusable = 0
         if finding.state is State.STALE:
             if not break_stale:
                 raise LockStale(path, finding, break_hint)
