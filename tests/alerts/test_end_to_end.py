@@ -104,6 +104,27 @@ critical_after = "1h"
             "--once", "--config", str(self.config), "--now", self.at(minutes), *extra, **env
         )
 
+    def start_once(self, minutes: float) -> subprocess.Popen[str]:
+        """`--once` in the background (for overlap tests), killed by PID at teardown."""
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lockwarden",
+                "--once",
+                "--config",
+                str(self.config),
+                "--now",
+                self.at(minutes),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+        )
+        self.children.procs.append(run)
+        return run
+
     def journal_text(self) -> str:
         return self.state_path.read_text() if self.state_path.exists() else ""
 
@@ -342,23 +363,7 @@ def test_overlapping_runs_send_no_duplicate_and_the_second_names_the_first(
     scenario.configure([receiver.url(TOKEN)], timeout="25s")
     scenario.hold()
     receiver.mode = "slow"  # the first run is mid-send until the second has come and gone
-    first = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lockwarden",
-            "--once",
-            "--config",
-            str(scenario.config),
-            "--now",
-            scenario.at(120),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(),
-    )
-    scenario.children.procs.append(first)
+    first = scenario.start_once(120)
     assert wait_until(lambda: receiver.requests == 1, timeout=15)
     second = scenario.once(120)
     assert second.returncode == EXIT_BUSY
@@ -625,26 +630,7 @@ def test_eight_concurrent_runs_on_a_fresh_state_dir_send_one_alert(
     fresh = tmp_path / "fresh-state"
     scenario.configure([receiver.url(TOKEN)], state_path=str(fresh / "state.jsonl"))
     scenario.hold()
-    runs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "lockwarden",
-                "--once",
-                "--config",
-                str(scenario.config),
-                "--now",
-                scenario.at(120),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=cli_env(),
-        )
-        for _ in range(8)
-    ]
-    scenario.children.procs.extend(runs)
+    runs = [scenario.start_once(120) for _ in range(8)]
     codes = []
     for run in runs:
         _, stderr = run.communicate(timeout=30)
