@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from lockwarden.classify import Policy, classify
 from lockwarden.identify import Evidence, holder_from_process
 from lockwarden.model import Claim, KernelLock, Process, Severity, State
+from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BOOT = NOW - timedelta(days=3)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.config import Config
@@ -30,6 +29,7 @@ from lockwarden.journal import Journal, Record, StateError, check_state_dir, def
 from lockwarden.messages import Message, render_state_degraded
 from lockwarden.model import Finding, Severity, State
 from lockwarden.notify import Delivery, Notifier, NotifyConfigError
+from lockwarden.structs import field, struct
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ STATE_FINDING = "lockwarden:state"
 NOTICE_ID = "state-degraded"  # the per-run notice: never journaled, so never retried
 
 
-@dataclass(frozen=True)
+@struct
 class Sending:
     """One message sent (or not) to one service this run."""
 
@@ -50,7 +50,7 @@ class Sending:
     status: str
 
 
-@dataclass
+@struct(frozen=False)
 class AlertOutcome:
     """What the alert stage decided, sent and could not do."""
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from lockwarden.structs import field, struct
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ PLUGIN_MODULES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-@dataclass
+@struct(frozen=False)
 class Notifier:
     """An `apprise.Apprise` with the configured services, and how each was loaded."""
 

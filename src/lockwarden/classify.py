@@ -8,12 +8,12 @@ Anything less is `unknown`, with the reason.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from lockwarden.durations import format_duration, format_limit, format_time
 from lockwarden.identify import Evidence, holder_from_process
 from lockwarden.model import Claim, Finding, Holder, Process, Severity, StaleProof, State
+from lockwarden.structs import replace, struct
 
 # Wall-clock times (a record's startedAt, a file's mtime, the boot time as "now - uptime") move
 # when the clock is stepped, by any amount: a machine without an RTC boots in 1970 and writes its
@@ -31,7 +31,7 @@ BOOT_MARGIN = timedelta(minutes=1)
 COMM_LENGTH = 15
 
 
-@dataclass(frozen=True)
+@struct
 class Policy:
     """How long a lock may be held, and how bad a stale one is."""
 
@@ -42,7 +42,7 @@ class Policy:
     stale_after: float | None = None
 
 
-@dataclass(frozen=True)
+@struct
 class Verdict:
     """What the evidence says about a claim, before it becomes a Finding."""
 

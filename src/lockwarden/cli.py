@@ -609,7 +609,7 @@ def _blocking(result: RunResult) -> bool:
 
 def _watch(look: Callable[[], RunResult], first: RunResult, wait_ms: int) -> RunResult:
     """Poll (never acquire) until the lock is released or the wait is over; say which."""
-    from dataclasses import replace
+    from lockwarden.structs import replace
 
     print(
         f"lockwarden: watching {first.findings[0].path} for up to {wait_ms} ms ...", file=sys.stderr

@@ -11,7 +11,6 @@ import os
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from lockwarden.durations import DurationError, format_config_duration, parse_duration
@@ -19,6 +18,7 @@ from lockwarden.formats import format_names
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.formats.dpkg import NAME as DPKG
 from lockwarden.removable import NEVER_REMOVED
+from lockwarden.structs import asdict, field, replace, struct
 
 DEFAULT_PATH = "/etc/lockwarden/config.toml"
 REQUIRED = object()
@@ -43,7 +43,7 @@ class ConfigError(Exception):
 Converter = Callable[[Any], Any]
 
 
-@dataclass(frozen=True)
+@struct
 class Option:
     """One key of the config schema: how to convert it, its default, its help."""
 
@@ -323,7 +323,7 @@ SECTIONS: dict[str, tuple[Option, ...]] = {
 }
 
 
-@dataclass(frozen=True)
+@struct
 class AlertSettings:
     """The [alerts] table: when to alert, remind, resolve and give up."""
 
@@ -334,7 +334,7 @@ class AlertSettings:
     min_severity: str = "critical"
 
 
-@dataclass(frozen=True)
+@struct
 class NotifySettings:
     """The [notify] table: where alerts go (URLs never shown in full)."""
 
@@ -349,7 +349,7 @@ class NotifySettings:
         return bool(self.urls or self.config or self.urls_file or self.urls_env)
 
 
-@dataclass(frozen=True)
+@struct
 class StateSettings:
     """The [state] table: the journal's path and size bound."""
 
@@ -357,7 +357,7 @@ class StateSettings:
     max_bytes: int = 262144
 
 
-@dataclass(frozen=True)
+@struct
 class HeartbeatSettings:
     """The [heartbeat] table: the dead man's switch pinged after each run."""
 
@@ -366,7 +366,7 @@ class HeartbeatSettings:
     timeout: float = 5.0
 
 
-@dataclass(frozen=True)
+@struct
 class LockConfig:
     """One `[[lock]]` table with every default filled in."""
 
@@ -384,7 +384,7 @@ class LockConfig:
     stale_confirm: float = 120.0
 
 
-@dataclass(frozen=True)
+@struct
 class Config:
     """A validated configuration (from a file, or the built-in defaults)."""
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
 
@@ -33,9 +32,10 @@ from lockwarden.messages import (
     render_resolved,
 )
 from lockwarden.model import Finding, Severity, State
+from lockwarden.structs import field, struct
 
 
-@dataclass(frozen=True)
+@struct
 class LockPolicy:
     """A lock's alert settings and the notify tags that route its messages."""
 
@@ -43,7 +43,7 @@ class LockPolicy:
     tags: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@struct
 class Outgoing:
     """A new message to send; its targets are resolved by the notifier at send time."""
 
@@ -55,7 +55,7 @@ class Outgoing:
     tags: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@struct
 class Retry:
     """A message due earlier that some services have not confirmed yet."""
 
@@ -63,7 +63,7 @@ class Retry:
     services: tuple[str, ...]
 
 
-@dataclass
+@struct(frozen=False)
 class Plan:
     """What one run should send, retry or give up on, and what to journal."""
 

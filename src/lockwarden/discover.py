@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +26,7 @@ from lockwarden.formats import LAYOUT_FORMATS, choose_format
 from lockwarden.host import Snapshot
 from lockwarden.model import Finding, InodeKey
 from lockwarden.run import inspect_locks
+from lockwarden.structs import struct
 
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ENTRIES = 50_000
@@ -34,7 +34,7 @@ NEVER_WALKED = ("/proc", "/sys", "/dev")
 DELETED_SUFFIX = " (deleted)"
 
 
-@dataclass(frozen=True)
+@struct
 class Candidate:
     """A lock worth watching: where it is, which format reads it, and how it was found."""
 
@@ -43,7 +43,7 @@ class Candidate:
     found_by: str
 
 
-@dataclass(frozen=True)
+@struct
 class Discovery:
     """The candidate locks found on this host, each judged now."""
 

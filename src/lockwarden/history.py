@@ -17,11 +17,11 @@ Pure: records in, typed history out. The record kinds (one JSON object per line)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from lockwarden.journal import Record
+from lockwarden.structs import field, struct
 
 GOOD = "good"
 UNRESOLVED = "*"  # a message due before its services were known: every matching service
@@ -43,7 +43,7 @@ def parse_time(text: Any) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-@dataclass
+@struct(frozen=False)
 class Attempt:
     """One delivery attempt of a message to one service, as the journal recorded it."""
 
@@ -54,7 +54,7 @@ class Attempt:
     status: str
 
 
-@dataclass
+@struct(frozen=False)
 class Sent:
     """One message an incident produced, and what each service did with it."""
 
@@ -81,7 +81,7 @@ class Sent:
         return tuple(service for service in targets if service not in done)
 
 
-@dataclass
+@struct(frozen=False)
 class Incident:
     """One bad episode of one lock with one holder, folded from the journal."""
 
@@ -113,7 +113,7 @@ class Incident:
         return {m.message_id for m in reminders if m.due_at != latest}
 
 
-@dataclass(frozen=True)
+@struct
 class RunSummary:
     """What a journaled run recorded about one lock."""
 
@@ -124,7 +124,7 @@ class RunSummary:
         return self.locks.get(lock, (GOOD, None))[0]
 
 
-@dataclass(frozen=True)
+@struct
 class Sighting:
     """The first run that saw a lock stale with this key (removal needs two, far enough apart)."""
 
@@ -132,7 +132,7 @@ class Sighting:
     first_at: datetime
 
 
-@dataclass
+@struct(frozen=False)
 class History:
     """Everything the journal says, folded: incidents, runs, sightings."""
 

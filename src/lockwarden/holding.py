@@ -46,7 +46,6 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from lockwarden.durations import format_duration, format_limit, parse_duration
@@ -55,6 +54,7 @@ from lockwarden.formats.base import key_of, lstat_or_none
 from lockwarden.host import Snapshot
 from lockwarden.model import Finding, InodeKey, State
 from lockwarden.run import inspect_path
+from lockwarden.structs import struct
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Interrupted(HoldError):
         super().__init__(f"interrupted by {signal.Signals(signal_number).name} before starting")
 
 
-@dataclass(frozen=True)
+@struct
 class HoldRecord:
     """The owner record `hold` writes; every field the owner-record reader needs for proof."""
 
@@ -151,7 +151,7 @@ class HoldRecord:
         return (json.dumps(document, indent=2) + "\n").encode()
 
 
-@dataclass(frozen=True)
+@struct
 class TakenLock:
     """A lock this process created: where, which inode, and what it says."""
 
@@ -432,7 +432,7 @@ def seconds_of(value: float | str) -> float:
 # The command-line supervisor.
 
 
-@dataclass(frozen=True)
+@struct
 class Supervision:
     """How `lockwarden hold` watches COMMAND; all durations in seconds."""
 
@@ -535,7 +535,7 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-@dataclass
+@struct(frozen=False)
 class Watch:
     """The timers of a hold: warn past --max-hold every --warn-every, and --kill-after."""
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 import pwd
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from lockwarden.model import InodeKey, KernelLock, Process
+from lockwarden.structs import field, struct
 
 DEFAULT_PID_MAX = 4194304
 
 
-@dataclass(frozen=True)
+@struct
 class Descriptor:
     """An open file descriptor of some process on a watched inode, with its lock lines."""
 
@@ -29,7 +29,7 @@ class Descriptor:
     write: bool
 
 
-@dataclass
+@struct(frozen=False)
 class DescriptorScan:
     """Descriptors found on the watched inodes in one walk of /proc/*/fdinfo."""
 
@@ -148,7 +148,7 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
-@dataclass
+@struct(frozen=False)
 class Snapshot:
     """What the host looked like at one moment; the only reader of /proc in a run."""
 
@@ -341,7 +341,7 @@ class Snapshot:
         ]
 
 
-@dataclass(frozen=True)
+@struct
 class WorkingDirectories:
     """Every process's working directory, and the processes whose one could not be read."""
 

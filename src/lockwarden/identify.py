@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.host import Descriptor, Snapshot
 from lockwarden.model import Claim, Holder, InodeKey, KernelLock, Process, Waiter
+from lockwarden.structs import field, struct
 
 
-@dataclass(frozen=True)
+@struct
 class Evidence:
     """What the host snapshot says about one claim: kernel locks, holders, waiters."""
 

@@ -25,10 +25,10 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from lockwarden.crashpoints import armed, crash_point, crash_point_now
+from lockwarden.structs import field, struct
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def fsync_directory(directory: str) -> None:
         os.close(descriptor)
 
 
-@dataclass
+@struct(frozen=False)
 class Loaded:
     """What a load found: the good records, warnings, and where a torn tail starts."""
 

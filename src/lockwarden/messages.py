@@ -7,11 +7,11 @@ the body says where, who, for how long, who waits, and what to do.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden.durations import format_duration, format_time
 from lockwarden.model import Finding, Holder, State, command_text
+from lockwarden.structs import struct
 
 ALERT = "alert"
 REMINDER = "reminder"
@@ -20,7 +20,7 @@ MAX_COMMAND = 300
 MAX_WAITERS_NAMED = 5
 
 
-@dataclass(frozen=True)
+@struct
 class Message:
     """One notification: a title, a plain-text body for email and a Markdown body for chat."""
 
@@ -29,7 +29,7 @@ class Message:
     text: str
 
 
-@dataclass(frozen=True)
+@struct
 class Row:
     """One labelled line of a message body."""
 
@@ -38,7 +38,7 @@ class Row:
     code: bool = False
 
 
-@dataclass(frozen=True)
+@struct
 class Ended:
     """What a resolved message needs to know about the incident that ended."""
 

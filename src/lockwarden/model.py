@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from lockwarden.structs import field, struct
 
 
 class State(enum.StrEnum):
@@ -66,7 +67,7 @@ class StaleProof(enum.StrEnum):
     """A kernel lock: nothing is left behind, so it is never stale."""
 
 
-@dataclass(frozen=True)
+@struct
 class ByteRange:
     """Bytes start..end (inclusive) of one file: where a WRITE lock means a writer."""
 
@@ -80,7 +81,7 @@ class ByteRange:
         return lock.start <= self.end and (lock.end is None or lock.end >= self.start)
 
 
-@dataclass(frozen=True)
+@struct
 class Claim:
     """What a lock's files say, read by a format; no judgement, no policy.
 
@@ -148,7 +149,7 @@ class Claim:
     distrust: str | None = None
 
 
-@dataclass(frozen=True)
+@struct
 class Process:
     """One process as the host snapshot saw it."""
 
@@ -171,7 +172,7 @@ class Process:
         return not (self.state in ("Z", "X") and self.threads <= 1)
 
 
-@dataclass(frozen=True)
+@struct
 class KernelLock:
     """One line of /proc/locks."""
 
@@ -189,7 +190,7 @@ class KernelLock:
         return self.mode == "WRITE"
 
 
-@dataclass(frozen=True)
+@struct
 class Holder:
     """A process that holds (or, for `openers`, has open) a lock, as shown in a finding."""
 
@@ -213,7 +214,7 @@ class Holder:
         return f"PID {self.pid}{suffix}" if self.pid is not None else f"an unnamed process{suffix}"
 
 
-@dataclass(frozen=True)
+@struct
 class Waiter:
     """A process blocked in /proc/locks behind a held lock."""
 
@@ -221,7 +222,7 @@ class Waiter:
     cmdline: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@struct
 class Finding:
     """The verdict on one configured lock: state, severity, reason, holder and action."""
 

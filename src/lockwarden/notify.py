@@ -17,12 +17,12 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from lockwarden.config import NotifySettings
 from lockwarden.crashpoints import crash_point
 from lockwarden.messages import Message
+from lockwarden.structs import struct
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class NotifyConfigError(Exception):
     """The notification settings cannot be used (a missing credential file, a bad URL)."""
 
 
-@dataclass(frozen=True)
+@struct
 class UrlSpec:
     """One configured apprise URL and its routing tags."""
 
@@ -48,7 +48,7 @@ class UrlSpec:
     tags: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@struct
 class Delivery:
     """Whether apprise delivered one message to one service."""
 
@@ -103,7 +103,7 @@ def _url_lines(path: str) -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-@dataclass(frozen=True)
+@struct
 class Service:
     """One apprise service, with the id the journal tracks it by."""
 

@@ -24,7 +24,6 @@ import logging
 import os
 import shutil
 import stat
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from lockwarden.alerting import JournalWriter, load_history, state_path
@@ -41,6 +40,7 @@ from lockwarden.messages import Message, Row, render_markdown, render_text
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
 from lockwarden.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_link, read_record
+from lockwarden.structs import field, replace, struct
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Refused(Exception):
     """Why a stale lock is not removed now; the finding says it."""
 
 
-@dataclass(frozen=True)
+@struct
 class Fingerprint:
     """The judged artefact: its inode, kind, mtime and a digest of what it records."""
 
@@ -71,7 +71,7 @@ class Fingerprint:
         return f"{self.kind}:{self.device}:{self.inode}:{self.mtime_ns}:{self.digest}"
 
 
-@dataclass(frozen=True)
+@struct
 class Candidate:
     """A lock judged stale just now from a fresh snapshot, with what removing it needs."""
 
@@ -89,7 +89,7 @@ class Candidate:
         return f"{self.finding.identity}|{self.fingerprint.text}"
 
 
-@dataclass
+@struct(frozen=False)
 class RemovalOutcome:
     """What the removal stage did this run: findings updated, notices to send."""
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -19,6 +18,7 @@ from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
 from lockwarden.journal import RunLock, StateError
 from lockwarden.model import Claim, Finding, Severity, State, worst
+from lockwarden.structs import field, replace, struct
 
 if TYPE_CHECKING:
     from lockwarden.alerting import AlertOutcome
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@struct
 class RunResult:
     """Every finding of one run, and the host it ran on."""
 
@@ -123,7 +123,7 @@ def inspect_path(
     return RunResult(snapshot.hostname, snapshot.boot_id, now, findings)
 
 
-@dataclass(frozen=True)
+@struct
 class AlertedRun:
     """A run's result with what its alert stage did (None when it did not run)."""
 

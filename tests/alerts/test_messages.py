@@ -95,7 +95,7 @@ def test_reminder_and_resolved_are_marked() -> None:
 
 
 def test_a_multi_line_command_stays_on_one_line() -> None:
-    from dataclasses import replace
+    from lockwarden.structs import replace
 
     holder = replace(HOLDER, cmdline=("python", "-c", "\nimport time\ntime.sleep(9)\n"))
     message = render_alert(replace(HELD, holder=holder), "db1")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +20,7 @@ from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_timestamp
 from lockwarden.model import Claim, StaleProof
 from lockwarden.safe_read import UnsafeRecord, read_record
+from lockwarden.structs import replace
 
 NAME = "terraform"
 STATE_NAME = "terraform.tfstate"
