@@ -11,9 +11,15 @@ import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, cli_env, write_config
 
 HEAVY = ("apprise", "requests", "psutil", "tomli_w")
+# What the standard library would cost a quiet run for nothing (about 20 ms in all on Python
+# 3.11): logging until a line is written (lazylog.py), dataclasses/inspect (structs.py), shutil
+# (argparse's width: cli.terminal_columns), hashlib until an incident opens (decide.py).
+STARTUP_ONLY = ("logging", "dataclasses", "inspect", "shutil", "hashlib")
 
 QUIET_RUN = """
 import json, sys
@@ -39,10 +45,12 @@ def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.parametrize("alerting", [False, True], ids=["alerting-off", "alerting-on"])
 def test_quiet_once_imports_neither_apprise_nor_requests(
-    tmp_path: Path, children: Children
+    tmp_path: Path, children: Children, alerting: bool
 ) -> None:
-    """A quiet run with held locks (so the descriptor scan and holder details run too)."""
+    """A quiet run with held locks (so the descriptor scan and holder details run too); with
+    alerting on it also takes the run lock, reads the journal and decides (nothing to send)."""
     flock_file = tmp_path / "store.lock"
     flock_file.touch()
     children.python(FLOCK_HOLDER, str(flock_file))
@@ -61,8 +69,15 @@ def test_quiet_once_imports_neither_apprise_nor_requests(
         [[lock]]
         name = "wa"
         path = "{record}"
-        """,
+        """
+        + (
+            f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+            '[notify]\nurls = ["json://127.0.0.1:9"]\n'
+            if alerting
+            else ""
+        ),
     )
+    Path(config).chmod(0o600)  # else the URL in it is rightly warned about (and logged)
     report = tmp_path / "modules.json"
     completed = run_python(QUIET_RUN, config, str(report))
     assert completed.returncode == 0, completed.stderr
@@ -71,7 +86,9 @@ def test_quiet_once_imports_neither_apprise_nor_requests(
     assert result["code"] == 0, document
     assert [lock["state"] for lock in document["locks"]] == ["held", "held"]
     assert "lockwarden.run" in result["modules"]  # the list is real, not empty
-    for package in HEAVY:
+    assert ("lockwarden.alerting" in result["modules"]) is alerting
+    assert ("lockwarden.notify" in result["modules"]) is False  # nothing to send
+    for package in HEAVY + STARTUP_ONLY:
         assert loaded(result["modules"], package) == [], f"a quiet run imported {package}"
 
 

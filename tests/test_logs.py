@@ -183,3 +183,61 @@ def test_report_goes_to_stdout_and_logs_to_stderr(tmp_path: Path) -> None:
     assert not any(line.startswith("<") for line in completed.stdout.splitlines())
     assert "<6>checked 1 locks in " in logged
     assert all(line[:3] in ("<7>", "<6>", "<4>") for line in logged.splitlines()), logged
+
+
+LAZY_PROBE = """
+import io, sys
+from lockwarden import lazylog
+stream = io.StringIO()
+lazylog.configure(sys.argv[1] == "verbose", stream, {"NO_COLOR": "1"})
+log = lazylog.getLogger("lockwarden.probe")
+log.debug("a debug line %s", 1)
+log.info("an info line")
+before = "logging" in sys.modules
+log.warning("a warning %s", "line")
+print(before, "logging" in sys.modules)
+print(stream.getvalue(), end="")
+"""
+
+
+def lazy_probe(verbosity: str) -> list[str]:
+    completed = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE, verbosity],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=cli_env(),
+        check=True,
+    )
+    return completed.stdout.splitlines()
+
+
+def test_lines_below_the_cli_level_cost_no_logging_import() -> None:
+    """Without -v, debug and info lines return before `logging` is imported; the first
+    warning imports it, makes the CLI's handler and is written in the terminal form."""
+    assert lazy_probe("quiet") == ["False True", "lockwarden: warning: a warning line"]
+
+
+def test_verbose_lines_are_all_written_through_the_cli_handler() -> None:
+    assert lazy_probe("verbose") == [
+        "True True",
+        "lockwarden: debug: a debug line 1",
+        "lockwarden: info: an info line",
+        "lockwarden: warning: a warning line",
+    ]
+
+
+def test_before_the_cli_configures_anything_lines_go_to_logging(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Used as a library (or in tests), lockwarden's lines reach logging's own handlers, at
+    logging's own levels, with the caller's file and line (not lazylog's)."""
+    from lockwarden import lazylog
+
+    lazylog.reset()
+    with caplog.at_level(logging.DEBUG, logger="lockwarden"):
+        lazylog.getLogger("lockwarden.library").debug("seen %d", 3)
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("lockwarden.library", logging.DEBUG, "seen 3")
+    ]
+    assert caplog.records[0].pathname == __file__

@@ -7,7 +7,6 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lockwarden import heartbeat
 from lockwarden.config import Config
 from lockwarden.messages import stamp
 from lockwarden.report import json_document, render_text
@@ -34,6 +33,8 @@ class Output:
 def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = None) -> AlertedRun:
     """One checked, alerted, journaled run, then the heartbeat (never for a dry run)."""
     beat = config.heartbeat.url is not None and not dry_run
+    if beat:
+        from lockwarden import heartbeat
 
     def on_start() -> None:
         if beat and config.heartbeat.send_start:

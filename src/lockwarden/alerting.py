@@ -9,10 +9,11 @@ state problem (severity unknown) and sends one "state degraded" notice.
 
 from __future__ import annotations
 
-import logging
 import os
 from datetime import datetime
+from typing import TYPE_CHECKING
 
+from lockwarden import lazylog
 from lockwarden.config import Config
 from lockwarden.crashpoints import crash_point
 from lockwarden.decide import LockPolicy, Outgoing, Plan, Retry, decide
@@ -28,10 +29,12 @@ from lockwarden.history import (
 from lockwarden.journal import Journal, Record, StateError, check_state_dir, default_state_path
 from lockwarden.messages import Message, render_state_degraded
 from lockwarden.model import Finding, Severity, State
-from lockwarden.notify import Delivery, Notifier, NotifyConfigError
 from lockwarden.structs import field, struct
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from lockwarden.notify import Delivery, Notifier
+
+log = lazylog.getLogger(__name__)
 
 STATE_FINDING = "lockwarden:state"
 NOTICE_ID = "state-degraded"  # the per-run notice: never journaled, so never retried
@@ -149,6 +152,8 @@ def _deliver(
     wants_notice = bool(outcome.state_problems)
     if not (plan.sends_anything or wants_notice):
         return
+    from lockwarden.notify import Notifier, NotifyConfigError  # only a run that sends
+
     try:
         notifier = Notifier(config.notify)
     except NotifyConfigError as error:

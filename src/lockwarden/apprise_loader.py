@@ -23,13 +23,13 @@ there, but the same code works.
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from lockwarden import lazylog
 from lockwarden.structs import field, struct
 
-log = logging.getLogger(__name__)
+log = lazylog.getLogger(__name__)
 
 # scheme -> (module, class) candidates, newest apprise layout first.
 _JSON = (

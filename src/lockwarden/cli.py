@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import time
@@ -11,7 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from lockwarden import __version__, logs
+from lockwarden import __version__, lazylog
 from lockwarden import config as config_module
 from lockwarden.durations import DurationError, parse_duration
 from lockwarden.entry import LocksPrefetch
@@ -20,7 +19,7 @@ from lockwarden.model import Severity, State
 from lockwarden.report import render_json, render_text
 from lockwarden.run import RunResult, inspect_path
 
-log = logging.getLogger("lockwarden")
+log = lazylog.getLogger("lockwarden")
 
 EXIT_OK = 0
 EXIT_WARNING = 1
@@ -53,8 +52,44 @@ class UsageError(Exception):
     pass
 
 
+def terminal_columns() -> int:
+    """What shutil.get_terminal_size() says ($COLUMNS, else stdout's terminal, else 80),
+    without importing shutil: argparse builds a help formatter for every add_argument, and
+    its default one imports shutil (~3 ms) on every run, help or not."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stdout = sys.__stdout__
+    try:
+        return (os.get_terminal_size(stdout.fileno()).columns if stdout else 0) or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, with the width found without shutil."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        width = terminal_columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+class _RawFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs (the exit-code table) keep their line breaks."""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on bad usage, which a monitor would read as CRITICAL: use 64."""
+
+    def __init__(self, *args: Any, **keywords: Any) -> None:
+        keywords.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **keywords)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -70,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
             "alive, for how long, and what to stop."
         ),
         epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawFormatter,
     )
     parser.add_argument("--version", action="version", version=f"lockwarden {__version__}")
     parser.add_argument(
@@ -90,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Inspect one lock or store directory: how old it is, who holds it, "
         "whether that process is alive. With --wait-ms, watch (never acquire) for its release.",
         epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawFormatter,
     )
     inspect.add_argument("path", help="the lock file, lock directory, or the store directory")
     inspect.add_argument(
@@ -211,7 +246,7 @@ def _hold_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         "foreground; remove the lock when it exits, however it exits. `kill PID` of the "
         "supervisor stops COMMAND and frees the lock.",
         epilog=HOLD_EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawFormatter,
         usage="lockwarden hold PATH --role ROLE [options] -- COMMAND [ARGS...]",
     )
     hold.add_argument("path", help="the lock itself (e.g. STORE/LOCK), created by hold")
@@ -348,7 +383,7 @@ def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) 
     arguments = parser.parse_args(before)
     arguments.command_args = command
     verbose = getattr(arguments, "verbose", False)
-    logs.configure(verbose, sys.stderr, os.environ)
+    lazylog.configure(verbose, sys.stderr, os.environ)
     try:
         merge_global_options(arguments)
         return dispatch(parser, arguments, locks)

@@ -8,11 +8,10 @@ secret) and never fails the run.
 
 from __future__ import annotations
 
-import logging
-
+from lockwarden import lazylog
 from lockwarden.config import HeartbeatSettings, hide_url
 
-log = logging.getLogger(__name__)
+log = lazylog.getLogger(__name__)
 
 START = "start"
 FAIL = "fail"

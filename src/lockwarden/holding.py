@@ -34,7 +34,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
-import logging
 import os
 import pwd
 import secrets
@@ -48,6 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from lockwarden import lazylog
 from lockwarden.durations import format_duration, format_limit, parse_duration
 from lockwarden.formats import store_lock_path
 from lockwarden.formats.base import key_of, lstat_or_none
@@ -56,7 +56,7 @@ from lockwarden.model import Finding, InodeKey, State
 from lockwarden.run import inspect_path
 from lockwarden.structs import struct
 
-log = logging.getLogger(__name__)
+log = lazylog.getLogger(__name__)
 
 RECORD_NAME = "owner.json"
 UNUSABLE_LOOKS = 5  # consecutive looks before something at PATH is called not a lock

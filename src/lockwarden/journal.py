@@ -21,16 +21,16 @@ import contextlib
 import errno
 import fcntl
 import json
-import logging
 import os
 import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from lockwarden import lazylog
 from lockwarden.crashpoints import armed, crash_point, crash_point_now
 from lockwarden.structs import field, struct
 
-log = logging.getLogger(__name__)
+log = lazylog.getLogger(__name__)
 
 Record = dict[str, Any]
 JOURNAL_NAME = "state.jsonl"

@@ -19,12 +19,13 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lockwarden import lazylog
 from lockwarden.config import NotifySettings
 from lockwarden.crashpoints import crash_point
 from lockwarden.messages import Message
 from lockwarden.structs import struct
 
-log = logging.getLogger(__name__)
+log = lazylog.getLogger(__name__)
 
 EMAIL_SCHEMES = frozenset({"mailto", "mailtos"})
 TAGGED_URL = re.compile(r"^\s*([A-Za-z0-9_.\-, ]+?)\s*=\s*([A-Za-z][\w+.-]*://.*)$", re.DOTALL)
@@ -166,6 +167,7 @@ class RedactingFilter(logging.Filter):
 def redact_in_logs(secrets: Iterable[str]) -> None:
     """Mask these strings in every line written by a handler of the root logger or of the
     `lockwarden` logger (the CLI's own handler, which does not propagate to the root)."""
+    lazylog.ready()  # the CLI's handler exists only once something was logged: make it now
     redaction = RedactingFilter(secret for secret in secrets if secret)
     for logger in (logging.getLogger(), logging.getLogger("lockwarden")):
         for handler in logger.handlers:

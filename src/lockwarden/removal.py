@@ -20,12 +20,12 @@ Every removal is journaled (`removed`) and notified with its proof.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import shutil
 import stat
 from datetime import UTC, datetime, timedelta
 
+from lockwarden import lazylog
 from lockwarden.alerting import JournalWriter, load_history, state_path
 from lockwarden.classify import classify
 from lockwarden.config import Config, LockConfig
@@ -42,7 +42,7 @@ from lockwarden.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_link, read_record
 from lockwarden.structs import field, replace, struct
 
-log = logging.getLogger(__name__)
+log = lazylog.getLogger(__name__)
 
 REMOVED = "removed"
 QUARANTINE_MARK = "lockwarden-removed"

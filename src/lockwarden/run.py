@@ -5,11 +5,11 @@ No argparse, no printing, no exit: the CLI does that. `now` is passed in.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from lockwarden import lazylog
 from lockwarden.classify import Policy, classify
 from lockwarden.config import Config, LockConfig
 from lockwarden.crashpoints import crash_point
@@ -22,8 +22,9 @@ from lockwarden.structs import field, replace, struct
 
 if TYPE_CHECKING:
     from lockwarden.alerting import AlertOutcome
+    from lockwarden.decide import Outgoing
 
-log = logging.getLogger(__name__)
+log = lazylog.getLogger(__name__)
 
 
 @struct
@@ -168,16 +169,19 @@ def _alert(
     config: Config, now: datetime, dry_run: bool, result: RunResult, run_lock: RunLock | None
 ) -> AlertedRun:
     from lockwarden.alerting import alert_stage, with_outcome
-    from lockwarden.removal import removal_stage
 
     crash_point("after-snapshot")  # test-only (crashpoints.py); a no-op unless asked
-    removal = removal_stage(
-        config, result.findings, result.hostname, now, dry_run, run_lock is not None
-    )
-    outcome = alert_stage(
-        config, removal.findings, result.hostname, now, dry_run, tuple(removal.outgoing)
-    )
-    findings, notes = with_outcome(removal.findings, result.notes, outcome)
+    checked: tuple[Finding, ...] = result.findings
+    removed: tuple[Outgoing, ...] = ()  # what removal wants said, before any "resolved"
+    if any(lock.remove_stale for lock in config.locks):
+        from lockwarden.removal import removal_stage
+
+        removal = removal_stage(
+            config, checked, result.hostname, now, dry_run, run_lock is not None
+        )
+        checked, removed = removal.findings, tuple(removal.outgoing)
+    outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed)
+    findings, notes = with_outcome(checked, result.notes, outcome)
     return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
 
 

@@ -150,3 +150,30 @@ def test_a_token_in_a_lockwarden_log_line_is_masked_on_the_cli_handler() -> None
         logger.propagate = saved[2]
     assert "posting to x://****@host" in stream.getvalue()
     assert TOKENS["urls"] not in stream.getvalue()
+
+
+def test_a_token_is_masked_when_the_cli_handler_is_made_after_the_redaction() -> None:
+    """The CLI's handler is made only when something is first logged (lazylog.py); a run
+    without -v may log nothing before notify installs its masking filter, so installing it
+    must make the handler first, or the first warning would carry the token out unmasked."""
+    import io
+    import logging
+
+    from lockwarden import lazylog
+    from lockwarden.notify import redact_in_logs
+
+    stream = io.StringIO()
+    logger = logging.getLogger("lockwarden")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    try:
+        logger.handlers[:] = []
+        lazylog.configure(False, stream, {"NO_COLOR": "1"})
+        redact_in_logs([TOKENS["urls"]])
+        lazylog.getLogger("lockwarden.notify").warning("posting to x://%s@host", TOKENS["urls"])
+    finally:
+        lazylog.reset()
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])
+        logger.propagate = saved[2]
+    assert "posting to x://****@host" in stream.getvalue()
+    assert TOKENS["urls"] not in stream.getvalue()
