@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -249,6 +250,14 @@ class Finding:
 def command_text(cmdline: Iterable[str], limit: int = 300) -> str:
     """A command line for one line of a report or an alert: control characters escaped, so a
     holder's argv cannot add or forge lines, and long ones cut."""
-    text = " ".join(cmdline)
-    shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+    # Only the first limit + 1 characters can show (escaping never shortens one), and a report
+    # of 1,000 held locks must not escape 1,000 whole scripts character by character.
+    text = _escaped(" ".join(cmdline)[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@functools.lru_cache(maxsize=64)  # the holders of many locks are often a few processes
+def _escaped(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
