@@ -275,7 +275,11 @@ def _compact(journal: Journal, writer: JournalWriter, config: Config) -> None:
     keep_runs = max(KEEP_RUNS, longest + 1)
     try:
         dropped = journal.compact(
-            lambda records: keep_for_removal(keep_for_dedupe(records, keep_runs))
+            lambda records: keep_for_removal(
+                # closed incidents may fill half the threshold, so that what is kept stays
+                # well below it and quiet runs do not compact again and again
+                keep_for_dedupe(records, keep_runs, closed_budget=config.state.max_bytes // 2)
+            )
         )
         log.debug("compacted %s: %d records dropped", journal.path, dropped)
     except StateError as error:

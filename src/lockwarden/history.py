@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from lockwarden.journal import Record
+from lockwarden.journal import Record, encode
 from lockwarden.structs import field, struct
 
 GOOD = "good"
@@ -249,18 +249,27 @@ def _apply_due(history: History, record: Record, at: datetime) -> None:
         incident.messages.append(message)
 
 
-def keep_for_dedupe(records: list[Record], keep_runs: int = KEEP_RUNS) -> list[Record]:
+def keep_for_dedupe(
+    records: list[Record], keep_runs: int = KEEP_RUNS, closed_budget: int | None = None
+) -> list[Record]:
     """What compaction keeps: open incidents, incidents with messages still pending, the last
     KEEP_CLOSED_INCIDENTS closed ones (for `history`), and the last `keep_runs` run records;
-    of an incident's delivered reminders only the latest (a week-long incident stays small)."""
+    of an incident's delivered reminders only the latest (a week-long incident stays small).
+
+    `closed_budget` (bytes) caps what the kept closed incidents may weigh, newest first: were
+    they to fill the journal past its compaction threshold, every run (quiet ones included)
+    would compact it again. Open and pending incidents are never dropped for size."""
     history = fold(records)
     closed = sorted(
         (i for i in history.incidents.values() if not i.open and not _has_pending(i)),
         key=lambda incident: incident.closed_at or incident.opened_at,
     )
-    dropped = {incident.incident_id for incident in closed[:-KEEP_CLOSED_INCIDENTS]}
-    if len(closed) <= KEEP_CLOSED_INCIDENTS:
-        dropped = set()
+    kept_closed = closed[-KEEP_CLOSED_INCIDENTS:]
+    if closed_budget is not None:
+        kept_closed = _within(kept_closed, _incident_sizes(records, history), closed_budget)
+    dropped = {incident.incident_id for incident in closed} - {
+        incident.incident_id for incident in kept_closed
+    }
     dropped_messages = {
         message_id for message_id, m in history.messages.items() if m.incident in dropped
     }
@@ -277,6 +286,31 @@ def keep_for_dedupe(records: list[Record], keep_runs: int = KEEP_RUNS) -> list[R
             continue
         kept.append(record)
     return kept
+
+
+def _incident_sizes(records: list[Record], history: History) -> dict[str, int]:
+    """Bytes each incident's records take in the journal (its messages' deliveries too)."""
+    sizes: dict[str, int] = {}
+    for record in records:
+        incident = record.get("incident")
+        if not isinstance(incident, str):
+            message = history.messages.get(str(record.get("message")))
+            incident = message.incident if message is not None else None
+        if isinstance(incident, str):
+            sizes[incident] = sizes.get(incident, 0) + len(encode(record))
+    return sizes
+
+
+def _within(incidents: list[Incident], sizes: dict[str, int], budget: int) -> list[Incident]:
+    """The newest of `incidents` (oldest first) whose sizes add up to at most `budget`."""
+    total = 0
+    kept: list[Incident] = []
+    for incident in reversed(incidents):
+        total += sizes.get(incident.incident_id, 0)
+        if total > budget:
+            break
+        kept.append(incident)
+    return kept[::-1]
 
 
 def _has_pending(incident: Incident) -> bool:

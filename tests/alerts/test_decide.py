@@ -9,6 +9,7 @@ import pytest
 from lockwarden.config import AlertSettings
 from lockwarden.decide import LockPolicy, Plan, decide, incident_key, state_class
 from lockwarden.history import fold, keep_for_dedupe
+from lockwarden.journal import encode
 from lockwarden.model import Finding, Holder, Severity, State
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
@@ -275,3 +276,34 @@ def test_compaction_keeps_only_the_latest_delivered_reminder_and_reminders_stay_
     journal.records = kept
     assert kinds(journal.run(24 * 60 + 59, finding())) == []
     assert kinds(journal.run(25 * 60, finding())) == ["reminder"]
+
+
+def test_compaction_budget_keeps_the_newest_closed_incidents_and_every_open_one() -> None:
+    journal = Journal()
+    for hour in range(30):
+        journal.run(hour * 60, finding(pid=1000 + hour))
+        journal.run(hour * 60 + 30, FREE)
+    journal.run(3000, finding(pid=7))  # open, and heavy: never dropped for size
+    for record in journal.records:
+        if record["type"] == "due":
+            record["text"] = "x" * 2000
+    records = journal.records
+    unbudgeted = fold(keep_for_dedupe(records))
+    assert sum(1 for i in unbudgeted.incidents.values() if not i.open) == 30
+    kept = keep_for_dedupe(records, closed_budget=12_000)
+    after = fold(kept)
+    closed = sorted((i for i in after.incidents.values() if not i.open), key=lambda i: i.opened_at)
+    newest = sorted(
+        (i for i in unbudgeted.incidents.values() if not i.open), key=lambda i: i.opened_at
+    )[-len(closed) :]
+    assert 0 < len(closed) < 30
+    assert [i.incident_id for i in closed] == [i.incident_id for i in newest]
+    closed_ids = {i.incident_id for i in closed}
+    message_ids = {m.message_id for m in after.messages.values() if m.incident in closed_ids}
+    weight = sum(
+        len(encode(r))
+        for r in kept
+        if r.get("incident") in closed_ids or r.get("message") in message_ids
+    )
+    assert weight <= 12_000
+    assert [i.key for i in after.open_incidents()] == [i.key for i in unbudgeted.open_incidents()]

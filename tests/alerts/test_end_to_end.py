@@ -583,6 +583,52 @@ def test_compaction_keeps_the_journal_bounded_without_duplicate_alerts(
     assert sorted(p.name for p in scenario.state_dir.iterdir()) == ["run.lock", "state.jsonl"]
 
 
+def test_compaction_leaves_room_so_quiet_runs_do_not_compact_again(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    """60 closed incidents (real ones, alerted and resolved by this build, copied with fresh
+    ids) weigh more than max_bytes: the first quiet run compacts, keeping only the newest
+    closed incidents that fit in half of it, so the next quiet run finds nothing to do and
+    leaves the file alone (same inode, same bytes)."""
+    scenario.configure([receiver.url(TOKEN)])
+    scenario.hold()
+    assert scenario.once(120).returncode == 2
+    scenario.release()
+    assert scenario.once(121).returncode == 0
+    assert [t.split(":")[0] for t in titles(receiver)] == ["writes blocked", "resolved"]
+    lifecycle = [json.loads(line) for line in scenario.journal_text().splitlines()]
+    copies = []
+    for number in range(60):
+        for record in lifecycle:
+            copy = dict(record)
+            for key in ("incident", "message"):
+                if isinstance(copy.get(key), str):
+                    copy[key] = f"{copy[key]}-{number}"
+            copies.append(json.dumps(copy, sort_keys=True) + "\n")
+    scenario.state_path.write_text("".join(copies))
+    max_bytes = scenario.state_path.stat().st_size // 4
+    text = scenario.config.read_text().replace("[notify]", f"max_bytes = {max_bytes}\n\n[notify]")
+    scenario.config.write_text(text)
+    before = scenario.state_path.stat().st_ino
+    assert scenario.once(122).returncode == 0
+    compacted = scenario.state_path.stat()
+    assert compacted.st_ino != before  # compaction renamed a new file into place
+    kept = [json.loads(line) for line in scenario.journal_text().splitlines()]
+    incidents = {record["incident"] for record in kept if record["type"] == "open"}
+    assert 0 < len(incidents) < 60
+    opened = next(record for record in lifecycle if record["type"] == "open")
+    assert f"{opened['incident']}-59" in incidents  # the newest are the ones kept
+    assert compacted.st_size <= max_bytes // 2 + 1024  # closed incidents: half, plus runs
+    assert scenario.once(123).returncode == 0
+    after = scenario.state_path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        compacted.st_ino,
+        compacted.st_size,
+        compacted.st_mtime_ns,
+    )
+    assert len(receiver.payloads) == 2  # nothing was sent again
+
+
 def test_apprise_config_file_with_tags(
     scenario: Scenario, receiver: Receiver, smtp: Smtp, tmp_path: Path
 ) -> None:
