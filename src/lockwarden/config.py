@@ -312,6 +312,7 @@ LOCK_ALERT_OPTIONS = (
     ),
     Option("notify_tags", _tags, [], "send this lock's alerts only to URLs with a tag", ["ops"]),
 )
+ALL_LOCK_OPTIONS = (*LOCK_OPTIONS, *LOCK_ALERT_OPTIONS)  # what a [[lock]] table may hold
 
 SECTIONS: dict[str, tuple[Option, ...]] = {
     "defaults": DEFAULTS_OPTIONS,
@@ -475,7 +476,8 @@ def _apply(
     prefix: str,
     report: Callable[[str, str], None],
 ) -> dict[str, Any]:
-    _refuse_unknown(table, {option.key for option in options}, prefix, report)
+    if not table.keys() <= _keys(options):
+        _refuse_unknown(table, set(_keys(options)), prefix, report)
     values: dict[str, Any] = {}
     for option in options:
         if option.key not in table:
@@ -491,11 +493,32 @@ def _apply(
     return values
 
 
+# Caches keyed by id(), each entry holding its key object so that the id cannot be reused.
+_KEYS: dict[int, tuple[tuple[Option, ...], frozenset[str]]] = {}
+_CONVERTED: dict[int, tuple[Option, Any]] = {}
+_IMMUTABLE = (str, int, float, bool, tuple, frozenset, type(None))
+
+
+def _keys(options: tuple[Option, ...]) -> frozenset[str]:
+    """The keys of a schema's options (a config of 1,000 locks asks 1,000 times)."""
+    cached = _KEYS.get(id(options))
+    if cached is None:
+        cached = _KEYS[id(options)] = (options, frozenset(option.key for option in options))
+    return cached[1]
+
+
 def _default(option: Option) -> Any:
-    """Defaults are written as a user would write them, and converted the same way."""
+    """Defaults are written as a user would write them, and converted the same way (once per
+    option when the result cannot be changed by whoever gets it)."""
     if option.default is None or option.default is REQUIRED:
         return option.default
-    return option.convert(option.default)
+    cached = _CONVERTED.get(id(option))
+    if cached is not None:
+        return cached[1]
+    value = option.convert(option.default)
+    if isinstance(value, _IMMUTABLE):
+        _CONVERTED[id(option)] = (option, value)
+    return value
 
 
 def _locks(
@@ -514,7 +537,7 @@ def _locks(
         if not isinstance(table, dict):
             report(f"lock[{number}]", "must be a table")
             continue
-        values = _apply(table, (*LOCK_OPTIONS, *LOCK_ALERT_OPTIONS), prefix, report)
+        values = _apply(table, ALL_LOCK_OPTIONS, prefix, report)
         _lock_alerts(values, alerts)
         for key in ("warn_after", "critical_after"):
             if values[key] is None:
@@ -536,9 +559,8 @@ def _locks(
 def _lock_alerts(values: dict[str, Any], alerts: AlertSettings) -> None:
     """Fold a lock's alert overrides into its own AlertSettings; unset keys inherit [alerts]."""
     overrides = {key: values.pop(key) for key in LOCK_ALERT_KEYS}
-    values["alerts"] = replace(
-        alerts, **{key: value for key, value in overrides.items() if value is not None}
-    )
+    changed = {key: value for key, value in overrides.items() if value is not None}
+    values["alerts"] = replace(alerts, **changed) if changed else alerts
     values["notify_tags"] = tuple(values["notify_tags"] or ())
 
 
