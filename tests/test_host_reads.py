@@ -85,6 +85,16 @@ def test_five_held_locks_cost_one_scan_and_details_only_of_their_holders(
     fdinfo = {path: count for path, count in opened.items() if FDINFO.match(path)}
     assert fdinfo, "the descriptor scan did not run"
     assert max(fdinfo.values()) == 1, "an fdinfo entry was read more than once"
+    # Pipes, sockets and /dev/null are passed over on their link alone; lock files are read.
+    links = {
+        fd: os.readlink(f"/proc/{flock_holder.pid}/fd/{fd}")
+        for fd in os.listdir(f"/proc/{flock_holder.pid}/fd")
+    }
+    pseudo = [fd for fd, target in links.items() if target.startswith(("pipe:", "socket:"))]
+    lock_fds = [fd for fd, target in links.items() if target in set(map(str, files))]
+    assert pseudo and len(lock_fds) == 5, links
+    assert not [fd for fd in pseudo if f"/proc/{flock_holder.pid}/fdinfo/{fd}" in opened]
+    assert all(f"/proc/{flock_holder.pid}/fdinfo/{fd}" in opened for fd in lock_fds)
 
     details = [match for match in map(DETAIL.match, audit["opened"]) if match]
     # The owner record's PID is checked against nested PID namespaces: a process whose
@@ -104,3 +114,31 @@ def _ns_hidden(pid: int) -> bool:
     except OSError:
         return False
     return False
+
+
+def test_a_lock_held_through_another_name_of_the_file_is_still_found(
+    tmp_path: Path, children: Children
+) -> None:
+    """The scan matches inodes, never paths: a holder that opened a hard link of the lock
+    file (or the same file through a bind mount, or in another mount namespace) shows another
+    path in /proc/PID/fd, and must still be named."""
+    lock = tmp_path / "store.lock"
+    lock.touch()
+    alias = tmp_path / "elsewhere.lock"
+    os.link(lock, alias)
+    holder = children.python(FLOCK_SEVERAL, str(alias))
+    config = write_config(
+        tmp_path / "config.toml", f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
+    )
+    completed = subprocess.run(
+        [sys.executable, "-m", "lockwarden", "--once", "--json", "--config", config],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    (finding,) = json.loads(completed.stdout)["locks"]
+    assert finding["state"] == "held"
+    assert finding["holder"]["pid"] == holder.pid

@@ -405,28 +405,48 @@ def _own_namespace_is_nested(proc: str) -> bool:
     return False
 
 
+# What a descriptor's link names when it cannot be a lock file: pipes, sockets, epoll and
+# event descriptors, terminals and the character devices every daemon has open. One readlink
+# (~5 us) tells, where reading its fdinfo costs an open, a read and a close (~9 us): on a host
+# of 1,000 ordinary processes that is most descriptors.
+NEVER_LOCK_PREFIXES = ("pipe:[", "socket:[", "anon_inode:", "/dev/pts/")
+NEVER_LOCK_TARGETS = frozenset(
+    {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"}
+)
+
+
 def _scan_descriptors(
     proc: str, keys: frozenset[InodeKey], entries: tuple[str, ...]
 ) -> DescriptorScan:
     """Every descriptor on these inodes. Called once per run, this loop runs once per open
-    descriptor on the host (tens of thousands on a busy one), so it stays lean: one
-    open/read/close per descriptor and a byte comparison of its inode."""
+    descriptor on the host (tens of thousands on a busy one), so it stays lean: a readlink to
+    pass over pipes, sockets and devices, else one open/read/close of its fdinfo and a byte
+    comparison of its inode (fdinfo, not stat: a stat could hang on a dead network mount)."""
     scan = DescriptorScan()
     if not keys:
         return scan
     inodes = {str(inode).encode() for _device, inode in keys}
     for entry in entries:
-        fdinfo = f"{proc}/{entry}/fdinfo"
+        links = f"{proc}/{entry}/fd/"
         try:
-            fd_names = os.listdir(fdinfo)
+            fd_names = os.listdir(links)
         except PermissionError:
             scan.unreadable_pids += 1
             scan.hidden.append(int(entry))
             continue
         except OSError:
             continue
+        fdinfo = f"{proc}/{entry}/fdinfo/"
         for fd_name in fd_names:
-            raw = _read_small(f"{fdinfo}/{fd_name}")
+            try:
+                target = os.readlink(links + fd_name)
+            except PermissionError:
+                target = ""  # then its fdinfo decides, as for any file
+            except OSError:
+                continue  # closed meanwhile
+            if target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES):
+                continue
+            raw = _read_small(fdinfo + fd_name)
             if raw is None:
                 continue
             inode = _fdinfo_inode(raw)
