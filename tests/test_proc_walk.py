@@ -4,12 +4,15 @@ descriptors, in the same order, and an error in either half reaches the run."""
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import FLOCK_HOLDER, Children
+from conftest import FLOCK_HOLDER, Children, cli_env
 from lockwarden import host
 
 
@@ -54,3 +57,78 @@ def test_an_error_in_the_other_half_is_raised_in_the_run() -> None:
             host._shared_walk(entries, walk)
     finally:
         host.SPLIT_AT = saved
+
+
+AT_THE_PROCESS_LIMIT = """
+import os, resource, sys, threading
+from lockwarden import host
+os.setgid(65534)
+os.setuid(65534)
+resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))  # this process is that one
+try:
+    threading.Thread(target=lambda: None).start()
+    print("a thread started: the limit did not bite")
+except RuntimeError:
+    pass
+host.SPLIT_AT = 2
+print(host._shared_walk(tuple("abcdef"), len))
+"""
+
+
+def test_at_the_process_limit_the_walk_runs_in_one_thread(children: Children) -> None:
+    """A unit's TasksMax or `ulimit -u` can refuse a thread: the run walks alone, it does not
+    fail. Real: the child drops to nobody (root is exempt from RLIMIT_NPROC) with a limit of
+    one process, which it already is."""
+    if os.geteuid() != 0:  # CI runs as root; a developer's run may not
+        message = "needs root to drop to another user"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    completed = subprocess.run(
+        [sys.executable, "-c", AT_THE_PROCESS_LIMIT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == ["[6]"], completed.stdout
+
+
+DEEP_HOLDER = """
+import fcntl, os, sys, time
+directory = os.open(sys.argv[1], os.O_RDONLY)
+for _ in range(25):  # 25 x 200 characters: past PATH_MAX, reached through openat
+    try:
+        os.mkdir("d" * 200, dir_fd=directory)
+    except FileExistsError:
+        pass
+    deeper = os.open("d" * 200, os.O_RDONLY, dir_fd=directory)
+    os.close(directory)
+    directory = deeper
+lock = os.open("LOCK", os.O_RDWR | os.O_CREAT, 0o644, dir_fd=directory)
+fcntl.flock(lock, fcntl.LOCK_EX)
+status = os.fstat(lock)
+print(f"ready {status.st_dev} {status.st_ino} {lock}", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_holder_whose_path_is_too_long_to_read_is_still_found(
+    tmp_path: Path, children: Children
+) -> None:
+    """readlink of /proc/PID/fd/N fails (ENAMETOOLONG) for a file deeper than PATH_MAX; that
+    descriptor must still be read through fdinfo, not taken for closed."""
+    holder = children.start(
+        [sys.executable, "-c", DEEP_HOLDER, str(tmp_path)], stdin=subprocess.DEVNULL
+    )
+    assert holder.stdout is not None
+    _ready, device, inode, fd = holder.stdout.readline().split()
+    with pytest.raises(OSError) as too_long:
+        os.readlink(f"/proc/{holder.pid}/fd/{fd}")
+    assert too_long.value.errno == errno.ENAMETOOLONG
+    key = (int(device), int(inode))
+    found = host._scan_descriptors("/proc", frozenset({key}), (str(holder.pid),))
+    (descriptor,) = found.by_key[key]
+    assert descriptor.pid == holder.pid and descriptor.locks

@@ -452,7 +452,10 @@ def _shared_walk(entries: tuple[str, ...], walk: Callable[[tuple[str, ...]], _T]
             failed.append(error)
 
     thread = threading.Thread(target=second, name="proc-walk")
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # at the process limit (ulimit -u, a unit's TasksMax): walk alone
+        return [walk(entries)]
     try:
         first = walk(entries[:half])
     finally:
@@ -500,10 +503,10 @@ def _scan_part(
         for fd_name in fd_names:
             try:
                 target = os.readlink(links + fd_name)
-            except PermissionError:
-                target = ""  # then its fdinfo decides, as for any file
-            except OSError:
+            except FileNotFoundError:
                 continue  # closed meanwhile
+            except OSError:  # no right to it, or a path longer than PATH_MAX: fdinfo decides
+                target = ""
             if target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES):
                 continue
             raw = _read_small(fdinfo + fd_name)
