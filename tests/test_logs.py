@@ -241,3 +241,31 @@ def test_before_the_cli_configures_anything_lines_go_to_logging(
         ("lockwarden.library", logging.DEBUG, "seen 3")
     ]
     assert caplog.records[0].pathname == __file__
+
+
+def test_settings_a_cli_call_never_used_are_not_applied_after_it_returns(
+    tmp_path: Path,
+) -> None:
+    """A `main()` that logged nothing leaves no pending settings behind: a line logged later
+    in the same process (lockwarden used as a library by then) reaches the handler the
+    application set up, which the CLI's settings must not replace."""
+    from lockwarden import cli, lazylog
+
+    lock = tmp_path / "free.lock"
+    lock.touch()
+    logger = logging.getLogger("lockwarden")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    stream = io.StringIO()
+    try:
+        logger.handlers[:] = []
+        assert cli.main(["inspect", "--format", "kernel", str(lock)]) == 0
+        handler = logging.StreamHandler(stream)
+        logger.addHandler(handler)
+        lazylog.getLogger("lockwarden.library").warning("a journal problem")
+        assert handler in logger.handlers
+    finally:
+        lazylog.reset()
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])
+        logger.propagate = saved[2]
+    assert stream.getvalue() == "a journal problem\n"

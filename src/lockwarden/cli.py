@@ -410,6 +410,10 @@ def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) 
             error,
         )
         return EXIT_UNKNOWN
+    finally:
+        # Settings this call never needed (it logged nothing) must not be applied later, by a
+        # line logged after it returned, over handlers someone else has set up since.
+        lazylog.reset()
 
 
 def dispatch(

@@ -10,6 +10,7 @@ tests) every call goes straight to `logging`, so its own levels and handlers dec
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -17,6 +18,7 @@ DEBUG, INFO, WARNING, ERROR = 10, 20, 30, 40
 
 _threshold = 0  # the lowest level worth importing logging for; 0: not configured, pass all
 _pending: tuple[bool, IO[str], Mapping[str, str]] | None = None
+_applying = threading.Lock()  # two threads logging first at once must configure once
 
 
 def configure(verbose: bool, stream: IO[str], environ: Mapping[str, str]) -> None:
@@ -35,11 +37,14 @@ def reset() -> None:
 def ready() -> None:
     """Apply the CLI's settings now: before touching the handlers (notify's redaction)."""
     global _pending
-    if _pending is not None:
+    if _pending is None:
+        return
+    with _applying:
         settings, _pending = _pending, None
-        from lockwarden import logs
+        if settings is not None:
+            from lockwarden import logs
 
-        logs.configure(*settings)
+            logs.configure(*settings)
 
 
 class Logger:
