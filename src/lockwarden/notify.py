@@ -156,22 +156,31 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = message
-        for secret in self.secrets:
-            masked = masked.replace(secret, "****")
+        masked = self.mask(message)
         if masked != message:
             record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:  # a traceback can quote a URL too
+            record.exc_text = self.mask(logging.Formatter().formatException(record.exc_info))
         return True
+
+    def mask(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "****")
+        return text
 
 
 def redact_in_logs(secrets: Iterable[str]) -> None:
-    """Mask these strings in every line written by a handler of the root logger or of the
-    `lockwarden` logger (the CLI's own handler, which does not propagate to the root)."""
+    """Mask these strings in every line written by a handler of the root logger, of the
+    `lockwarden` logger (the CLI's own handler, which does not propagate to the root), or by
+    logging's last resort (what prints a library's warning when the root has no handler, as
+    under the CLI: urllib3's "Retrying ... /path" carries a webhook's token)."""
     lazylog.ready()  # the CLI's handler exists only once something was logged: make it now
     redaction = RedactingFilter(secret for secret in secrets if secret)
-    for logger in (logging.getLogger(), logging.getLogger("lockwarden")):
-        for handler in logger.handlers:
-            handler.addFilter(redaction)
+    handlers = [*logging.getLogger().handlers, *logging.getLogger("lockwarden").handlers]
+    if logging.lastResort is not None:
+        handlers.append(logging.lastResort)
+    for handler in handlers:
+        handler.addFilter(redaction)
 
 
 class Notifier:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from alerts.helpers import Children, Receiver, receiver
+from alerts.helpers import Children, Receiver, cli_env, receiver
 from alerts.test_end_to_end import Scenario
 
 from .faults_support import ForkRunner, Ran
@@ -177,3 +179,34 @@ def test_a_token_is_masked_when_the_cli_handler_is_made_after_the_redaction() ->
         logger.propagate = saved[2]
     assert "posting to x://****@host" in stream.getvalue()
     assert TOKENS["urls"] not in stream.getvalue()
+
+
+LIBRARY_WARNING = """
+import logging, sys
+from lockwarden.notify import redact_in_logs
+token = sys.argv[1]
+redact_in_logs([token])
+# No handler anywhere, as under the CLI: logging's last resort prints a library's warning.
+logging.getLogger("urllib3.connectionpool").warning("Retrying after a reset: /hook/%s", token)
+try:
+    raise ConnectionError(f"refused: http://127.0.0.1:9/hook/{token}")
+except ConnectionError:
+    logging.getLogger("apprise").error("send failed", exc_info=True)
+"""
+
+
+def test_library_warnings_and_tracebacks_are_masked_too() -> None:
+    """urllib3 and apprise log to their own loggers; with no root handler (the CLI sets none)
+    logging's last resort prints them, and a traceback can quote the URL as well."""
+    done = subprocess.run(
+        [sys.executable, "-c", LIBRARY_WARNING, TOKENS["urls"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Retrying after a reset: /hook/****" in done.stderr
+    assert "refused: http://127.0.0.1:9/hook/****" in done.stderr  # the traceback's last line
+    assert TOKENS["urls"] not in done.stderr
