@@ -275,6 +275,7 @@ def keep_for_dedupe(
     }
     for incident in history.incidents.values():
         dropped_messages |= incident.superseded_reminders()
+    dropped_messages |= _old_orphans(history)
     runs = [index for index, record in enumerate(records) if record.get("type") == "run"]
     kept_runs = set(runs[-keep_runs:])
     kept: list[Record] = []
@@ -286,6 +287,21 @@ def keep_for_dedupe(
             continue
         kept.append(record)
     return kept
+
+
+def _old_orphans(history: History) -> set[str]:
+    """Delivered messages of no journaled incident (a stale lock removed before any alert
+    opened one) beyond the latest KEEP_CLOSED_INCIDENTS: else they would pile up forever."""
+    orphans = sorted(
+        (
+            message
+            for message in history.messages.values()
+            if message.incident not in history.incidents and not message.pending
+        ),
+        key=lambda message: message.due_at,
+    )
+    old = orphans[: max(0, len(orphans) - KEEP_CLOSED_INCIDENTS)]
+    return {message.message_id for message in old}
 
 
 def _incident_sizes(records: list[Record], history: History) -> dict[str, int]:

@@ -307,3 +307,34 @@ def test_compaction_budget_keeps_the_newest_closed_incidents_and_every_open_one(
     )
     assert weight <= 12_000
     assert [i.key for i in after.open_incidents()] == [i.key for i in unbudgeted.open_incidents()]
+
+
+def test_compaction_keeps_only_the_latest_delivered_messages_of_no_incident() -> None:
+    """A stale lock removed before any alert opened an incident sends a message of its own
+    pseudo-incident; delivered ones beyond the latest 50 go, undelivered ones never do."""
+    records: list[dict[str, object]] = []
+    for number in range(80):
+        at = (T0 + timedelta(minutes=number)).isoformat()
+        message = f"removed-{number:03d}"
+        records.append(
+            {
+                "type": "due",
+                "at": at,
+                "incident": message,
+                "message": message,
+                "kind": "removed",
+                "title": "stale lock removed",
+                "markdown": "",
+                "text": "",
+                "targets": ["s1"],
+            }
+        )
+        delivered = number != 3  # one never got through: it must stay to be retried
+        records.append(
+            {"type": "sent", "at": at, "message": message, "service": "s1", "ok": delivered}
+        )
+    kept = fold(keep_for_dedupe(records))
+    assert len(kept.messages) == 51
+    assert "removed-003" in kept.messages and kept.messages["removed-003"].pending
+    assert "removed-079" in kept.messages and "removed-029" not in kept.messages
+    assert "removed-030" in kept.messages
