@@ -325,7 +325,7 @@ def delta_row(figure: str, value: float, floor: float, limit_ms: float) -> Row:
         figure,
         f"{value:.1f} ms",
         f"{floor:.1f} ms",
-        f"{value / floor:.3f}x (+{value - floor:.1f} ms)",
+        f"{value / floor:.3f}x ({value - floor:+.1f} ms)",
         f"<= +{limit_ms:g} ms",
         verdict,
     )
