@@ -55,6 +55,18 @@ def run_cli(*args: str, timeout: float = 30, **env: str) -> subprocess.Completed
     )
 
 
+def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `python -c code args...` with this checkout's lockwarden importable."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(),
+        check=False,
+    )
+
+
 def run_json(*args: str, **env: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     completed = run_cli(*args, "--json", **env)
     assert completed.stdout, completed.stderr

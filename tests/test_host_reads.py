@@ -15,7 +15,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import MKDIR_HOLDER, Children, cli_env, write_config
+from conftest import MKDIR_HOLDER, Children, cli_env, run_json, write_config
 
 FLOCK_SEVERAL = """
 import fcntl, sys, time
@@ -130,15 +130,8 @@ def test_a_lock_held_through_another_name_of_the_file_is_still_found(
     config = write_config(
         tmp_path / "config.toml", f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
     )
-    completed = subprocess.run(
-        [sys.executable, "-m", "lockwarden", "--once", "--json", "--config", config],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(),
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    (finding,) = json.loads(completed.stdout)["locks"]
+    code, document = run_json("--once", "--config", config)
+    assert code == 0, document
+    (finding,) = document["locks"]
     assert finding["state"] == "held"
     assert finding["holder"]["pid"] == holder.pid

@@ -5,15 +5,12 @@ sys.modules in a fresh interpreter, never by timing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, cli_env, write_config
+from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, run_python, write_config
 
 HEAVY = ("apprise", "requests", "psutil", "tomli_w")
 # What the standard library would cost a quiet run for nothing (about 20 ms in all on Python
@@ -32,17 +29,6 @@ with open(sys.argv[2], "w") as handle:
 
 def loaded(modules: list[str], package: str) -> list[str]:
     return [name for name in modules if name == package or name.startswith(package + ".")]
-
-
-def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(),
-        check=False,
-    )
 
 
 @pytest.mark.parametrize("alerting", [False, True], ids=["alerting-off", "alerting-on"])

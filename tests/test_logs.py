@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, write_config
+from conftest import cli_env, run_python, write_config
 from lockwarden import logs
 
 ESCAPE = "\033["
@@ -201,14 +201,8 @@ print(stream.getvalue(), end="")
 
 
 def lazy_probe(verbosity: str) -> list[str]:
-    completed = subprocess.run(
-        [sys.executable, "-c", LAZY_PROBE, verbosity],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=cli_env(),
-        check=True,
-    )
+    completed = run_python(LAZY_PROBE, verbosity)
+    assert completed.returncode == 0, completed.stderr
     return completed.stdout.splitlines()
 
 

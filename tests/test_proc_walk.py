@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FLOCK_HOLDER, Children, cli_env
+from conftest import FLOCK_HOLDER, Children, run_python
 from lockwarden import host
 
 
@@ -84,14 +84,7 @@ def test_at_the_process_limit_the_walk_runs_in_one_thread(children: Children) ->
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    completed = subprocess.run(
-        [sys.executable, "-c", AT_THE_PROCESS_LIMIT],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(),
-        check=False,
-    )
+    completed = run_python(AT_THE_PROCESS_LIMIT)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.splitlines() == ["[6]"], completed.stdout
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from alerts.helpers import Children, Receiver, cli_env, receiver
+from alerts.helpers import Children, Receiver, receiver
 from alerts.test_end_to_end import Scenario
+from conftest import run_python
 
 from .faults_support import ForkRunner, Ran
 from .figures_faults import Figure, record
@@ -198,14 +197,7 @@ except ConnectionError:
 def test_library_warnings_and_tracebacks_are_masked_too() -> None:
     """urllib3 and apprise log to their own loggers; with no root handler (the CLI sets none)
     logging's last resort prints them, and a traceback can quote the URL as well."""
-    done = subprocess.run(
-        [sys.executable, "-c", LIBRARY_WARNING, TOKENS["urls"]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(),
-        check=False,
-    )
+    done = run_python(LIBRARY_WARNING, TOKENS["urls"])
     assert done.returncode == 0, done.stderr
     assert "Retrying after a reset: /hook/****" in done.stderr
     assert "refused: http://127.0.0.1:9/hook/****" in done.stderr  # the traceback's last line
