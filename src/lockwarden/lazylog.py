@@ -55,14 +55,6 @@ class Logger:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def isEnabledFor(self, level: int) -> bool:
-        if level < _threshold:
-            return False
-        ready()
-        import logging
-
-        return logging.getLogger(self.name).isEnabledFor(level)
-
     def _log(self, level: int, message: str, args: tuple[Any, ...], keywords: Any) -> None:
         if level < _threshold:
             return
