@@ -2,8 +2,9 @@
 
 Each configured service gets its own delivery result, so a message counts as sent to a service
 only when apprise reported that service delivered; the others stay pending. Every service gets
-short socket timeouts (apprise's `cto`/`rto`, set on the plugin) and every send a call deadline
-(`Apprise.notify(timeout=...)`), so a dead endpoint cannot hold the run past its budget.
+short socket timeouts (apprise's `cto`/`rto`, set on the plugin), and each send runs in its own
+daemon thread that the run waits for only until the budget's deadline: a dead endpoint cannot hold
+the run past its budget on any apprise version (1.2 has no call deadline of its own).
 
 URLs carry tokens: they are logged, reported and journaled only in apprise's privacy form
 (`url(privacy=True)`), and a logging filter masks any token that leaks into a log line.
@@ -14,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -231,6 +234,10 @@ class Notifier:
         plugin.socket_read_timeout = min(float(plugin.socket_read_timeout), cap)
         protocols = {plugin.protocol, getattr(plugin, "secure_protocol", None)}
         flat = {p for item in protocols for p in (item if isinstance(item, tuple) else (item,))}
+        if flat & EMAIL_SCHEMES and not isinstance(plugin.notify_format, tuple):
+            # apprise 1.2 mails HTML whatever the body is; newer ones follow the body's format:
+            # an alert mail is plain text on every version.
+            plugin.notify_format = self._apprise.NotifyFormat.TEXT
         return Service(
             service_id=service_id,
             url=shown_url(plugin.url(privacy=True), flat),
@@ -272,18 +279,40 @@ class Notifier:
             return []
         if self.deadline is None:
             self.deadline = time.monotonic() + self.budget
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0.05:
+        if self.deadline - time.monotonic() <= 0.05:
             return [Delivery(s.service_id, s.url, False, "out of time budget") for s in chosen]
-        from concurrent.futures import ThreadPoolExecutor, as_completed
+        finished = self._wait_for(self._start_sends(chosen, message), len(chosen))
+        return [
+            finished.get(s.service_id) or Delivery(s.service_id, s.url, False, "timed out")
+            for s in chosen
+        ]
 
-        with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
-            futures = [pool.submit(self._send_one, s, message, remaining) for s in chosen]
-            next(as_completed(futures)).result()
-            crash_point("mid-send")  # test-only: one service answered, others may be in flight
-            return [future.result() for future in futures]
+    def _start_sends(self, chosen: list[Service], message: Message) -> queue.SimpleQueue[Delivery]:
+        # Daemon threads, not a pool: a send still hanging at the deadline is abandoned (the
+        # process may exit under it) instead of being joined past the budget.
+        finished: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        for service in chosen:
+            threading.Thread(
+                target=lambda service=service: finished.put(self._send_one(service, message)),
+                name=f"send-{service.service_id}",
+                daemon=True,
+            ).start()
+        return finished
 
-    def _send_one(self, service: Service, message: Message, timeout: float) -> Delivery:
+    def _wait_for(self, finished: queue.SimpleQueue[Delivery], count: int) -> dict[str, Delivery]:
+        assert self.deadline is not None
+        received: dict[str, Delivery] = {}
+        while len(received) < count:
+            try:
+                delivery = finished.get(timeout=max(0.0, self.deadline - time.monotonic()))
+            except queue.Empty:
+                break  # the rest are past the budget: not delivered, retried next run
+            received[delivery.service] = delivery
+            if len(received) == 1:
+                crash_point("mid-send")  # test-only: one service answered, others may be in flight
+        return received
+
+    def _send_one(self, service: Service, message: Message) -> Delivery:
         apprise = self._apprise
         single = apprise.Apprise()
         single.add(service.plugin)
@@ -293,11 +322,16 @@ class Notifier:
             else (message.markdown, apprise.NotifyFormat.MARKDOWN)
         )
         try:
-            result = single.notify(
-                body=body, title=message.title, body_format=body_format, timeout=timeout
-            )
+            result = single.notify(body=body, title=message.title, body_format=body_format)
         except Exception as error:  # a plugin bug is one failed delivery, not a failed run
             log.debug("sending to %s raised %s", service.url, type(error).__name__)
             return Delivery(service.service_id, service.url, False, "error")
-        status = getattr(getattr(result, "status", None), "name", "unknown").lower()
-        return Delivery(service.service_id, service.url, bool(result), status)
+        return Delivery(service.service_id, service.url, bool(result), _status_of(result))
+
+
+def _status_of(result: Any) -> str:
+    """Newer apprise returns a result with a status (success, failure, timeout); 1.2 a bool."""
+    status = getattr(getattr(result, "status", None), "name", None)
+    if isinstance(status, str):
+        return status.lower()
+    return "success" if result else "failure"
