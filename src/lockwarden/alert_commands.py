@@ -142,11 +142,18 @@ def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
         notifier = Notifier(config.notify)
     except NotifyConfigError as error:
         return Output(EXIT_CONFIG, error=f"config error: {error}")
+    where = config.source or "built-in defaults"
+    unusable = [
+        f"{'UNUSABLE':<20} {where}: {b.origin}: {b.shown}: {b.problem}" for b in notifier.invalid
+    ]
     targets = notifier.targets(tuple(tags))
     if not targets:
-        return Output(EXIT_CONFIG, error="no configured service matches those tags")
+        nothing = "no usable configured service matches those tags"
+        return Output(EXIT_CONFIG, "".join(line + "\n" for line in unusable), nothing)
     deliveries = notifier.send(render_test(socket.gethostname(), now), targets)
     lines = [f"{'delivered' if d.ok else f'FAILED ({d.status})':<20} {d.url}" for d in deliveries]
+    if unusable:  # the usable services were still tried: one bad URL holds back none
+        return Output(EXIT_CONFIG, "\n".join(lines + unusable) + "\n")
     code = 0 if all(delivery.ok for delivery in deliveries) else EXIT_NOTIFY_FAILED
     return Output(code, "\n".join(lines) + "\n")
 

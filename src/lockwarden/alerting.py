@@ -91,7 +91,9 @@ def state_path(config: Config) -> str:
 
 
 def policies(config: Config) -> dict[str, LockPolicy]:
-    return {lock.name: LockPolicy(lock.alerts, lock.notify_tags) for lock in config.locks}
+    return {
+        lock.name: LockPolicy(lock.alerts, lock.notify_tags, lock.role) for lock in config.locks
+    }
 
 
 class JournalWriter:
@@ -238,7 +240,9 @@ def _retry(
             }
         )
     live = [service for service in retry.services if notifier.known(service)]
-    message = Message(retry.sent.title, retry.sent.markdown, retry.sent.text)
+    message = Message(
+        retry.sent.title, retry.sent.markdown, retry.sent.text, retry.sent.notify_type
+    )
     sent = notifier.send(message, live)
     _record(writer, outcome, retry.sent.message_id, retry.sent.kind, "", message, sent, now)
 
@@ -273,6 +277,7 @@ def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> Record:
         "title": sent.title,
         "markdown": sent.markdown,
         "text": sent.text,
+        "notify_type": sent.notify_type,
         "tags": list(sent.tags),
         "targets": list(targets),
     }
@@ -289,6 +294,7 @@ def _due_record(item: Outgoing, targets: tuple[str, ...] | None, now: datetime) 
         "title": item.message.title,
         "markdown": item.message.markdown,
         "text": item.message.text,
+        "notify_type": item.message.notify_type,
         "tags": list(item.tags),
         "targets": None if targets is None else list(targets),
     }

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts.helpers import Children, Receiver, receiver, tiny_tmpfs
+from alerts.helpers import Children, Receiver, is_about, receiver, tiny_tmpfs, title_kind
 from alerts.test_end_to_end import Scenario
 
 from .faults_support import ForkRunner, Ran, write_config
@@ -56,7 +56,9 @@ def fill(directory: Path) -> Path:
 
 def alerts(receiver: Receiver, name: str) -> int:
     return sum(
-        1 for p in receiver.payloads if str(p["title"]).startswith(f"writes blocked: {name} ")
+        1
+        for p in receiver.payloads
+        if title_kind(str(p["title"])) == "writes blocked" and is_about(str(p["title"]), name)
     )
 
 
