@@ -15,6 +15,7 @@ from lockwarden.structs import struct
 
 if TYPE_CHECKING:
     from lockwarden.history import Incident
+    from lockwarden.journal import RunBusy
 
 EXIT_NOTIFY_FAILED = 1
 EXIT_UNKNOWN = 3
@@ -49,6 +50,27 @@ def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = 
         failed = alerted.outcome is not None and alerted.outcome.failed
         heartbeat.ping(config.heartbeat, heartbeat.FAIL if failed else None)
     return alerted
+
+
+def busy_message(busy: RunBusy, now: datetime) -> str:
+    """Who holds the run lock now, as the kernel says (its flock holder, found through
+    /proc/*/fdinfo like any monitored lock): the PID written in the file may be a dead run's."""
+    from lockwarden.run import inspect_path
+
+    try:
+        holder = inspect_path(busy.lock_path, now, lock_format="kernel").findings[0].holder
+    except Exception:  # naming the holder is a courtesy: the run is busy either way
+        holder = None
+    if holder is not None and holder.pid is not None:
+        return (
+            f"another lockwarden run is in progress (PID {holder.pid}, run lock "
+            f"{busy.lock_path}; the kernel names its holder: {holder.describe()})"
+        )
+    recorded = f"PID {busy.pid} as recorded in the file" if busy.pid else "no PID recorded"
+    return (
+        f"another lockwarden run is in progress (run lock {busy.lock_path}: its holder could not "
+        f"be named from /proc, {recorded})"
+    )
 
 
 def would_send(alerted: AlertedRun) -> list[dict[str, Any]]:

@@ -479,7 +479,8 @@ def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = No
         locks_text = locks.text() if locks is not None else None
         alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run, locks_text)
     except RunBusy as busy:
-        print(f"lockwarden: {busy}; this run exits without doing anything", file=sys.stderr)
+        message = alert_commands.busy_message(busy, now_of(arguments))
+        print(f"lockwarden: {message}; this run exits without doing anything", file=sys.stderr)
         return EXIT_BUSY
     result = alerted.result
     duration = time.monotonic() - started

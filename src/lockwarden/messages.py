@@ -205,6 +205,17 @@ def render_state_degraded(problem: str, host: str, now: datetime) -> Message:
     return Message(title, render_markdown(rows), render_text(title, rows), WARNING)
 
 
+def render_state_healthy(problem: str, host: str, now: datetime) -> Message:
+    title = f"RESOLVED {host}: lockwarden state usable again"
+    rows = [
+        Row("Host", host),
+        Row("Was", problem),
+        Row("Effect", "lockwarden remembers what it sent again; alerts no longer repeat"),
+        Row("Seen", stamp(now)),
+    ]
+    return Message(title, render_markdown(rows), render_text(title, rows), SUCCESS)
+
+
 def render_markdown(rows: list[Row]) -> str:
     return "\n".join(f"**{row.label}:** {_markdown_value(row)}  " for row in rows)
 

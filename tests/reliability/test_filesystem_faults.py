@@ -131,13 +131,18 @@ def test_unusable_state_for_three_runs_then_healed_loses_no_alert(
         for name in faults:
             got = alerts(receiver, name)
             figure.duplicates += max(got - 1, 0)
-            if got != DEGRADED_RUNS + 1:  # one per degraded run, one on the new journal, then quiet
+            # A directory refused at load (symlink, 0777, missing parent): one alert while
+            # degraded (the runtime directory's journal remembers it), one on the healed journal,
+            # which never saw it. A journal that loads but cannot be written (ENOSPC, read-only)
+            # is found out too late in the run: one per degraded run, one on the new journal.
+            expected = DEGRADED_RUNS + 1 if name in ("enospc", "read-only") else 2
+            if got != expected:
                 figure.failures += 1
                 problems.append(f"{name}: {got} alerts")
     finally:
         if os.path.ismount(read_only):
             _umount(read_only)
-    figure.detail = "ENOSPC, read-only, symlink, 0777, missing parent; repeats are by design"
+    figure.detail = "ENOSPC, read-only, symlink, 0777, missing parent; repeats: see the test"
     record(figures, figure)
     assert problems == []
 
