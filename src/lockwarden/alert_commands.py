@@ -66,10 +66,11 @@ def busy_message(busy: RunBusy, now: datetime) -> str:
             f"another lockwarden run is in progress (PID {holder.pid}, run lock "
             f"{busy.lock_path}; the kernel names its holder: {holder.describe()})"
         )
-    recorded = f"PID {busy.pid} as recorded in the file" if busy.pid else "no PID recorded"
+    if busy.pid is None:
+        return f"another lockwarden run is in progress (run lock {busy.lock_path}; no PID named)"
     return (
-        f"another lockwarden run is in progress (run lock {busy.lock_path}: its holder could not "
-        f"be named from /proc, {recorded})"
+        f"another lockwarden run is in progress (PID {busy.pid}, run lock {busy.lock_path}; as "
+        "recorded in the file: /proc named no holder, so that run may have just ended)"
     )
 
 
