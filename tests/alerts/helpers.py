@@ -34,6 +34,7 @@ class Receiver:
         self.port = free_port()
         self.mode = "ok"
         self.fail_status = 500  # what mode "fail" answers (503: a service that is down)
+        self.reply = b""  # the body of a 200 (Slack's webhook answers "ok")
         self.payloads: list[dict[str, Any]] = []
         self.pings: list[str] = []
         self.requests = 0
@@ -62,6 +63,7 @@ class Receiver:
                 receiver.payloads.append(json.loads(body))
                 self.send_response(200)
                 self.end_headers()
+                self.wfile.write(receiver.reply)
 
             def do_GET(self) -> None:
                 receiver.pings.append(self.path)
