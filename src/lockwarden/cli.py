@@ -43,11 +43,13 @@ exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icing
   0   ok: every lock is free or held within its budget
   1   warning: a lock is held past warn_after
   2   critical: a lock is held past critical_after, or is stale
-  3   unknown: lockwarden could not tell (the reason is printed), or an internal error
+  3   unknown: lockwarden could not tell (the reason is printed), an internal error, or an
+      alert that could not be delivered (also on stderr, in the textfile and the heartbeat)
       (the worst lock decides; critical outranks unknown, so a blocked store is never hidden)
   64  usage error: bad command-line arguments
-  75  another lockwarden run holds the run lock (its PID is printed); nothing was done
+  75  another lockwarden run holds the run lock (its holder is printed); nothing was done
   78  configuration error: every problem is printed, one per line, with file and key
+      (check-config: also a notify URL apprise cannot parse, or an unusable state directory)
 """
 
 
