@@ -208,47 +208,68 @@ def _deliver(
     outcome.invalid_services = [
         f"{bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid
     ]
-    for retry in plan.retries:
-        _retry(notifier, retry, writer, outcome, now)
-    for item in plan.outgoing:
+    jobs = [_retry(notifier, retry, writer, now) for retry in plan.retries]
+    for item in plan.outgoing:  # each one's due record is journaled before anything is sent
         targets = notifier.targets(item.tags)
         writer.append(_due_record(item, targets, now))
-        sent = notifier.send(item.message, targets)
-        _record(writer, outcome, item.message_id, item.kind, item.lock, item.message, sent, now)
+        jobs.append(Job(item.message_id, item.kind, item.lock, item.message, targets))
+    notice = _degraded_notice(notifier, outcome, state_path(config), hostname, now)
+    if notice is not None:
+        jobs.append(notice)
+    # One batch: each service sends its messages in its own thread, so a hanging service
+    # holds back neither another service nor this run past its budget.
+    results = notifier.send_batch([(job.message, job.targets) for job in jobs])
+    for job, sent in zip(jobs, results, strict=True):
+        _record(writer, outcome, job.message_id, job.kind, job.lock, job.message, sent, now)
+        if job.message_id == NOTICE_ID:
+            _remember_notice(outcome, state_path(config), sent)
     for sending in outcome.deliveries:
         if sending.ok:
             outcome.last_delivered_at = now
-    _degraded_notice(notifier, writer, outcome, state_path(config), hostname, now)
+
+
+@struct
+class Job:
+    """One message to send this run, and the services to send it to."""
+
+    message_id: str
+    kind: str
+    lock: str
+    message: Message
+    targets: tuple[str, ...]
 
 
 def _degraded_notice(
-    notifier: Notifier,
-    writer: JournalWriter,
-    outcome: AlertOutcome,
-    path: str,
-    hostname: str,
-    now: datetime,
-) -> None:
+    notifier: Notifier, outcome: AlertOutcome, path: str, hostname: str, now: datetime
+) -> Job | None:
     """One notice per cause of degradation, and one when it is over: remembered by a marker
     in the runtime directory (the state directory is the thing that is broken)."""
-    marker = degraded_marker(path)
-    said = _read_marker(marker)
+    said = _read_marker(degraded_marker(path))
     if outcome.state_problems:
-        cause = "; ".join(dict.fromkeys(outcome.state_problems))
+        cause = _cause(outcome)
         if cause == said:
-            return  # said already; stderr, the report and the textfile still say it each run
+            return None  # said already; stderr, the report and the textfile say it each run
         notice = render_state_degraded(cause, hostname, now)
+        kind = "state degraded notice"
     elif said is not None:
         notice = render_state_healthy(said, hostname, now)
+        kind = "state healthy notice"
     else:
+        return None
+    return Job(NOTICE_ID, kind, "", notice, notifier.targets(()))
+
+
+def _cause(outcome: AlertOutcome) -> str:
+    return "; ".join(dict.fromkeys(outcome.state_problems))
+
+
+def _remember_notice(outcome: AlertOutcome, path: str, sent: list[Delivery]) -> None:
+    marker = degraded_marker(path)
+    if marker is None or not any(delivery.ok for delivery in sent):
+        return  # not told: the notice is due again next run
+    if outcome.state_problems and not _private_directory(os.path.dirname(marker)):
         return
-    kind = "state degraded notice" if outcome.state_problems else "state healthy notice"
-    sent = notifier.send(notice, notifier.targets(()))
-    _record(writer, outcome, NOTICE_ID, kind, "", notice, sent, now)
-    if marker is not None and any(delivery.ok for delivery in sent):
-        if outcome.state_problems and not _private_directory(os.path.dirname(marker)):
-            return
-        _write_marker(marker, cause if outcome.state_problems else None)
+    _write_marker(marker, _cause(outcome) if outcome.state_problems else None)
 
 
 def runtime_directory(state_file: str) -> str | None:
@@ -329,9 +350,7 @@ def _fallback(journal: Journal, history: History, config: Config) -> tuple[Journ
         return journal, history
 
 
-def _retry(
-    notifier: Notifier, retry: Retry, writer: JournalWriter, outcome: AlertOutcome, now: datetime
-) -> None:
+def _retry(notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetime) -> Job:
     if UNRESOLVED in retry.services:  # due while notify was broken: resolve its services now
         targets = notifier.targets(retry.sent.tags)
         writer.append(_resolved_due(retry, targets))
@@ -352,8 +371,7 @@ def _retry(
     message = Message(
         retry.sent.title, retry.sent.markdown, retry.sent.text, retry.sent.notify_type
     )
-    sent = notifier.send(message, live)
-    _record(writer, outcome, retry.sent.message_id, retry.sent.kind, "", message, sent, now)
+    return Job(retry.sent.message_id, retry.sent.kind, "", message, tuple(live))
 
 
 def _renamed(notifier: Notifier, retry: Retry, writer: JournalWriter) -> Retry:

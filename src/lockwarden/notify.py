@@ -19,7 +19,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lockwarden import lazylog
@@ -364,41 +364,75 @@ class Notifier:
         return found[0] if found else f"(service {service_id} no longer configured)"
 
     def send(self, message: Message, service_ids: Iterable[str]) -> list[Delivery]:
-        """Send to each service at once; each one's own outcome, within the run's budget."""
-        chosen = [s for s in self.services if s.service_id in set(service_ids)]
-        if not chosen:
-            return []
+        """Send one message to each service at once; each one's own outcome."""
+        return self.send_batch([(message, service_ids)])[0]
+
+    def send_batch(self, batch: Sequence[tuple[Message, Iterable[str]]]) -> list[list[Delivery]]:
+        """Send every message of a run, each to its services, within the run's budget.
+
+        Each service gets one daemon thread that sends it its messages in order, and the run
+        waits for them only until the deadline: a hanging service delays no other service's
+        messages, and a send still hanging then is abandoned (the process may exit under it)
+        and reported "timed out" (retried next run). Results come in the batch's order."""
+        chosen = [[s for s in self.services if s.service_id in set(ids)] for _m, ids in batch]
+        count = sum(len(services) for services in chosen)
+        if count == 0:
+            return [[] for _ in batch]
         if self.deadline is None:
             self.deadline = time.monotonic() + self.budget
         if self.deadline - time.monotonic() <= 0.05:
-            return [Delivery(s.service_id, s.url, False, "out of time budget") for s in chosen]
-        finished = self._wait_for(self._start_sends(chosen, message), len(chosen))
+            return [
+                [Delivery(s.service_id, s.url, False, "out of time budget") for s in services]
+                for services in chosen
+            ]
+        finished = self._wait_for(self._start_sends(batch, chosen), count)
         return [
-            finished.get(s.service_id) or Delivery(s.service_id, s.url, False, "timed out")
-            for s in chosen
+            [
+                finished.get((index, s.service_id))
+                or Delivery(s.service_id, s.url, False, "timed out")
+                for s in services
+            ]
+            for index, services in enumerate(chosen)
         ]
 
-    def _start_sends(self, chosen: list[Service], message: Message) -> queue.SimpleQueue[Delivery]:
-        # Daemon threads, not a pool: a send still hanging at the deadline is abandoned (the
-        # process may exit under it) instead of being joined past the budget.
-        finished: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
-        for service in chosen:
+    def _start_sends(
+        self, batch: Sequence[tuple[Message, Iterable[str]]], chosen: list[list[Service]]
+    ) -> queue.SimpleQueue[tuple[int, Delivery]]:
+        finished: queue.SimpleQueue[tuple[int, Delivery]] = queue.SimpleQueue()
+        for service in {s.service_id: s for services in chosen for s in services}.values():
+            work = [
+                (index, message)
+                for index, ((message, _ids), services) in enumerate(zip(batch, chosen, strict=True))
+                if service in services
+            ]
             threading.Thread(
-                target=lambda service=service: finished.put(self._send_one(service, message)),
+                target=self._send_in_order,
+                args=(service, work, finished),
                 name=f"send-{service.service_id}",
                 daemon=True,
             ).start()
         return finished
 
-    def _wait_for(self, finished: queue.SimpleQueue[Delivery], count: int) -> dict[str, Delivery]:
+    def _send_in_order(
+        self,
+        service: Service,
+        work: list[tuple[int, Message]],
+        finished: queue.SimpleQueue[tuple[int, Delivery]],
+    ) -> None:
+        for index, message in work:
+            finished.put((index, self._send_one(service, message)))
+
+    def _wait_for(
+        self, finished: queue.SimpleQueue[tuple[int, Delivery]], count: int
+    ) -> dict[tuple[int, str], Delivery]:
         assert self.deadline is not None
-        received: dict[str, Delivery] = {}
+        received: dict[tuple[int, str], Delivery] = {}
         while len(received) < count:
             try:
-                delivery = finished.get(timeout=max(0.0, self.deadline - time.monotonic()))
+                index, delivery = finished.get(timeout=max(0.0, self.deadline - time.monotonic()))
             except queue.Empty:
                 break  # the rest are past the budget: not delivered, retried next run
-            received[delivery.service] = delivery
+            received[(index, delivery.service)] = delivery
             if len(received) == 1:
                 crash_point("mid-send")  # test-only: one service answered, others may be in flight
         return received

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .helpers import Children, Receiver, cli_env, free_port, run_cli, title_kind
-from .test_end_to_end import TOKEN, Scenario, scenario
+from .test_end_to_end import TIDY_HOLDER, TOKEN, Scenario, scenario
 
 __all__ = ["scenario"]  # the fixture, shared with test_end_to_end
 
@@ -311,3 +311,40 @@ def test_a_package_manager_lock_past_its_budget_advises_waiting_never_kill(
     assert finding["action"].startswith(f"wait for PID {holder.pid}")
     assert "never kill a package manager" in finding["action"]
     assert "kill " + str(holder.pid) not in finding["action"]
+
+
+def test_a_hanging_service_holds_back_no_other_services_messages(
+    tmp_path: Path, children: Children
+) -> None:
+    """Two locks blocked, so two alerts in one run; one service never answers. The good one
+    gets both in that run (it used to get none past the first once the budget was spent on
+    the hanging one), and the run still ends: the receiver hangs 30 s, the call's limit is 25 s."""
+    good, hanging = Receiver(), Receiver()
+    hanging.mode = "hang"
+    for server in (good, hanging):
+        server.start()
+    try:
+        config = tmp_path / "c.toml"
+        locks = ""
+        for name in ("store-a", "store-b"):
+            lock = tmp_path / name / "LOCK"
+            lock.parent.mkdir()
+            children.python(TIDY_HOLDER, str(lock), "job")
+            locks += f'[[lock]]\nname = "{name}"\npath = "{lock}"\n'
+        config.write_text(
+            f'[state]\npath = "{tmp_path}/state/s.jsonl"\n'
+            f'[notify]\nurls = ["{hanging.url()}", "{good.url()}"]\ntimeout = "1s"\n' + locks
+        )
+        done = run_cli(
+            "--once", "--config", str(config), "--now", "2099-01-01T00:00:00Z", timeout=25
+        )
+        assert done.returncode == 2, done.stderr  # both held far past critical_after
+        assert sorted(title_kind(str(p["title"])) for p in good.payloads) == [
+            "writes blocked",
+            "writes blocked",
+        ]
+        assert "timed out" in done.stderr
+    finally:
+        for server in (good, hanging):
+            server.release.set()
+            server.stop()
