@@ -64,7 +64,8 @@ def test_garbage_refusing_and_working_services_each_on_their_own(
     textfile = tmp_path / "lockwarden.prom"
     scenario.configure(
         [GARBAGE, refusing_url(), receiver.url(TOKEN)],
-        extra=f'\n[prometheus]\ntextfile = "{textfile}"\n',
+        extra=f'\n[prometheus]\ntextfile = "{textfile}"\n'
+        f'[heartbeat]\nurl = "http://127.0.0.1:{receiver.port}/ping/check-uuid"\n',
     )
     # Before production: check-config names the garbage URL, by file and key, exit 78.
     checked = run_cli("check-config", "--config", str(scenario.config))
@@ -87,6 +88,7 @@ def test_garbage_refusing_and_working_services_each_on_their_own(
     assert first["lockwarden_alerts_undelivered"] == 1
     assert first["lockwarden_notify_services_unusable"] == 1
     assert first["lockwarden_last_delivery_timestamp_seconds"] > 0
+    assert receiver.pings == ["/ping/check-uuid/fail"]  # the dead man's switch is told
 
     for minutes in (125, 130):  # retries go to the refusing service only: no duplicate
         code, _stdout, stderr = journald.run(
