@@ -1,0 +1,49 @@
+"""Which action is advised: a table over holders and states (advice.py is pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockwarden.advice import advise_holder, is_command, needs_action, why_no_action
+from lockwarden.model import Holder, State
+
+
+def holder(name: str, unit: str | None = None, pid: int = 4242, **extra: object) -> Holder:
+    return Holder(pid=pid, alive=True, name=name, unit=unit, **extra)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("who", "lock_format", "advised"),
+    [
+        (holder("node", "wa-resync.service"), "owner-record", "systemctl stop wa-resync.service"),
+        (holder("python3"), "owner-record", "kill 4242"),
+        (holder("dpkg"), "kernel", "wait for PID 4242 (dpkg) to finish"),
+        (holder("apt-get", "apt-daily-upgrade.service"), "kernel", "wait for PID 4242"),
+        (holder("unattended-upgr", "unattended-upgrades.service"), "dpkg", "wait for PID 4242"),
+        (holder("rpm"), "kernel", "wait for PID 4242 (rpm)"),
+        (holder("bash"), "dpkg", "wait for PID 4242 (bash)"),  # dpkg's lock, whoever holds it
+        (holder("postgres", "postgresql@15-main.service"), "postgres", "systemctl stop postgresql"),
+        (holder("postgres"), "postgres", "shut PID 4242 (postgres) down with its own command"),
+        (
+            holder("sleep", "backup.service", user="alice", user_unit=True),
+            "kernel",
+            "systemctl --user -M alice@ stop backup.service",
+        ),
+    ],
+)
+def test_the_advised_action_does_no_harm(who: Holder, lock_format: str, advised: str) -> None:
+    action = advise_holder(who, (), lock_format)
+    assert action.startswith(advised)
+    if "wait for" in advised:
+        assert "never kill a package manager mid-transaction" in action
+        assert not is_command(action)
+        assert "kill 4242" not in action
+
+
+def test_only_a_lock_that_needs_it_gets_an_action() -> None:
+    assert [state for state in State if needs_action(state)] == [
+        State.HELD_TOO_LONG,
+        State.STALE,
+    ]
+    assert why_no_action(State.HELD, True) == "none needed: the holder is within its time budget"
+    assert "no live holder could be named" in why_no_action(State.HELD_TOO_LONG, False)
