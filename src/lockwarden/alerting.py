@@ -276,8 +276,6 @@ def runtime_directory(state_file: str) -> str | None:
     """A private directory for what a run must remember while its state directory is broken:
     /run/lockwarden for root, $XDG_RUNTIME_DIR/lockwarden for a user (None without one), one
     subdirectory per state file so two configurations never share it."""
-    import hashlib
-
     base = (
         "/run/lockwarden"
         if os.geteuid() == 0
@@ -285,7 +283,14 @@ def runtime_directory(state_file: str) -> str | None:
     )
     if not os.path.isabs(base):
         return None
-    return os.path.join(base, hashlib.sha256(state_file.encode()).hexdigest()[:12])
+    # The path itself, escaped one-to-one (no hash: a quiet run checks this and must stay
+    # cheap); a path too long for one file name is hashed.
+    name = state_file.replace("%", "%25").replace("/", "%2F")
+    if len(name) > 200:
+        import hashlib
+
+        name = hashlib.sha256(state_file.encode()).hexdigest()
+    return os.path.join(base, name)
 
 
 def degraded_marker(state_file: str) -> str | None:
