@@ -38,6 +38,15 @@ ALWAYS_TAG = "always"
 # is often its token (https://hooks.example/T0/B0/XXXX), so lockwarden never shows it.
 GENERIC_WEBHOOK_SCHEMES = frozenset({"json", "jsons", "xml", "xmls", "form", "forms"})
 HIDDEN_PATH = "/…"
+SEND_THREAD = "lockwarden-send-"  # the name prefix of the threads that deliver
+
+
+def abandoned_sends() -> bool:
+    """True while a send the run gave up waiting for (past its budget) is still running."""
+    return any(
+        thread.name.startswith(SEND_THREAD) and thread.is_alive()
+        for thread in threading.enumerate()
+    )
 
 
 class NotifyConfigError(Exception):
@@ -408,7 +417,7 @@ class Notifier:
             threading.Thread(
                 target=self._send_in_order,
                 args=(service, work, finished),
-                name=f"send-{service.service_id}",
+                name=f"{SEND_THREAD}{service.service_id}",
                 daemon=True,
             ).start()
         return finished
