@@ -41,6 +41,10 @@ def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = 
             heartbeat.ping(config.heartbeat, heartbeat.START)
 
     alerted = run_and_alert(config, now, dry_run, on_start, locks_text)
+    if alerted.outcome is not None and not dry_run:
+        from lockwarden.alerting import report_failures
+
+        report_failures(alerted.outcome)
     if beat:
         failed = alerted.outcome is not None and alerted.outcome.failed
         heartbeat.ping(config.heartbeat, heartbeat.FAIL if failed else None)

@@ -38,6 +38,7 @@ log = lazylog.getLogger(__name__)
 
 STATE_FINDING = "lockwarden:state"
 NOTICE_ID = "state-degraded"  # the per-run notice: never journaled, so never retried
+NOTIFY_FINDING = "lockwarden:notify"
 
 
 @struct
@@ -63,13 +64,26 @@ class AlertOutcome:
     state_problems: list[str] = field(default_factory=list)
     notify_problem: str | None = None
     unsent: int = 0
+    invalid_services: list[str] = field(default_factory=list)  # `notify.urls[1]: why`
+    last_delivered_at: datetime | None = None  # the journal's latest confirmed delivery
 
     @property
     def failed(self) -> bool:
         """The run could not do its whole job (for the heartbeat's /fail)."""
         return bool(
-            self.state_problems or self.notify_problem or any(not d.ok for d in self.deliveries)
+            self.state_problems
+            or self.notify_problem
+            or self.invalid_services
+            or self.plan.given_up
+            or any(not d.ok for d in self.deliveries)
         )
+
+    @property
+    def undelivered(self) -> int:
+        """Messages that some service did not confirm this run (retried next run), plus those
+        given up on: what the textfile counts as undelivered."""
+        failed = {d.message_id for d in self.deliveries if not d.ok and d.message_id != NOTICE_ID}
+        return len(failed) + len(self.plan.given_up) + (self.unsent if self.notify_problem else 0)
 
 
 def state_path(config: Config) -> str:
@@ -98,15 +112,35 @@ class JournalWriter:
             self.problems.append(str(error))
 
 
-def load_history(journal: Journal, problems: list[str], read_only: bool) -> History:
+def load_history(
+    journal: Journal,
+    problems: list[str],
+    read_only: bool,
+    last_delivery: list[datetime] | None = None,
+) -> History:
     """The journal's history; a state problem is noted and the run goes on with none."""
     try:
         if not read_only:  # only a run that will write may create the state directory
             check_state_dir(journal.directory)
-        return fold(journal.load().records)
+        records = journal.load().records
+        if last_delivery is not None:
+            last_delivery.extend(_last_delivery(records))
+        return fold(records)
     except StateError as error:
         problems.append(str(error))
         return History()
+
+
+def _last_delivery(records: list[Record]) -> list[datetime]:
+    from lockwarden.history import parse_time
+
+    times = (
+        parse_time(record.get("at"))
+        for record in records
+        if record.get("type") == "sent" and record.get("ok")
+    )
+    latest = max((moment for moment in times if moment is not None), default=None)
+    return [] if latest is None else [latest]
 
 
 def alert_stage(
@@ -123,11 +157,13 @@ def alert_stage(
     journal = Journal(state_path(config), config.state.max_bytes)
     problems: list[str] = []
     read_only = dry_run or not config.notify.configured
-    history = load_history(journal, problems, read_only)
+    delivered_before: list[datetime] = []
+    history = load_history(journal, problems, read_only, delivered_before)
     plan = decide(findings, history, now, policies(config), hostname)
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
     crash_point("after-decide")  # test-only (crashpoints.py); a no-op unless asked
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)
+    outcome.last_delivered_at = delivered_before[0] if delivered_before else None
     if read_only:
         outcome.state_problems = [] if not dry_run else problems
         outcome.unsent = 0 if dry_run else len(plan.outgoing)
@@ -162,6 +198,9 @@ def _deliver(
         for item in plan.outgoing:  # targets unresolved: sent once notify works again
             writer.append(_due_record(item, None, now))
         return
+    outcome.invalid_services = [
+        f"{bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid
+    ]
     for retry in plan.retries:
         _retry(notifier, retry, writer, outcome, now)
     for item in plan.outgoing:
@@ -169,6 +208,9 @@ def _deliver(
         writer.append(_due_record(item, targets, now))
         sent = notifier.send(item.message, targets)
         _record(writer, outcome, item.message_id, item.kind, item.lock, item.message, sent, now)
+    for sending in outcome.deliveries:
+        if sending.ok:
+            outcome.last_delivered_at = now
     if outcome.state_problems:
         problems = "; ".join(dict.fromkeys(outcome.state_problems))
         notice = render_state_degraded(problems, hostname, now)
@@ -183,6 +225,7 @@ def _retry(
         targets = notifier.targets(retry.sent.tags)
         writer.append(_resolved_due(retry, targets))
         retry = Retry(retry.sent, targets)
+    retry = _renamed(notifier, retry, writer)
     gone = [service for service in retry.services if not notifier.known(service)]
     if gone:  # a service removed from the config can never confirm: stop waiting for it
         writer.append(
@@ -198,6 +241,25 @@ def _retry(
     message = Message(retry.sent.title, retry.sent.markdown, retry.sent.text)
     sent = notifier.send(message, live)
     _record(writer, outcome, retry.sent.message_id, retry.sent.kind, "", message, sent, now)
+
+
+def _renamed(notifier: Notifier, retry: Retry, writer: JournalWriter) -> Retry:
+    """A retry whose services were journaled under other ids (an older lockwarden, or apprise
+    naming a config-file service differently) is readdressed to the ids they have now."""
+    shown = {attempt.service: attempt.url for attempt in retry.sent.attempts}
+    renamed: dict[str, str] = {}
+    for service in retry.services:
+        if notifier.known(service):
+            continue
+        now_named = notifier.match(service, [shown[service]] if service in shown else [])
+        if now_named is not None:
+            renamed[service] = now_named
+    if not renamed:
+        return retry
+    services = tuple(renamed.get(service, service) for service in retry.services)
+    targets = tuple(renamed.get(t, t) for t in (retry.sent.targets or ()))
+    writer.append(_resolved_due(retry, targets))
+    return Retry(retry.sent, services)
 
 
 def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> Record:
@@ -301,6 +363,7 @@ def with_outcome(
             f"undeliverable: {retry.sent.kind} {retry.sent.title!r} to {len(retry.services)} "
             "service(s) gave up after give_up_after"
         )
+    extra_notes.extend(f"notify service unusable: {bad}" for bad in outcome.invalid_services)
     if outcome.notify_problem:
         extra_notes.append(f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent")
     elif outcome.unsent:
@@ -308,6 +371,9 @@ def with_outcome(
             f"alerting is off: {outcome.unsent} alert(s) not sent, as no [notify] service is "
             "configured (see the README's Alerts section)"
         )
+    notify = notify_finding(outcome)
+    if notify is not None:
+        findings = (*findings, notify)
     if not outcome.state_problems:
         return findings, tuple(extra_notes)
     problem = "; ".join(dict.fromkeys(outcome.state_problems))  # each problem once
@@ -324,3 +390,64 @@ def with_outcome(
 
 def state_directory(config: Config) -> str:
     return os.path.dirname(state_path(config)) or "."
+
+
+def delivery_problems(outcome: AlertOutcome) -> list[str]:
+    """Why a person may not have been told this run, one line per cause."""
+    problems = [f"notify service unusable: {bad}" for bad in outcome.invalid_services]
+    if outcome.notify_problem:
+        problems.append(f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent")
+    failed = [d for d in outcome.deliveries if not d.ok and d.message_id != NOTICE_ID]
+    problems.extend(
+        f"{d.kind} NOT delivered to {d.service_url} ({d.status}); will retry: {d.title}"
+        for d in failed
+    )
+    return problems
+
+
+def notify_finding(outcome: AlertOutcome) -> Finding | None:
+    """An unknown finding when alerts could not go out: the run's exit code and the unit's
+    result then show it (a critical lock still outranks it, so nothing is hidden)."""
+    problems = delivery_problems(outcome) + [
+        f"gave up on {retry.sent.kind} {retry.sent.title!r} to {len(retry.services)} service(s)"
+        for retry in outcome.plan.given_up
+    ]
+    if not problems:
+        return None
+    return Finding(
+        name=NOTIFY_FINDING,
+        path="[notify]",
+        format="notify",
+        state=State.UNKNOWN,
+        severity=Severity.UNKNOWN,
+        reason="alerts may not reach a person: " + "; ".join(problems),
+    )
+
+
+def report_failures(outcome: AlertOutcome) -> None:
+    """What means a person may not be told goes to stderr at its journald priority: warning
+    (<4>) for what the next run retries, error (<3>) for what no retry will fix."""
+    for bad in outcome.invalid_services:
+        log.error("notify service unusable, never sent to: %s", bad)
+    if outcome.notify_problem:
+        log.error("notify: %s; %d message(s) unsent", outcome.notify_problem, outcome.unsent)
+    for sending in outcome.deliveries:
+        if not sending.ok:
+            retried = "" if sending.message_id == NOTICE_ID else "; will retry next run"
+            log.warning(
+                "%s NOT delivered to %s (%s)%s: %s",
+                sending.kind,
+                sending.service_url,
+                sending.status,
+                retried,
+                sending.title,
+            )
+    for retry in outcome.plan.given_up:
+        log.error(
+            "gave up delivering %s %r to %d service(s) after give_up_after",
+            retry.sent.kind,
+            retry.sent.title,
+            len(retry.services),
+        )
+    for problem in dict.fromkeys(outcome.state_problems):
+        log.warning("state degraded: %s; alerts are still sent but may repeat", problem)

@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockwarden import __version__, lazylog
 from lockwarden import config as config_module
@@ -18,6 +18,9 @@ from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
 from lockwarden.report import render_json, render_text
 from lockwarden.run import RunResult, inspect_path
+
+if TYPE_CHECKING:
+    from lockwarden.alerting import AlertOutcome
 
 log = lazylog.getLogger("lockwarden")
 
@@ -489,7 +492,7 @@ def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = No
         emit(result, arguments.json)
     sys.stdout.flush()
     if config.prometheus_textfile and not arguments.dry_run:
-        write_metrics(config.prometheus_textfile, result, duration)
+        write_metrics(config.prometheus_textfile, result, duration, alerted.outcome)
     if not config.locks and not config.builtin:
         # A check that watches nothing must not read as OK to a monitor.
         log.warning("%s lists no [[lock]]: nothing was checked", config.source)
@@ -497,19 +500,31 @@ def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = No
     return int(result.status)
 
 
-def write_metrics(path: str, result: RunResult, duration: float) -> None:
+def write_metrics(
+    path: str, result: RunResult, duration: float, outcome: AlertOutcome | None = None
+) -> None:
     """A metrics file that cannot be written must not hide the locks' status (the exit code):
     it is logged, and Prometheus' "agent silent" alert sees the file go stale."""
-    from lockwarden.prometheus import write_textfile
+    from lockwarden.prometheus import DeliveryMetrics, write_textfile
 
+    delivery = (
+        None
+        if outcome is None
+        else DeliveryMetrics(
+            outcome.undelivered, len(outcome.invalid_services), outcome.last_delivered_at
+        )
+    )
     try:
-        write_textfile(path, result, duration)
+        write_textfile(path, result, duration, delivery)
     except OSError as error:
         log.error("could not write the Prometheus textfile %s: %s", path, error)
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:
     config = load_config(arguments.config)
+    problems = runtime_problems(config)
+    if problems:  # the same form as a config error: FILE: key: message, exit 78
+        raise config_module.ConfigError(problems)
     source = config.source or "built-in defaults (no config file)"
     document = config_module.effective(config)
     if arguments.json:
@@ -522,6 +537,32 @@ def command_check_config(arguments: argparse.Namespace) -> int:
         print(f"# effective configuration from {source}: valid, {len(config.locks)} locks")
         print(tomli_w.dumps(document), end="")
     return EXIT_OK
+
+
+def runtime_problems(config: config_module.Config) -> list[str]:
+    """What a valid file still cannot do at run time: notify URLs apprise's own parser rejects
+    (checked without sending), and a state directory a run would refuse."""
+    from lockwarden.alerting import state_directory
+    from lockwarden.journal import state_dir_problem
+
+    where = config.source or "built-in defaults"
+    problems: list[str] = []
+    if config.notify.configured:
+        from lockwarden.notify import Notifier, NotifyConfigError
+
+        try:
+            notifier = Notifier(config.notify)
+        except NotifyConfigError as error:
+            problems.append(f"{where}: {error}")
+        else:
+            problems.extend(
+                f"{where}: {bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid
+            )
+    writes = config.notify.configured or any(lock.remove_stale for lock in config.locks)
+    state_problem = state_dir_problem(state_directory(config)) if writes else None
+    if state_problem:
+        problems.append(f"{where}: state.path: {state_problem}")
+    return problems
 
 
 def command_discover(arguments: argparse.Namespace) -> int:

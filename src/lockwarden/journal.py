@@ -75,6 +75,30 @@ def check_state_dir(directory: str) -> None:
         info = _lstat_made(directory)
     except OSError as error:
         raise StateError(f"state directory {directory}: {error.strerror}") from None
+    _check_state_dir_info(directory, info)
+
+
+def state_dir_problem(directory: str) -> str | None:
+    """What `check_state_dir` would refuse, found without creating anything (check-config)."""
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        parent = os.path.dirname(directory.rstrip("/")) or "/"
+        if os.path.isdir(parent):
+            return None  # the first run creates it, mode 0700
+        return f"state directory {directory} does not exist, nor does its parent {parent}"
+    except OSError as error:
+        return f"state directory {directory}: {error.strerror}"
+    try:
+        _check_state_dir_info(directory, info)
+    except StateError as error:
+        return str(error)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"state directory {directory}: permission denied (needs write and search on it)"
+    return None
+
+
+def _check_state_dir_info(directory: str, info: os.stat_result) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise StateError(
             f"state directory {directory} is a symlink; refused (whoever controls the link "

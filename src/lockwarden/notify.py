@@ -2,8 +2,9 @@
 
 Each configured service gets its own delivery result, so a message counts as sent to a service
 only when apprise reported that service delivered; the others stay pending. Every service gets
-short socket timeouts (apprise's `cto`/`rto`, set on the plugin) and every send a call deadline
-(`Apprise.notify(timeout=...)`), so a dead endpoint cannot hold the run past its budget.
+short socket timeouts (apprise's `cto`/`rto`, set on the plugin), and each send runs in its own
+daemon thread that the run waits for only until the budget's deadline: a dead endpoint cannot hold
+the run past its budget on any apprise version (1.2 has no call deadline of its own).
 
 URLs carry tokens: they are logged, reported and journaled only in apprise's privacy form
 (`url(privacy=True)`), and a logging filter masks any token that leaks into a log line.
@@ -14,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -47,6 +50,16 @@ class UrlSpec:
 
     url: str
     tags: tuple[str, ...]
+    origin: str = "notify.urls"  # where it was configured: `notify.urls[2]`, `notify.urls_file`
+
+
+@struct
+class InvalidService:
+    """A configured URL that apprise cannot use: it is reported on every run, never sent to."""
+
+    origin: str
+    shown: str
+    problem: str
 
 
 @struct
@@ -59,27 +72,34 @@ class Delivery:
     status: str
 
 
-def split_tags(entry: str) -> UrlSpec:
+def split_tags(entry: str, origin: str = "notify.urls") -> UrlSpec:
     """`ops,db=slack://...` -> tags (ops, db); a plain URL has no tags."""
     match = TAGGED_URL.match(entry)
     if match and "://" not in match.group(1):
         tags = tuple(tag.strip() for tag in match.group(1).split(",") if tag.strip())
-        return UrlSpec(match.group(2).strip(), tags)
-    return UrlSpec(entry.strip(), ())
+        return UrlSpec(match.group(2).strip(), tags, origin)
+    return UrlSpec(entry.strip(), (), origin)
 
 
 def url_specs(settings: NotifySettings, environ: Mapping[str, str] | None = None) -> list[UrlSpec]:
-    """Every URL from `urls`, `urls_env` and `urls_file` (not the apprise config file)."""
+    """Every URL from `urls`, `urls_env` and `urls_file` (not the apprise config file), each
+    with where it came from, as an error message names it."""
     env = os.environ if environ is None else environ
-    entries = list(settings.urls)
+    entries = [(url, f"notify.urls[{index}]") for index, url in enumerate(settings.urls)]
     if settings.urls_env:
         value = env.get(settings.urls_env)
         if not value:
             raise NotifyConfigError(f"notify.urls_env: ${settings.urls_env} is not set or empty")
-        entries.extend(value.split())
+        entries.extend(
+            (url, f"notify.urls_env (${settings.urls_env} word {number})")
+            for number, url in enumerate(value.split(), start=1)
+        )
     if settings.urls_file:
-        entries.extend(_url_lines(credential_path(settings.urls_file, env)))
-    return [split_tags(entry) for entry in entries if entry.strip()]
+        path = credential_path(settings.urls_file, env)
+        entries.extend(
+            (url, f"notify.urls_file ({path} line {number})") for url, number in _url_lines(path)
+        )
+    return [split_tags(entry, origin) for entry, origin in entries if entry.strip()]
 
 
 def credential_path(name: str, environ: Mapping[str, str]) -> str:
@@ -95,13 +115,48 @@ def credential_path(name: str, environ: Mapping[str, str]) -> str:
     return os.path.join(directory, name)
 
 
-def _url_lines(path: str) -> list[str]:
+def _url_lines(path: str) -> list[tuple[str, int]]:
     try:
         with open(path, encoding="utf-8") as handle:
             lines = handle.read(1 << 20).splitlines()
     except OSError as error:
         raise NotifyConfigError(f"notify.urls_file: cannot read {path}: {error.strerror}") from None
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        (line.strip(), number)
+        for number, line in enumerate(lines, start=1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def scheme_shown(url: str) -> str:
+    """What may be shown of a URL apprise cannot parse (no privacy form exists): its scheme."""
+    if "://" not in url:
+        return "(not a URL)"
+    return url.split("://", 1)[0][:20] + "://…"
+
+
+def why_invalid(apprise: Any, url: str) -> str:
+    """Why apprise rejected a URL, in words an operator can act on (never quoting it)."""
+    if "://" not in url:
+        return "not an apprise URL (no SCHEME://); not shown, as it may hold secrets"
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in known_schemes(apprise):
+        return f"unknown scheme {scheme!r}: apprise has no such service"
+    return (
+        f"apprise cannot parse this {scheme}:// URL (a missing or malformed token, host or "
+        "target?); not shown, as it may hold secrets"
+    )
+
+
+def known_schemes(apprise: Any) -> set[str]:
+    """Every scheme the installed apprise serves (loads every plugin: only on an error path)."""
+    from lockwarden.apprise_loader import schemes_of
+
+    schemes: set[str] = set()
+    for entry in apprise.Apprise().details().get("schemas", []):
+        for key in ("protocols", "secure_protocols"):
+            schemes |= schemes_of(type("Claimed", (), {"protocol": entry.get(key) or ()}))
+    return schemes
 
 
 @struct
@@ -113,11 +168,17 @@ class Service:
     tags: frozenset[str]
     email: bool
     plugin: Any
+    legacy_id: str = ""  # the id older lockwarden versions journaled: see service_id_of
 
 
-def service_id_of(full_url: str) -> str:
-    """A stable name for one service in the journal: a hash, never the URL (it has tokens)."""
-    return hashlib.sha256(full_url.encode()).hexdigest()[:16]
+def service_id_of(identity: str) -> str:
+    """A stable name for one service in the journal: a hash, never the URL (it has tokens).
+
+    `identity` is the URL as the operator configured it (tags and blanks stripped), not
+    apprise's `plugin.url()`: that text changes between apprise versions (parameters added,
+    reordered), and a pending retry must still find its service after an apprise upgrade.
+    Journals written before kept `service_id_of(plugin.url())`: see `legacy_id`."""
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 def secrets_of(full_url: str, private_url: str) -> set[str]:
@@ -184,59 +245,83 @@ def redact_in_logs(secrets: Iterable[str]) -> None:
 
 
 class Notifier:
-    """The configured services, loaded once per run, and a send budget for the whole run."""
+    """The configured services, loaded once per run, and a send budget for the whole run.
+
+    A URL apprise cannot use never stops the others: it is kept in `invalid`, reported on every
+    run, and never sent to."""
 
     def __init__(self, settings: NotifySettings, environ: Mapping[str, str] | None = None):
         import apprise
-
-        from lockwarden.apprise_loader import direct_service
 
         self._apprise = apprise
         self.budget = settings.timeout
         # The budget is for waiting on the network, so it starts at the first send: loading
         # apprise's plugins (seconds on a loaded host) must not use it up before anything is sent.
         self.deadline: float | None = None
-        asset = apprise.AppriseAsset(app_id="lockwarden", app_desc="lockwarden lock alerts")
-        source = apprise.Apprise(asset=asset)
-        for number, spec in enumerate(url_specs(settings, environ), start=1):
-            # Built from its own plugin class where apprise_loader knows it, so an alert run
-            # loads one plugin module instead of all ~190 (apprise_loader.py says how).
-            direct = direct_service(spec.url, asset, spec.tags)
-            added = (
-                source.add(direct)
-                if direct is not None
-                else source.add(spec.url, tag=list(spec.tags) or None)
-            )
-            if not added:
-                scheme = spec.url.split("://", 1)[0] if "://" in spec.url else "?"
-                raise NotifyConfigError(
-                    f"notify URL #{number} ({scheme}://…) is not a valid apprise URL "
-                    "(not shown: it may hold secrets)"
-                )
+        self._asset = apprise.AppriseAsset(app_id="lockwarden", app_desc="lockwarden lock alerts")
+        self.services: list[Service] = []
+        self.invalid: list[InvalidService] = []
+        for spec in url_specs(settings, environ):
+            plugin = self._plugin(spec)
+            if plugin is None:
+                problem = why_invalid(apprise, spec.url)
+                self.invalid.append(InvalidService(spec.origin, scheme_shown(spec.url), problem))
+            else:
+                self.services.append(self._service(plugin, spec.url))
         if settings.config:
-            config = apprise.AppriseConfig(asset=asset)
-            if not config.add(settings.config):
-                raise NotifyConfigError(f"notify.config: cannot load {settings.config}")
-            source.add(config)
-        self._source = source
-        self.services = [self._service(plugin) for plugin in source.find()]
+            self._add_config(settings.config)
         self._install_redaction()
 
-    def _service(self, plugin: Any) -> Service:
+    def _plugin(self, spec: UrlSpec) -> Any | None:
+        from lockwarden.apprise_loader import direct_service
+
+        # Built from its own plugin class where apprise_loader knows it, so an alert run
+        # loads one plugin module instead of all ~190 (apprise_loader.py says how).
+        plugin = direct_service(spec.url, self._asset, spec.tags)
+        if plugin is not None:
+            return plugin
+        return self._apprise.Apprise.instantiate(
+            spec.url, asset=self._asset, tag=list(spec.tags) or None, suppress_exceptions=True
+        )
+
+    def _add_config(self, location: str) -> None:
+        config = self._apprise.AppriseConfig(asset=self._asset)
+        loaded = self._apprise.Apprise(asset=self._asset)
+        plugins: list[Any] = (
+            list(loaded.find()) if config.add(location) and loaded.add(config) else []
+        )
+        if not plugins:
+            self.invalid.append(
+                InvalidService(
+                    "notify.config", location, "cannot be loaded, or defines no usable service"
+                )
+            )
+            return
+        for plugin in plugins:
+            # No configured text to name it by: apprise's own URL it is (an apprise upgrade may
+            # rename it; a pending retry then finds it by its shown URL, see `match`).
+            self.services.append(self._service(plugin, plugin.url()))
+
+    def _service(self, plugin: Any, identity: str) -> Service:
         # Named before the timeouts change its URL: the id must not move with [notify] timeout.
-        service_id = service_id_of(plugin.url())
+        legacy_id = service_id_of(plugin.url())
         # Short socket timeouts, so a dead or hanging endpoint fails within the budget.
         cap = max(0.5, self.budget)
         plugin.socket_connect_timeout = min(float(plugin.socket_connect_timeout), cap)
         plugin.socket_read_timeout = min(float(plugin.socket_read_timeout), cap)
         protocols = {plugin.protocol, getattr(plugin, "secure_protocol", None)}
         flat = {p for item in protocols for p in (item if isinstance(item, tuple) else (item,))}
+        if flat & EMAIL_SCHEMES and not isinstance(plugin.notify_format, tuple):
+            # apprise 1.2 mails HTML whatever the body is; newer ones follow the body's format:
+            # an alert mail is plain text on every version.
+            plugin.notify_format = self._apprise.NotifyFormat.TEXT
         return Service(
-            service_id=service_id,
+            service_id=service_id_of(identity.strip()),
             url=shown_url(plugin.url(privacy=True), flat),
             tags=frozenset(plugin.tags or ()),
             email=bool(flat & EMAIL_SCHEMES),
             plugin=plugin,
+            legacy_id=legacy_id,
         )
 
     def _install_redaction(self) -> None:
@@ -261,6 +346,19 @@ class Notifier:
     def known(self, service_id: str) -> bool:
         return any(service.service_id == service_id for service in self.services)
 
+    def match(self, service_id: str, shown_urls: Iterable[str] = ()) -> str | None:
+        """The service a journaled id means now: the same id; else an id an older lockwarden
+        wrote (`legacy_id`); else the one service with the URL shown in its earlier attempts
+        (an apprise upgrade changes `plugin.url()`, not what the operator configured)."""
+        if self.known(service_id):
+            return service_id
+        for service in self.services:
+            if service.legacy_id == service_id:
+                return service.service_id
+        shown = set(shown_urls)
+        by_url = [service.service_id for service in self.services if service.url in shown]
+        return by_url[0] if len(by_url) == 1 else None
+
     def url_of(self, service_id: str) -> str:
         found = [s.url for s in self.services if s.service_id == service_id]
         return found[0] if found else f"(service {service_id} no longer configured)"
@@ -272,18 +370,40 @@ class Notifier:
             return []
         if self.deadline is None:
             self.deadline = time.monotonic() + self.budget
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0.05:
+        if self.deadline - time.monotonic() <= 0.05:
             return [Delivery(s.service_id, s.url, False, "out of time budget") for s in chosen]
-        from concurrent.futures import ThreadPoolExecutor, as_completed
+        finished = self._wait_for(self._start_sends(chosen, message), len(chosen))
+        return [
+            finished.get(s.service_id) or Delivery(s.service_id, s.url, False, "timed out")
+            for s in chosen
+        ]
 
-        with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
-            futures = [pool.submit(self._send_one, s, message, remaining) for s in chosen]
-            next(as_completed(futures)).result()
-            crash_point("mid-send")  # test-only: one service answered, others may be in flight
-            return [future.result() for future in futures]
+    def _start_sends(self, chosen: list[Service], message: Message) -> queue.SimpleQueue[Delivery]:
+        # Daemon threads, not a pool: a send still hanging at the deadline is abandoned (the
+        # process may exit under it) instead of being joined past the budget.
+        finished: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        for service in chosen:
+            threading.Thread(
+                target=lambda service=service: finished.put(self._send_one(service, message)),
+                name=f"send-{service.service_id}",
+                daemon=True,
+            ).start()
+        return finished
 
-    def _send_one(self, service: Service, message: Message, timeout: float) -> Delivery:
+    def _wait_for(self, finished: queue.SimpleQueue[Delivery], count: int) -> dict[str, Delivery]:
+        assert self.deadline is not None
+        received: dict[str, Delivery] = {}
+        while len(received) < count:
+            try:
+                delivery = finished.get(timeout=max(0.0, self.deadline - time.monotonic()))
+            except queue.Empty:
+                break  # the rest are past the budget: not delivered, retried next run
+            received[delivery.service] = delivery
+            if len(received) == 1:
+                crash_point("mid-send")  # test-only: one service answered, others may be in flight
+        return received
+
+    def _send_one(self, service: Service, message: Message) -> Delivery:
         apprise = self._apprise
         single = apprise.Apprise()
         single.add(service.plugin)
@@ -293,11 +413,16 @@ class Notifier:
             else (message.markdown, apprise.NotifyFormat.MARKDOWN)
         )
         try:
-            result = single.notify(
-                body=body, title=message.title, body_format=body_format, timeout=timeout
-            )
+            result = single.notify(body=body, title=message.title, body_format=body_format)
         except Exception as error:  # a plugin bug is one failed delivery, not a failed run
             log.debug("sending to %s raised %s", service.url, type(error).__name__)
             return Delivery(service.service_id, service.url, False, "error")
-        status = getattr(getattr(result, "status", None), "name", "unknown").lower()
-        return Delivery(service.service_id, service.url, bool(result), status)
+        return Delivery(service.service_id, service.url, bool(result), _status_of(result))
+
+
+def _status_of(result: Any) -> str:
+    """Newer apprise returns a result with a status (success, failure, timeout); 1.2 a bool."""
+    status = getattr(getattr(result, "status", None), "name", None)
+    if isinstance(status, str):
+        return status.lower()
+    return "success" if result else "failure"

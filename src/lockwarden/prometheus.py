@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from datetime import datetime
 
 from lockwarden.atomic import write_atomically
 from lockwarden.model import Finding, State
 from lockwarden.run import RunResult
+from lockwarden.structs import struct
 
 LOCK_LABELS = ("lock", "path", "state", "holder_role", "holder_unit")
 
@@ -33,6 +35,28 @@ LAST_RUN = (
     "Unix time of the last completed lockwarden run",
 )
 RUN_DURATION = ("lockwarden_run_duration_seconds", "How long the last lockwarden run took")
+ALERTS_UNDELIVERED = (
+    "lockwarden_alerts_undelivered",
+    "Alert messages the last run could not deliver to every service (retried, given up, or "
+    "unsent for a broken [notify]); above 0 means a person may not have been told",
+)
+NOTIFY_UNUSABLE = (
+    "lockwarden_notify_services_unusable",
+    "Configured notify URLs (or apprise config files) that apprise cannot use",
+)
+LAST_DELIVERY = (
+    "lockwarden_last_delivery_timestamp_seconds",
+    "Unix time of the last alert a service confirmed (from the state journal)",
+)
+
+
+@struct
+class DeliveryMetrics:
+    """What the alert stage of a run could not deliver, for the textfile."""
+
+    undelivered: int
+    unusable_services: int
+    last_delivered_at: datetime | None
 
 
 def escape_label_value(value: str) -> str:
@@ -81,7 +105,9 @@ def gauge(metric: tuple[str, str], samples: Iterable[tuple[str, float]]) -> list
     return lines
 
 
-def render_metrics(result: RunResult, duration_s: float) -> str:
+def render_metrics(
+    result: RunResult, duration_s: float, delivery: DeliveryMetrics | None = None
+) -> str:
     """The whole textfile for one run, in the Prometheus text exposition format."""
     findings = result.findings
     lines = [
@@ -91,9 +117,23 @@ def render_metrics(result: RunResult, duration_s: float) -> str:
         *gauge(LAST_RUN, [("", result.checked_at.timestamp())]),
         *gauge(RUN_DURATION, [("", duration_s)]),
     ]
+    if delivery is not None:
+        lines.extend(delivery_lines(delivery))
     return "\n".join(lines) + "\n"
 
 
-def write_textfile(path: str, result: RunResult, duration_s: float) -> None:
+def delivery_lines(delivery: DeliveryMetrics) -> list[str]:
+    lines = [
+        *gauge(ALERTS_UNDELIVERED, [("", float(delivery.undelivered))]),
+        *gauge(NOTIFY_UNUSABLE, [("", float(delivery.unusable_services))]),
+    ]
+    if delivery.last_delivered_at is not None:  # never delivered: absent, not a fake 0
+        lines.extend(gauge(LAST_DELIVERY, [("", delivery.last_delivered_at.timestamp())]))
+    return lines
+
+
+def write_textfile(
+    path: str, result: RunResult, duration_s: float, delivery: DeliveryMetrics | None = None
+) -> None:
     """Mode 0644: node-exporter runs as another user and must read it."""
-    write_atomically(path, render_metrics(result, duration_s), mode=0o644)
+    write_atomically(path, render_metrics(result, duration_s, delivery), mode=0o644)
