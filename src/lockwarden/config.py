@@ -453,10 +453,11 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
 def _with_unit_credential(notify: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """`urls_file` defaults to the unit's credential when systemd passed one."""
     directory = environ.get("CREDENTIALS_DIRECTORY")
-    if notify["urls_file"] is None and directory:
-        if os.path.isfile(os.path.join(directory, NOTIFY_CREDENTIAL)):
-            return {**notify, "urls_file": NOTIFY_CREDENTIAL}
-    return notify
+    if notify["urls_file"] is not None or not directory:
+        return notify
+    if not os.path.isfile(os.path.join(directory, NOTIFY_CREDENTIAL)):
+        return notify
+    return {**notify, "urls_file": NOTIFY_CREDENTIAL}
 
 
 def _refuse_unknown(
