@@ -27,5 +27,5 @@ ruff check .
 ruff format --check .
 mypy
 pytest -q "$@"
-# The same code on Debian 12's versions of its dependencies (what the .deb runs with).
-bash scripts/test-debian12.sh
+# The same code on Debian 12's and 13's versions of its dependencies (what the .deb runs with).
+bash scripts/test-debian.sh all

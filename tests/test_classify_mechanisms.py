@@ -180,14 +180,14 @@ def test_a_worker_that_started_after_the_lock_was_written_did_not_take_it():
     assert judge(WORKED, evidence(workers=(late,)))[0] is State.STALE
     early = replace(holder(5, "git"), started_at=NOW - timedelta(hours=2))
     state, text = judge(WORKED, evidence(workers=(early, late)))
-    assert state is State.HELD and text.endswith("| kill 5")
+    assert state is State.HELD and "PID 5 (git)" in text and text.endswith("| None")
 
 
 def test_candidate_pids_held_only_by_the_one_that_runs():
     claim = existence(pid_candidates=(100, 1000, 10000), started_at=NOW - timedelta(hours=1))
     running = {100: None, 1000: process(1000, NOW - timedelta(hours=2)), 10000: None}
     state, text = judge(claim, evidence(candidate_processes=running))
-    assert state is State.HELD and "kill 1000" in text
+    assert state is State.HELD and "by PID 1000 (tool)" in text
 
 
 def test_candidate_pids_all_gone_is_stale():
@@ -237,7 +237,7 @@ def test_a_recorded_lock_start_only_rules_out_later_processes():
 def test_workers_outlive_a_dead_recorded_holder():
     claim = existence(pid=50, work_directories=("/srv/data",), worker_names=("postgres",))
     state, text = judge(claim, evidence(workers=(holder(51, "postgres"),)))
-    assert state is State.HELD and "kill 51" in text
+    assert state is State.HELD and "by PID 51 (postgres)" in text
 
 
 def test_never_remove_keeps_rm_out_of_every_action():

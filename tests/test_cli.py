@@ -41,7 +41,7 @@ def test_inspect_a_store_directory_names_the_holder(tmp_path: Path, children: Ch
     completed = run_cli("inspect", str(store))
     assert completed.returncode == 0
     assert f"PID {holder.pid} (maintenance-job)" in completed.stdout
-    assert f"action   kill {holder.pid}" in completed.stdout
+    assert "action" not in completed.stdout  # within its budget: nothing to do
     assert "format auto picked owner-record" in completed.stdout
 
 

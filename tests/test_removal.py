@@ -186,7 +186,7 @@ def test_stale_lock_removed_after_two_sightings_stale_confirm_apart_and_notified
     body = str(removal_notices[0]["message"])
     assert f"PID {dead} is not running" in body and ".LOCK.lockwarden-removed-" in body
     titles = [str(payload["title"]) for payload in receiver.payloads]
-    resolved = next(n for n, title in enumerate(titles) if title.startswith("resolved"))
+    resolved = next(n for n, title in enumerate(titles) if title.startswith("RESOLVED "))
     assert titles.index(removal_notices[0]["title"]) < resolved  # what was done, then the end
     assert store.finding(10)["removal"] is None  # nothing left to remove, nothing said
 

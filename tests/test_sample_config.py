@@ -40,8 +40,21 @@ def test_the_example_config_loads() -> None:
     assert len(loaded.locks) == 1
 
 
-def test_the_example_config_passes_check_config() -> None:
-    completed = run_cli("check-config", "--config", str(EXAMPLE))
+def test_the_example_config_passes_check_config(tmp_path: Path) -> None:
+    """check-config also loads the apprise config file the example names: given one that
+    exists, the example passes; without it, that (and only that) is the error."""
+    missing = run_cli("check-config", "--config", str(EXAMPLE))
+    assert missing.returncode == 78
+    assert "notify.config: /etc/lockwarden/apprise.yml: cannot be loaded" in missing.stderr
+    assert missing.stderr.count("config error") == 1
+    apprise_config = tmp_path / "apprise.yml"
+    apprise_config.write_text("urls:\n  - json://127.0.0.1:9/hook\n")
+    example = tmp_path / "config.toml"
+    example.write_text(
+        EXAMPLE.read_text().replace("/etc/lockwarden/apprise.yml", str(apprise_config))
+    )
+    example.chmod(0o600)
+    completed = run_cli("check-config", "--config", str(example))
     assert completed.returncode == 0, completed.stderr
     assert "valid, 1 locks" in completed.stdout
 

@@ -15,6 +15,7 @@ from lockwarden.structs import struct
 
 if TYPE_CHECKING:
     from lockwarden.history import Incident
+    from lockwarden.journal import RunBusy
 
 EXIT_NOTIFY_FAILED = 1
 EXIT_UNKNOWN = 3
@@ -49,6 +50,28 @@ def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = 
         failed = alerted.outcome is not None and alerted.outcome.failed
         heartbeat.ping(config.heartbeat, heartbeat.FAIL if failed else None)
     return alerted
+
+
+def busy_message(busy: RunBusy, now: datetime) -> str:
+    """Who holds the run lock now, as the kernel says (its flock holder, found through
+    /proc/*/fdinfo like any monitored lock): the PID written in the file may be a dead run's."""
+    from lockwarden.run import inspect_path
+
+    try:
+        holder = inspect_path(busy.lock_path, now, lock_format="kernel").findings[0].holder
+    except Exception:  # naming the holder is a courtesy: the run is busy either way
+        holder = None
+    if holder is not None and holder.pid is not None:
+        return (
+            f"another lockwarden run is in progress (PID {holder.pid}, run lock "
+            f"{busy.lock_path}; the kernel names its holder: {holder.describe()})"
+        )
+    if busy.pid is None:
+        return f"another lockwarden run is in progress (run lock {busy.lock_path}; no PID named)"
+    return (
+        f"another lockwarden run is in progress (PID {busy.pid}, run lock {busy.lock_path}; as "
+        "recorded in the file: /proc named no holder, so that run may have just ended)"
+    )
 
 
 def would_send(alerted: AlertedRun) -> list[dict[str, Any]]:
@@ -142,11 +165,18 @@ def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
         notifier = Notifier(config.notify)
     except NotifyConfigError as error:
         return Output(EXIT_CONFIG, error=f"config error: {error}")
+    where = config.source or "built-in defaults"
+    unusable = [
+        f"{'UNUSABLE':<20} {where}: {b.origin}: {b.shown}: {b.problem}" for b in notifier.invalid
+    ]
     targets = notifier.targets(tuple(tags))
     if not targets:
-        return Output(EXIT_CONFIG, error="no configured service matches those tags")
+        nothing = "no usable configured service matches those tags"
+        return Output(EXIT_CONFIG, "".join(line + "\n" for line in unusable), nothing)
     deliveries = notifier.send(render_test(socket.gethostname(), now), targets)
     lines = [f"{'delivered' if d.ok else f'FAILED ({d.status})':<20} {d.url}" for d in deliveries]
+    if unusable:  # the usable services were still tried: one bad URL holds back none
+        return Output(EXIT_CONFIG, "\n".join(lines + unusable) + "\n")
     code = 0 if all(delivery.ok for delivery in deliveries) else EXIT_NOTIFY_FAILED
     return Output(code, "\n".join(lines) + "\n")
 

@@ -27,7 +27,7 @@ from lockwarden.history import (
     timestamp,
 )
 from lockwarden.journal import Journal, Record, StateError, check_state_dir, default_state_path
-from lockwarden.messages import Message, render_state_degraded
+from lockwarden.messages import Message, render_state_degraded, render_state_healthy
 from lockwarden.model import Finding, Severity, State
 from lockwarden.structs import field, struct
 
@@ -91,7 +91,9 @@ def state_path(config: Config) -> str:
 
 
 def policies(config: Config) -> dict[str, LockPolicy]:
-    return {lock.name: LockPolicy(lock.alerts, lock.notify_tags) for lock in config.locks}
+    return {
+        lock.name: LockPolicy(lock.alerts, lock.notify_tags, lock.role) for lock in config.locks
+    }
 
 
 class JournalWriter:
@@ -159,6 +161,8 @@ def alert_stage(
     read_only = dry_run or not config.notify.configured
     delivered_before: list[datetime] = []
     history = load_history(journal, problems, read_only, delivered_before)
+    if problems and not read_only:
+        journal, history = _fallback(journal, history, config)
     plan = decide(findings, history, now, policies(config), hostname)
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
     crash_point("after-decide")  # test-only (crashpoints.py); a no-op unless asked
@@ -185,7 +189,10 @@ def _deliver(
     hostname: str,
     now: datetime,
 ) -> None:
-    wants_notice = bool(outcome.state_problems)
+    wants_notice = (
+        bool(outcome.state_problems)
+        or _read_marker(degraded_marker(state_path(config))) is not None
+    )
     if not (plan.sends_anything or wants_notice):
         return
     from lockwarden.notify import Notifier, NotifyConfigError  # only a run that sends
@@ -211,11 +218,115 @@ def _deliver(
     for sending in outcome.deliveries:
         if sending.ok:
             outcome.last_delivered_at = now
+    _degraded_notice(notifier, writer, outcome, state_path(config), hostname, now)
+
+
+def _degraded_notice(
+    notifier: Notifier,
+    writer: JournalWriter,
+    outcome: AlertOutcome,
+    path: str,
+    hostname: str,
+    now: datetime,
+) -> None:
+    """One notice per cause of degradation, and one when it is over: remembered by a marker
+    in the runtime directory (the state directory is the thing that is broken)."""
+    marker = degraded_marker(path)
+    said = _read_marker(marker)
     if outcome.state_problems:
-        problems = "; ".join(dict.fromkeys(outcome.state_problems))
-        notice = render_state_degraded(problems, hostname, now)
-        sent = notifier.send(notice, notifier.targets(()))
-        _record(writer, outcome, NOTICE_ID, "state degraded notice", "", notice, sent, now)
+        cause = "; ".join(dict.fromkeys(outcome.state_problems))
+        if cause == said:
+            return  # said already; stderr, the report and the textfile still say it each run
+        notice = render_state_degraded(cause, hostname, now)
+    elif said is not None:
+        notice = render_state_healthy(said, hostname, now)
+    else:
+        return
+    kind = "state degraded notice" if outcome.state_problems else "state healthy notice"
+    sent = notifier.send(notice, notifier.targets(()))
+    _record(writer, outcome, NOTICE_ID, kind, "", notice, sent, now)
+    if marker is not None and any(delivery.ok for delivery in sent):
+        if outcome.state_problems and not _private_directory(os.path.dirname(marker)):
+            return
+        _write_marker(marker, cause if outcome.state_problems else None)
+
+
+def runtime_directory(state_file: str) -> str | None:
+    """A private directory for what a run must remember while its state directory is broken:
+    /run/lockwarden for root, $XDG_RUNTIME_DIR/lockwarden for a user (None without one), one
+    subdirectory per state file so two configurations never share it."""
+    import hashlib
+
+    base = (
+        "/run/lockwarden"
+        if os.geteuid() == 0
+        else os.path.join(os.environ.get("XDG_RUNTIME_DIR", ""), "lockwarden")
+    )
+    if not os.path.isabs(base):
+        return None
+    return os.path.join(base, hashlib.sha256(state_file.encode()).hexdigest()[:12])
+
+
+def degraded_marker(state_file: str) -> str | None:
+    directory = runtime_directory(state_file)
+    return None if directory is None else os.path.join(directory, "degraded-notice")
+
+
+def _private_directory(directory: str) -> bool:
+    from lockwarden.journal import check_state_dir
+
+    try:
+        os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)
+        check_state_dir(os.path.dirname(directory))
+        check_state_dir(directory)
+    except (OSError, StateError) as error:
+        log.debug("no runtime directory %s: %s", directory, error)
+        return False
+    return True
+
+
+def _read_marker(marker: str | None) -> str | None:
+    """What the last notice said; None when none is remembered (a healthy run creates
+    nothing here: only a degraded one makes the directory)."""
+    if marker is None or not os.path.lexists(marker):
+        return None
+    if not _private_directory(os.path.dirname(marker)):
+        return None
+    try:
+        with open(marker, encoding="utf-8", opener=_nofollow) as handle:
+            return handle.read(65536)
+    except OSError:
+        return None
+
+
+def _write_marker(marker: str, cause: str | None) -> None:
+    from lockwarden.atomic import write_atomically
+
+    try:
+        if cause is None:
+            os.unlink(marker)
+        else:
+            write_atomically(marker, cause, mode=0o600)
+    except OSError as error:  # then the notice may come again next run: never lost
+        log.debug("cannot update %s: %s", marker, error.strerror)
+
+
+def _nofollow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _fallback(journal: Journal, history: History, config: Config) -> tuple[Journal, History]:
+    """While the state directory is unusable, remember this run in the runtime directory, so
+    each run does not page again for the same incident (at most one repeat when it heals)."""
+    directory = runtime_directory(state_path(config))
+    if directory is None or not _private_directory(directory):
+        return journal, history
+    fallback = Journal(os.path.join(directory, "state.jsonl"), config.state.max_bytes)
+    try:
+        return fallback, fold(fallback.load().records)
+    except StateError as error:
+        log.debug("no fallback journal: %s", error)
+        return journal, history
 
 
 def _retry(
@@ -238,7 +349,9 @@ def _retry(
             }
         )
     live = [service for service in retry.services if notifier.known(service)]
-    message = Message(retry.sent.title, retry.sent.markdown, retry.sent.text)
+    message = Message(
+        retry.sent.title, retry.sent.markdown, retry.sent.text, retry.sent.notify_type
+    )
     sent = notifier.send(message, live)
     _record(writer, outcome, retry.sent.message_id, retry.sent.kind, "", message, sent, now)
 
@@ -273,6 +386,7 @@ def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> Record:
         "title": sent.title,
         "markdown": sent.markdown,
         "text": sent.text,
+        "notify_type": sent.notify_type,
         "tags": list(sent.tags),
         "targets": list(targets),
     }
@@ -289,6 +403,7 @@ def _due_record(item: Outgoing, targets: tuple[str, ...] | None, now: datetime) 
         "title": item.message.title,
         "markdown": item.message.markdown,
         "text": item.message.text,
+        "notify_type": item.message.notify_type,
         "tags": list(item.tags),
         "targets": None if targets is None else list(targets),
     }

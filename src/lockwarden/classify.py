@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from datetime import datetime, timedelta
 
+from lockwarden.advice import advise_holder, needs_action
 from lockwarden.durations import format_duration, format_limit, format_time
 from lockwarden.identify import Evidence, holder_from_process
 from lockwarden.model import Claim, Finding, Holder, Process, Severity, StaleProof, State
@@ -605,19 +606,11 @@ def action_for(state: State, verdict: Verdict, claim: Claim) -> str | None:
     if state is State.STALE and claim.remove_path and not claim.never_remove:
         flag = "-r " if claim.remove_path == claim.path and claim.record_path != claim.path else ""
         return f"rm {flag}-- {shlex.quote(claim.remove_path)}"
-    if verdict.holder is None or verdict.holder.pid is None or state is State.STALE:
+    if verdict.holder is None or verdict.holder.pid is None or not needs_action(state):
+        return None  # advice.py: no action for what needs none
+    if state is State.STALE:
         return None
-    return stop_command(verdict.holder, verdict.sharers)
-
-
-def stop_command(holder: Holder, sharers: tuple[Holder, ...] = ()) -> str:
-    """`systemctl stop UNIT` for a service, else `kill PID` (and every process sharing it)."""
-    if holder.unit:
-        if holder.user_unit:
-            return f"systemctl --user -M {holder.user}@ stop {holder.unit}"
-        return f"systemctl stop {holder.unit}"
-    pids = [holder.pid, *(sharer.pid for sharer in sharers if sharer.pid is not None)]
-    return "kill " + " ".join(str(pid) for pid in pids)
+    return advise_holder(verdict.holder, verdict.sharers, claim.format)
 
 
 def identity_of(claim: Claim, verdict: Verdict, evidence: Evidence) -> str | None:

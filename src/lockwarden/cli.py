@@ -479,7 +479,8 @@ def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = No
         locks_text = locks.text() if locks is not None else None
         alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run, locks_text)
     except RunBusy as busy:
-        print(f"lockwarden: {busy}; this run exits without doing anything", file=sys.stderr)
+        message = alert_commands.busy_message(busy, now_of(arguments))
+        print(f"lockwarden: {message}; this run exits without doing anything", file=sys.stderr)
         return EXIT_BUSY
     result = alerted.result
     duration = time.monotonic() - started
@@ -551,7 +552,7 @@ def runtime_problems(config: config_module.Config) -> list[str]:
         from lockwarden.notify import Notifier, NotifyConfigError
 
         try:
-            notifier = Notifier(config.notify)
+            notifier = Notifier(checkable_here(config.notify))
         except NotifyConfigError as error:
             problems.append(f"{where}: {error}")
         else:
@@ -563,6 +564,29 @@ def runtime_problems(config: config_module.Config) -> list[str]:
     if state_problem:
         problems.append(f"{where}: state.path: {state_problem}")
     return problems
+
+
+def checkable_here(settings: config_module.NotifySettings) -> config_module.NotifySettings:
+    """The notify settings check-config can check in this shell: an environment variable or a
+    systemd credential that only the service has is named in a warning, and left out."""
+    from lockwarden.structs import replace
+
+    if settings.urls_env and not os.environ.get(settings.urls_env):
+        log.warning(
+            "notify.urls_env: $%s is not set here, so its URLs were not checked (set it, or run "
+            "check-config where the service's environment is)",
+            settings.urls_env,
+        )
+        settings = replace(settings, urls_env=None)
+    file = settings.urls_file
+    if file and not os.path.isabs(file) and not os.environ.get("CREDENTIALS_DIRECTORY"):
+        log.warning(
+            "notify.urls_file: %r is a systemd credential, which only the service sees, so its "
+            "URLs were not checked",
+            file,
+        )
+        settings = replace(settings, urls_file=None)
+    return settings
 
 
 def command_discover(arguments: argparse.Namespace) -> int:

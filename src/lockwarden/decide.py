@@ -40,6 +40,7 @@ class LockPolicy:
 
     alerts: AlertSettings = field(default_factory=AlertSettings)
     tags: tuple[str, ...] = ()
+    role: str | None = None  # what the store is (the lock's `role`), shown in its alerts
 
 
 @struct
@@ -174,7 +175,7 @@ def _alert_interrupted(
 ) -> None:
     """The run that opened it died before its alert was due (kill -9, power loss): the "open"
     record is there, the alert is not. Send it now, or it is lost until the first reminder."""
-    message = render_alert(finding, host, ALERT)
+    message = render_alert(finding, host, ALERT, policy.role)
     identifier = incident.incident_id
     plan.outgoing.append(
         Outgoing(f"{identifier}/{ALERT}", identifier, finding.name, ALERT, message, policy.tags)
@@ -207,7 +208,7 @@ def _open(
             "held_since": timestamp(held_since) if held_since else None,
         }
     )
-    message = render_alert(finding, host, ALERT)
+    message = render_alert(finding, host, ALERT, policy.role)
     plan.outgoing.append(
         Outgoing(f"{identifier}/{ALERT}", identifier, finding.name, ALERT, message, policy.tags)
     )
@@ -239,7 +240,7 @@ def _maybe_remind(
     interval = policy.alerts.repeat_interval
     if interval <= 0 or elapsed_since(incident.last_notice_at, history, now) < interval:
         return
-    message = render_alert(finding, host, REMINDER)
+    message = render_alert(finding, host, REMINDER, policy.role)
     plan.outgoing.append(
         Outgoing(
             f"{incident.incident_id}/{REMINDER}@{timestamp(now)}",

@@ -68,6 +68,7 @@ class Sent:
     tags: tuple[str, ...]
     targets: tuple[str, ...] | None
     attempts: list[Attempt] = field(default_factory=list)
+    notify_type: str = "info"  # apprise's notify type: journals before it had none
     gave_up: set[str] = field(default_factory=set)
 
     @property
@@ -242,6 +243,7 @@ def _apply_due(history: History, record: Record, at: datetime) -> None:
         text=record["text"],
         tags=tuple(record.get("tags") or ()),
         targets=targets,
+        notify_type=str(record.get("notify_type") or "info"),
     )
     history.messages[message.message_id] = message
     incident = history.incidents.get(message.incident)

@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from lockwarden import lazylog
+from lockwarden.advice import advise_holder
 from lockwarden.durations import format_duration, format_limit, parse_duration
 from lockwarden.formats import store_lock_path
 from lockwarden.formats.base import key_of, lstat_or_none
@@ -89,8 +90,15 @@ class LockHeld(HoldError):
         self.finding = finding
         waited = f" after waiting {format_limit(waited_s)}" if waited_s > 0 else ""
         reason = finding.reason
-        if finding.action:  # inspect's "… — stop it" then names how
-            reason = f"{reason.removesuffix(' — stop it')}; stop it with: {finding.action}"
+        # A holder within its budget needs no action in a report, but whoever wants the lock
+        # now still learns how to stop it.
+        action = finding.action or (
+            advise_holder(finding.holder, finding.sharers, finding.format)
+            if finding.holder is not None and finding.holder.pid is not None
+            else None
+        )
+        if action:  # inspect's "… — stop it" then names how
+            reason = f"{reason.removesuffix(' — stop it')}; stop it with: {action}"
         super().__init__(f"cannot take {path}{waited}: {reason}")
 
 

@@ -50,6 +50,7 @@ class RunBusy(Exception):
         who = f"PID {pid}" if pid is not None else "a process whose PID is not recorded yet"
         super().__init__(f"another lockwarden run is in progress ({who}, run lock {lock_path})")
         self.pid = pid
+        self.lock_path = lock_path
 
 
 def default_state_path(

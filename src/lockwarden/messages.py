@@ -1,7 +1,11 @@
 """The words of an alert: a title, a Markdown body for chat, a plain-text body for email.
 
-Pure: everything (host, finding, times) is passed in. The title names the process to stop;
-the body says where, who, for how long, who waits, and what to do.
+Pure: everything (host, finding, times) is passed in. Written to be read on a phone: the title
+says severity, host, lock, holder and for how long (`CRITICAL db-01: wa-store blocked 2h01m by
+PID 64969 (maintenance-job, wa-resync.service)`); the body leads with what to do, then what the
+store is, then where, who, for how long and who waits. Each message carries apprise's notify
+type for its severity (critical -> failure, warning -> warning, resolved -> success), which
+chat services show as its colour.
 """
 
 from __future__ import annotations
@@ -9,8 +13,9 @@ from __future__ import annotations
 import shlex
 from datetime import datetime
 
+from lockwarden.advice import is_command, why_no_action
 from lockwarden.durations import format_duration, format_time
-from lockwarden.model import Finding, Holder, State, command_text
+from lockwarden.model import Finding, Holder, Severity, State, command_text
 from lockwarden.structs import struct
 
 ALERT = "alert"
@@ -18,6 +23,18 @@ REMINDER = "reminder"
 RESOLVED = "resolved"
 MAX_COMMAND = 300
 MAX_WAITERS_NAMED = 5
+
+# apprise's NotifyType values (the same strings in every apprise version lockwarden supports).
+INFO = "info"
+SUCCESS = "success"
+WARNING = "warning"
+FAILURE = "failure"
+NOTIFY_TYPES = {
+    Severity.OK: INFO,
+    Severity.WARNING: WARNING,
+    Severity.CRITICAL: FAILURE,
+    Severity.UNKNOWN: WARNING,
+}
 
 
 @struct
@@ -27,6 +44,7 @@ class Message:
     title: str
     markdown: str
     text: str
+    notify_type: str = INFO
 
 
 @struct
@@ -57,36 +75,51 @@ def stamp(moment: datetime | None) -> str:
 
 
 def holder_label(holder: Holder | None) -> str | None:
-    """`PID 64969 (maintenance-job)`: the role if the record gave one, else the program."""
-    if holder is None:
+    """`PID 64969 (maintenance-job, wa-resync.service)`: the role if the record gave one, else
+    the program, and the unit; None when nothing at all names it."""
+    if holder is None or (holder.pid is None and not (holder.role or holder.name or holder.unit)):
         return None
-    who = holder.role or holder.name
-    if holder.pid is None:
-        return f"an unnamed process ({who})" if who else None
-    return f"PID {holder.pid} ({who})" if who else f"PID {holder.pid}"
+    return holder.describe()
 
 
-def alert_title(finding: Finding) -> str:
+def alert_title(finding: Finding, host: str) -> str:
+    """`CRITICAL db-01: wa-store blocked 2h01m by PID 64969 (maintenance-job, wa-resync.service)`"""
+    lead = f"{finding.severity.name} {host}: {finding.name}"
     held = format_duration(finding.held_for_s) if finding.held_for_s is not None else None
-    holder = holder_label(finding.holder)
+    holder = finding.holder.describe() if finding.holder is not None else None
     if finding.state is State.HELD_TOO_LONG:
         by = f" by {holder}" if holder else ""
-        return f"writes blocked: {finding.name} held {held or 'too long'}{by}"
+        return f"{lead} blocked {held or 'too long'}{by}"
     if finding.state is State.STALE:
-        return f"stale lock: {finding.name} is left over from a dead holder; writes blocked"
+        return f"{lead} stale lock left by a dead holder; writes blocked"
     if finding.state is State.UNKNOWN:
-        return f"cannot tell: {finding.name}: {finding.reason}"[:200]
-    return f"{finding.name}: {finding.state.value}"
+        return f"{lead} cannot be judged: {finding.reason}"[:200]
+    return f"{lead} {finding.state.value}"
 
 
-def render_alert(finding: Finding, host: str, kind: str = ALERT) -> Message:
-    title = alert_title(finding)
+def render_alert(
+    finding: Finding, host: str, kind: str = ALERT, role: str | None = None
+) -> Message:
+    """`role`: what the store is, from the lock's config (`role = "WhatsApp session store"`)."""
+    title = alert_title(finding, host)
     if kind == REMINDER:
-        title = f"reminder: {title}"
-    rows = [Row("Host", host), *finding_rows(finding)]
+        title = title.replace(f"{host}: ", f"{host}: reminder: ", 1)
+    rows = [action_row(finding)]
     if kind == REMINDER:
-        rows.insert(0, Row("Reminder", "still going on; this incident was reported before"))
-    return Message(title, render_markdown(rows), render_text(title, rows))
+        rows.append(Row("Reminder", "still going on; this incident was reported before"))
+    if role:
+        rows.append(Row("Store", role))
+    rows.extend([Row("Host", host), *finding_rows(finding)])
+    return Message(
+        title, render_markdown(rows), render_text(title, rows), NOTIFY_TYPES[finding.severity]
+    )
+
+
+def action_row(finding: Finding) -> Row:
+    """What to do, first: a command to copy, or why none is advised."""
+    if finding.action:
+        return Row("Action", finding.action, code=is_command(finding.action))
+    return Row("Action", why_no_action(finding.state, finding.holder is not None))
 
 
 def finding_rows(finding: Finding) -> list[Row]:
@@ -105,8 +138,6 @@ def finding_rows(finding: Finding) -> list[Row]:
         rows.append(Row("Waiting", f"{len(finding.waiters)} blocked: {named}"))
     if finding.proof:
         rows.append(Row("Proof", finding.proof))
-    if finding.action:
-        rows.append(Row("Action", finding.action, code=True))
     if finding.state is State.STALE and finding.action and finding.action.startswith("rm "):
         rows.append(Row("Remove", shlex.split(finding.action)[-1], code=True))
     return rows
@@ -136,9 +167,11 @@ def render_resolved(
     since = ended.held_since or ended.opened_at
     lasted = format_duration((now - since).total_seconds())
     was = f", held by {ended.holder}" if ended.holder else ""
-    title = f"resolved: {ended.lock} is no longer blocked after {lasted}{was}"
+    title = f"RESOLVED {host}: {ended.lock} no longer blocked after {lasted}{was}"
     if superseded:
-        title = f"resolved: {ended.lock} incident over after {lasted}{was}; a new one follows"
+        title = (
+            f"RESOLVED {host}: {ended.lock} incident over after {lasted}{was}; a new one follows"
+        )
     now_state = finding.reason if finding is not None else "no longer checked"
     rows = [
         Row("Resolved", f"the {ended.state} incident is over; it lasted {lasted}"),
@@ -148,7 +181,7 @@ def render_resolved(
         Row("From", f"{stamp(since)} to {stamp(now)}"),
         Row("Now", now_state),
     ]
-    return Message(title, render_markdown(rows), render_text(title, rows))
+    return Message(title, render_markdown(rows), render_text(title, rows), SUCCESS)
 
 
 def render_test(host: str, now: datetime) -> Message:
@@ -162,14 +195,25 @@ def render_test(host: str, now: datetime) -> Message:
 
 
 def render_state_degraded(problem: str, host: str, now: datetime) -> Message:
-    title = f"lockwarden state degraded on {host}: alerts may repeat"
+    title = f"WARNING {host}: lockwarden state degraded, alerts may repeat"
     rows = [
         Row("Host", host),
         Row("Problem", problem),
         Row("Effect", "lockwarden cannot remember what it sent, so alerts may be repeated"),
         Row("Seen", stamp(now)),
     ]
-    return Message(title, render_markdown(rows), render_text(title, rows))
+    return Message(title, render_markdown(rows), render_text(title, rows), WARNING)
+
+
+def render_state_healthy(problem: str, host: str, now: datetime) -> Message:
+    title = f"RESOLVED {host}: lockwarden state usable again"
+    rows = [
+        Row("Host", host),
+        Row("Was", problem),
+        Row("Effect", "lockwarden remembers what it sent again; alerts no longer repeat"),
+        Row("Seen", stamp(now)),
+    ]
+    return Message(title, render_markdown(rows), render_text(title, rows), SUCCESS)
 
 
 def render_markdown(rows: list[Row]) -> str:

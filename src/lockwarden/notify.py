@@ -413,7 +413,12 @@ class Notifier:
             else (message.markdown, apprise.NotifyFormat.MARKDOWN)
         )
         try:
-            result = single.notify(body=body, title=message.title, body_format=body_format)
+            result = single.notify(
+                body=body,
+                title=message.title,
+                body_format=body_format,
+                notify_type=message.notify_type,
+            )
         except Exception as error:  # a plugin bug is one failed delivery, not a failed run
             log.debug("sending to %s raised %s", service.url, type(error).__name__)
             return Delivery(service.service_id, service.url, False, "error")

@@ -5,6 +5,7 @@ No argparse, no printing, no exit: the CLI does that. `now` is passed in.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -56,35 +57,65 @@ def inspect_locks(
 ) -> tuple[Finding, ...]:
     """Read every lock's claim first, so one descriptor scan serves them all, then judge."""
     claims = [_read(lock, snapshot) for lock in locks]
-    snapshot.scan_descriptors(keys_to_scan((c for c in claims if c is not None), snapshot))
+    readable = (claim for claim in claims if isinstance(claim, Claim))
+    snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
     return tuple(
         _judge(lock, claim, snapshot, now) for lock, claim in zip(locks, claims, strict=True)
     )
 
 
-def _read(lock: LockConfig, snapshot: Snapshot) -> Claim | None:
+def _read(lock: LockConfig, snapshot: Snapshot) -> Claim | Exception:
     try:
         return read_claim(lock.path, lock.format, snapshot.pid_max)
-    except Exception:  # one unreadable lock must not hide the others: it becomes unknown
+    except Exception as error:  # one unreadable lock must not hide the others: it is unknown
         log.debug("reading %s failed", lock.path, exc_info=True)
-        return None
+        return error
 
 
-def _judge(lock: LockConfig, claim: Claim | None, snapshot: Snapshot, now: datetime) -> Finding:
+def _judge(
+    lock: LockConfig, claim: Claim | Exception, snapshot: Snapshot, now: datetime
+) -> Finding:
     try:
-        if claim is None:
-            raise RuntimeError(f"could not read {lock.path}")
+        if isinstance(claim, PermissionError):
+            return _unknown(lock, permission_problem(lock.path))
+        if isinstance(claim, Exception):
+            raise RuntimeError(f"could not read {lock.path}: {claim}")
         return classify(lock.name, claim, gather(claim, snapshot), policy_for(lock), now)
     except Exception as error:
         log.debug("judging %s failed", lock.name, exc_info=True)
-        return Finding(
-            name=lock.name,
-            path=lock.path,
-            format=lock.format,
-            state=State.UNKNOWN,
-            severity=Severity.UNKNOWN,
-            reason=f"internal error while inspecting it: {error} (run with -v for details)",
+        return _unknown(
+            lock, f"internal error while inspecting it: {error} (run with -v for details)"
         )
+
+
+def _unknown(lock: LockConfig, reason: str) -> Finding:
+    return Finding(
+        name=lock.name,
+        path=lock.path,
+        format=lock.format,
+        state=State.UNKNOWN,
+        severity=Severity.UNKNOWN,
+        reason=reason,
+    )
+
+
+def permission_problem(path: str) -> str:
+    """`permission denied: cannot search /srv/private (needs execute on it) as uid 998`: the
+    first directory on the way that this process may not enter, else the lock itself."""
+    who = f"uid {os.geteuid()}"
+    parts = os.path.abspath(path).split("/")[1:]
+    for depth in range(1, len(parts)):
+        directory = "/" + "/".join(parts[:depth])
+        if not os.access(directory, os.X_OK):
+            return (
+                f"permission denied: cannot search directory {directory} (needs execute (search) "
+                f"permission on it) as {who}: grant it, or run lockwarden with a user or "
+                "capability (CAP_DAC_READ_SEARCH) that may"
+            )
+    return (
+        f"permission denied: cannot read {path} (needs read permission on it) as {who}: grant "
+        "it, or run lockwarden with a user or capability (CAP_DAC_READ_SEARCH) that may"
+    )
 
 
 def run_once(

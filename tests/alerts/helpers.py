@@ -88,6 +88,29 @@ class Receiver:
         return f"json://{auth}127.0.0.1:{self.port}/hook"
 
 
+def title_kind(title: str) -> str:
+    """What kind of message a title announces: `CRITICAL db1: wa-store blocked 2h by ...` is
+    "writes blocked", `CRITICAL db1: reminder: ...` "reminder", `RESOLVED db1: ...` "resolved"."""
+    if title.startswith("RESOLVED "):
+        return "resolved"
+    if title.startswith("removed"):
+        return "removed"
+    rest = title.split(": ", 1)[1] if ": " in title else title
+    if rest.startswith("reminder: "):
+        return "reminder"
+    if "lockwarden state degraded" in rest:
+        return "state degraded"
+    if " stale lock " in rest:
+        return "stale lock"
+    if " blocked " in rest:
+        return "writes blocked"
+    return rest
+
+
+def is_about(title: str, lock_name: str) -> bool:
+    return f" {lock_name} " in f" {title} ".replace(":", " ")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

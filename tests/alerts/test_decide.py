@@ -119,7 +119,7 @@ def test_lifecycle_alert_then_silence_then_reminder_then_resolved() -> None:
     resolved = journal.run(125, FREE)
     assert kinds(resolved) == ["resolved"]
     assert "4h06m" in resolved.outgoing[0].message.title  # held 2h01m when it opened, +2h05m
-    assert "PID 64969 (maintenance-job)" in resolved.outgoing[0].message.title
+    assert "PID 64969 (maintenance-job, wa-resync.service)" in resolved.outgoing[0].message.title
     assert kinds(journal.run(126, FREE)) == []
 
 

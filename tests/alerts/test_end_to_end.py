@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import Children, Receiver, Smtp, cli_env, run_cli, wait_until
+from .helpers import Children, Receiver, Smtp, cli_env, run_cli, title_kind, wait_until
 
 TOKEN = "Tok3nSecretAbcdefXyz"
 HEARTBEAT_TOKEN = "hb0123456789abcdefSecret"
@@ -147,7 +148,9 @@ def test_alert_once_per_service_then_quiet_then_reminder_then_resolved_then_new_
     first = scenario.once(120)
     assert first.returncode == 2, first.stderr
     assert len(receiver.payloads) == 1 and len(smtp.sink.messages) == 1
-    assert titles(receiver)[0].startswith("writes blocked: wa-store held 1h59m")  # held since ~base
+    host = socket.gethostname()
+    # severity, host, lock, duration, holder (held since ~base)
+    assert titles(receiver)[0].startswith(f"CRITICAL {host}: wa-store blocked 1h59m by PID")
     assert f"by PID {pid} (maintenance-job)" in titles(receiver)[0]
 
     for minutes in (130, 179):
@@ -157,8 +160,8 @@ def test_alert_once_per_service_then_quiet_then_reminder_then_resolved_then_new_
 
     scenario.once(181)
     assert len(receiver.payloads) == 2 and len(smtp.sink.messages) == 2
-    assert titles(receiver)[1].startswith("reminder: writes blocked: wa-store")
-    assert smtp.subjects()[1].startswith("reminder: ")
+    assert titles(receiver)[1].startswith(f"CRITICAL {host}: reminder: wa-store blocked")
+    assert title_kind(smtp.subjects()[1]) == "reminder"
     scenario.once(190)
     assert len(receiver.payloads) == 2
 
@@ -166,7 +169,7 @@ def test_alert_once_per_service_then_quiet_then_reminder_then_resolved_then_new_
     resolved = scenario.once(200)
     assert resolved.returncode == 0, resolved.stdout
     assert len(receiver.payloads) == 3 and len(smtp.sink.messages) == 3
-    assert titles(receiver)[2].startswith("resolved: wa-store is no longer blocked after 3h")
+    assert titles(receiver)[2].startswith(f"RESOLVED {host}: wa-store no longer blocked after 3h")
     assert f"held by PID {pid} (maintenance-job)" in titles(receiver)[2]
     assert "lasted 3h" in smtp.bodies()[2]
     scenario.once(300)
@@ -176,7 +179,7 @@ def test_alert_once_per_service_then_quiet_then_reminder_then_resolved_then_new_
     scenario.once(400)
     assert len(receiver.payloads) == 4 and len(smtp.sink.messages) == 4
     assert f"by PID {new_pid} (other-job)" in titles(receiver)[3]
-    assert not titles(receiver)[3].startswith("reminder")
+    assert title_kind(titles(receiver)[3]) == "writes blocked"
 
 
 def test_mail_body_and_chat_payload_name_pid_role_command_and_action(
@@ -228,7 +231,7 @@ def test_receiver_refused_then_500_then_hanging_then_up_delivers_exactly_once(
     scenario.once(140)
     scenario.once(145)
     assert len(receiver.payloads) == 1
-    assert titles(receiver)[0].startswith("writes blocked: wa-store")
+    assert title_kind(titles(receiver)[0]) == "writes blocked"
     history = run_cli("history", "--config", str(scenario.config))
     assert history.stdout.count("failed (") == 3 and history.stdout.count("delivered") == 1
 
@@ -297,10 +300,7 @@ def test_enospc_state_still_alerts_and_reports_state_degraded(
     assert states["lockwarden:state"]["severity"] == "unknown"
     assert report["alerts"]["state_problems"]
     assert [d["delivered"] for d in report["alerts"]["deliveries"]] == [True, True]
-    assert [t.split(":")[0] for t in titles(receiver)] == [
-        "writes blocked",
-        "lockwarden state degraded on " + report["host"],
-    ]
+    assert [title_kind(t) for t in titles(receiver)] == ["writes blocked", "state degraded"]
     os.unlink(tiny_tmpfs / "filler")
     recovered = scenario.once(125)
     assert recovered.returncode == 2
@@ -348,7 +348,7 @@ def test_unusable_state_dir_still_alerts_and_says_why(
             "read-only": "Read-only file system",
         }[fault]
         assert expected in done.stdout
-        assert titles(receiver)[0].startswith("writes blocked: wa-store")
+        assert title_kind(titles(receiver)[0]) == "writes blocked"
         assert len(receiver.payloads) == 2  # the alert and one "state degraded" notice
         if fault in ("symlink", "world-writable"):
             assert sorted(p.name for p in target.iterdir()) == []
@@ -579,7 +579,7 @@ def test_compaction_keeps_the_journal_bounded_without_duplicate_alerts(
     assert sizes[4] == sizes[5]  # past the bound, each run's record replaces the oldest one
     records = [json.loads(line) for line in scenario.journal_text().splitlines()]
     assert sum(1 for record in records if record["type"] == "run") == 5
-    assert [t.split(":")[0] for t in titles(receiver)] == ["writes blocked", "reminder"]
+    assert [title_kind(t) for t in titles(receiver)] == ["writes blocked", "reminder"]
     assert sorted(p.name for p in scenario.state_dir.iterdir()) == ["run.lock", "state.jsonl"]
 
 
@@ -595,7 +595,7 @@ def test_compaction_leaves_room_so_quiet_runs_do_not_compact_again(
     assert scenario.once(120).returncode == 2
     scenario.release()
     assert scenario.once(121).returncode == 0
-    assert [t.split(":")[0] for t in titles(receiver)] == ["writes blocked", "resolved"]
+    assert [title_kind(t) for t in titles(receiver)] == ["writes blocked", "resolved"]
     lifecycle = [json.loads(line) for line in scenario.journal_text().splitlines()]
     copies = []
     for number in range(60):
@@ -665,7 +665,7 @@ def test_alert_due_while_notify_is_broken_is_sent_once_it_works(
     assert fixed.returncode == 2
     scenario.once(130, LOCKWARDEN_TEST_URLS=receiver.url(TOKEN))
     assert titles(receiver) == [titles(receiver)[0]]
-    assert titles(receiver)[0].startswith("writes blocked: wa-store")
+    assert title_kind(titles(receiver)[0]) == "writes blocked"
 
 
 def test_eight_concurrent_runs_on_a_fresh_state_dir_send_one_alert(

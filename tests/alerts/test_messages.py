@@ -45,7 +45,10 @@ STALE = Finding(
 
 def test_held_too_long_title_names_the_process_to_stop() -> None:
     message = render_alert(HELD, "db1")
-    assert message.title == "writes blocked: wa-store held 2h01m by PID 64969 (maintenance-job)"
+    assert message.title == (
+        "CRITICAL db1: wa-store blocked 2h01m by PID 64969 (maintenance-job, wa-resync.service)"
+    )
+    assert message.notify_type == "failure"
 
 
 def test_body_has_host_lock_holder_duration_waiters_and_action_in_both_forms() -> None:
@@ -68,7 +71,7 @@ def test_body_has_host_lock_holder_duration_waiters_and_action_in_both_forms() -
 
 def test_stale_body_has_the_proof_and_the_path_to_remove() -> None:
     message = render_alert(STALE, "db1")
-    assert message.title.startswith("stale lock: wa-store")
+    assert message.title.startswith("CRITICAL db1: wa-store stale lock")
     assert "Proof:    PID 4242 is not running" in message.text
     assert "Remove:   /srv/wa/store/LOCK" in message.text
     assert "Action:   rm -r -- /srv/wa/store/LOCK" in message.text
@@ -76,7 +79,7 @@ def test_stale_body_has_the_proof_and_the_path_to_remove() -> None:
 
 def test_reminder_and_resolved_are_marked() -> None:
     reminder = render_alert(HELD, "db1", kind="reminder")
-    assert reminder.title.startswith("reminder: writes blocked")
+    assert reminder.title.startswith("CRITICAL db1: reminder: wa-store blocked 2h01m")
     assert "Reminder:" in reminder.text
     ended = Ended(
         lock="wa-store",
@@ -88,7 +91,7 @@ def test_reminder_and_resolved_are_marked() -> None:
     )
     resolved = render_resolved(ended, None, "db1", NOW)
     assert resolved.title == (
-        "resolved: wa-store is no longer blocked after 2h31m, held by PID 64969 (maintenance-job)"
+        "RESOLVED db1: wa-store no longer blocked after 2h31m, held by PID 64969 (maintenance-job)"
     )
     assert "it lasted 2h31m" in resolved.text
     assert "From:        2026-12-02T08:48:00Z to 2026-12-02T11:19:00Z" in resolved.text

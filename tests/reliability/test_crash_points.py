@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from alerts.helpers import Children, Receiver, receiver
+from alerts.helpers import Children, Receiver, is_about, receiver, title_kind
 from alerts.test_end_to_end import Scenario
 from lockwarden.crashpoints import STEPS
 from lockwarden.journal import COMPACT_PREFIX, Journal
@@ -153,7 +153,11 @@ def _trials(
 
 
 def _count(service: Receiver, name: str, kind: str) -> int:
-    return sum(1 for p in service.payloads if str(p["title"]).startswith(f"{kind}: {name} "))
+    return sum(
+        1
+        for p in service.payloads
+        if title_kind(str(p["title"])) == kind and is_about(str(p["title"]), name)
+    )
 
 
 def _loads(state_dir: Path) -> str:

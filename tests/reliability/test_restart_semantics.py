@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alerts.helpers import Children, Receiver, receiver
+from alerts.helpers import Children, Receiver, receiver, title_kind
 from alerts.test_end_to_end import Scenario
 
 from .faults_support import ForkRunner, titles_for, write_config
@@ -52,7 +52,7 @@ class Case:
         if ran.crashed or ran.code not in (0, 1, 2):
             self.problems.append(f"run at {minutes}: exit {ran.code}: {ran.stderr[-300:]}")
         for title in titles_for(self.receiver, self.name)[before:]:
-            self.delivered_at.append((minutes, title.split(":")[0]))
+            self.delivered_at.append((minutes, title_kind(title)))
 
     def kinds(self) -> list[str]:
         return [kind for _minutes, kind in self.delivered_at]
