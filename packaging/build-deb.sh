@@ -4,6 +4,9 @@
 #
 #   packaging/build-deb.sh [OUTPUT_DIR]      (default: dist/)
 #
+# DEB_VERSION=V overrides the package version (default: __version__), e.g. to build two
+# versions of one tree and test an upgrade.
+#
 # The systemd units are installed but not enabled: lockwarden needs a config listing the locks
 # to watch before its timer is useful (`lockwarden init`, then
 # `systemctl enable --now lockwarden.timer`). The cron entry and the Prometheus rules are
@@ -12,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=${1:-dist}
-version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' src/lockwarden/__init__.py)
+version=${DEB_VERSION:-$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' src/lockwarden/__init__.py)}
 [ -n "$version" ] || { echo "build-deb: no __version__ in src/lockwarden/__init__.py" >&2; exit 1; }
 stage=$(mktemp -d)
 chmod 0755 "$stage"  # the archive root becomes "/" on install
@@ -78,30 +81,53 @@ Description: health check for exclusive store locks
  systemd timer (installed, not enabled), cron or by hand.
 CONTROL
 
-# Byte-compile on install and clean up on removal, as dh_python3 does.
+# Byte-compile on install and clean up on removal, as dh_python3 does. The timer follows
+# dh_installsystemd's rules for a unit installed but not enabled: the admin's enable/disable is
+# kept across upgrades (deb-systemd-helper), an upgrade restarts an enabled timer and never
+# leaves it stopped (the previous version's prerm may have stopped it), and only a removal
+# stops it. deb-systemd-invoke starts a unit only if it is enabled and policy-rc.d allows it.
 cat > "$stage/DEBIAN/postinst" <<'POSTINST'
 #!/bin/sh
 set -e
-if [ "$1" = configure ]; then
+case "$1" in configure|abort-upgrade|abort-deconfigure|abort-remove)
     if command -v py3compile >/dev/null 2>&1; then py3compile -p lockwarden; fi
-    if [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || true; fi
-fi
+    if deb-systemd-helper debian-installed lockwarden.timer; then
+        deb-systemd-helper unmask lockwarden.timer >/dev/null || true
+        if deb-systemd-helper --quiet was-enabled lockwarden.timer; then
+            deb-systemd-helper enable lockwarden.timer >/dev/null || true
+        fi
+    fi
+    deb-systemd-helper update-state lockwarden.timer >/dev/null || true
+    if [ -d /run/systemd/system ]; then
+        systemctl --system daemon-reload >/dev/null || true
+        if [ -n "$2" ]; then action=restart; else action=start; fi
+        deb-systemd-invoke "$action" lockwarden.timer >/dev/null || true
+    fi
+    ;;
+esac
 POSTINST
 cat > "$stage/DEBIAN/prerm" <<'PRERM'
 #!/bin/sh
 set -e
-if [ -d /run/systemd/system ]; then
-    systemctl stop lockwarden.timer lockwarden.service >/dev/null 2>&1 || true
+if [ -d /run/systemd/system ] && [ "$1" = remove ]; then
+    deb-systemd-invoke stop lockwarden.timer lockwarden.service >/dev/null || true
 fi
 if command -v py3clean >/dev/null 2>&1; then py3clean -p lockwarden; fi
 PRERM
 cat > "$stage/DEBIAN/postrm" <<'POSTRM'
 #!/bin/sh
 set -e
+if [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || true; fi
+if [ "$1" = remove ] && [ -x /usr/bin/deb-systemd-helper ]; then
+    deb-systemd-helper mask lockwarden.timer >/dev/null || true
+fi
 if [ "$1" = purge ]; then
+    if [ -x /usr/bin/deb-systemd-helper ]; then
+        deb-systemd-helper purge lockwarden.timer >/dev/null || true
+        deb-systemd-helper unmask lockwarden.timer >/dev/null || true
+    fi
     rm -rf /var/lib/lockwarden
 fi
-if [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || true; fi
 POSTRM
 chmod 0755 "$stage/DEBIAN/postinst" "$stage/DEBIAN/prerm" "$stage/DEBIAN/postrm"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lockwarden.durations import DurationError, format_config_duration, parse_duration
@@ -257,6 +257,10 @@ STATE_OPTIONS = (
     ),
 )
 
+# The credential the system unit loads (LoadCredential=, from /etc/credstore): used when the
+# config names no urls_file, so a file there is all it takes to turn alerting on.
+NOTIFY_CREDENTIAL = "lockwarden-notify-urls"
+
 NOTIFY_OPTIONS = (
     Option(
         "urls",
@@ -271,8 +275,8 @@ NOTIFY_OPTIONS = (
         _credential_path,
         None,
         "a file of apprise URLs, one per line; a bare name is read from $CREDENTIALS_DIRECTORY "
-        "(systemd LoadCredential=)",
-        "apprise-urls",
+        f"(systemd LoadCredential=); unset: the unit's {NOTIFY_CREDENTIAL!r} credential if passed",
+        NOTIFY_CREDENTIAL,
     ),
     Option(
         "urls_env",
@@ -440,10 +444,20 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
         defaults=sections["defaults"],
         prometheus_textfile=sections["prometheus"]["textfile"],
         alerts=alerts,
-        notify=NotifySettings(**sections["notify"]),
+        notify=NotifySettings(**_with_unit_credential(sections["notify"], os.environ)),
         state=StateSettings(**sections["state"]),
         heartbeat=HeartbeatSettings(**sections["heartbeat"]),
     )
+
+
+def _with_unit_credential(notify: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """`urls_file` defaults to the unit's credential when systemd passed one."""
+    directory = environ.get("CREDENTIALS_DIRECTORY")
+    if notify["urls_file"] is not None or not directory:
+        return notify
+    if not os.path.isfile(os.path.join(directory, NOTIFY_CREDENTIAL)):
+        return notify
+    return {**notify, "urls_file": NOTIFY_CREDENTIAL}
 
 
 def _refuse_unknown(

@@ -1,0 +1,511 @@
+"""The Debian package under the shipped units on a live systemd, Debian 12 and Debian 13.
+
+Each release boots once (machine.py: a root file system built with mmdebstrap and cached, a
+copy of it under systemd-nspawn) and runs every scenario below in order, as an operator would:
+`apt-get install ./lockwarden_….deb` on the release's own python3-psutil, python3-requests,
+python3-tomli-w and apprise, a config in /etc/lockwarden, the notifier URL only in
+/etc/credstore/lockwarden-notify-urls, `systemctl enable --now lockwarden.timer`. A real HTTP
+receiver runs inside the container on its own loopback (apprise's json:// service), holders
+are real services started with systemd-run, and every assertion is on what the receiver got,
+what the journal says and what systemd reports. The scenarios use distinct locks, so they share
+the boot; the timer runs throughout on a 10-second schedule (a test drop-in), so each check
+waits for what it expects instead of assuming which run did it.
+
+Test-only drop-ins: the timer's schedule, and an ExecStopPost= that writes each run's
+$SERVICE_RESULT and $EXIT_STATUS to the journal (a static oneshot is unloaded after it runs, so
+`systemctl show` cannot say how the last run ended).
+
+Needs root, systemd-nspawn and mmdebstrap (tests/debian-packages.txt), and the Debian mirror
+of /etc/apt/sources.list(.d) the first time (about a minute per release; cached after that in
+/var/cache/lockwarden-tests, see machine.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import require_tool
+from system.machine import Machine, booted
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+RELEASES = ["bookworm", "trixie"]
+PORT = 8080
+RECEIVED = "/var/lib/receiver"
+STATE = "/var/lib/lockwarden/state.jsonl"
+UNIT_EXPOSURE_LIMIT = 2.8  # as tests/test_systemd_units.py
+WAIT_S = 40  # a 10-second timer, a run that may take a few seconds on a busy host
+
+RESULT_DROP_IN = """[Service]
+ExecStopPost=/bin/sh -c 'echo "lockwarden-test-result $SERVICE_RESULT $EXIT_STATUS"'
+"""
+TIMER_DROP_IN = """[Timer]
+OnCalendar=
+OnCalendar=*:*:0/10
+RandomizedDelaySec=0
+"""
+
+CONFIG_HEAD = """[defaults]
+warn_after = "1s"
+critical_after = "2s"
+
+[alerts]
+repeat_interval = "0"
+resolve_after = 1
+unknown_after = 1
+"""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A lock in the config and the service that holds it."""
+
+    lock: str
+    path: str
+    format: str
+    unit: str
+    command: list[str]
+    properties: tuple[str, ...] = ()
+    ready: str = ""  # the file whose existence says the lock is held
+
+
+FLOCK = "/usr/local/bin/flock-holder"
+HOLD = ["/usr/bin/lockwarden", "hold"]
+HOLDERS = {
+    "full": Holder(
+        "store-full", "/srv/full/full.lock", "kernel", "holder-full.service",
+        [FLOCK, "/srv/full/full.lock"], ready="/srv/full/full.lock.ready",
+    ),
+    "nocaps": Holder(
+        "store-nocaps", "/srv/nocaps/nocaps.lock", "kernel", "holder-nocaps.service",
+        [FLOCK, "/srv/nocaps/nocaps.lock"], ("CapabilityBoundingSet=",),
+        ready="/srv/nocaps/nocaps.lock.ready",
+    ),
+    "other": Holder(
+        "store-other", "/srv/other/other.lock", "kernel", "holder-other.service",
+        [FLOCK, "/srv/other/other.lock"], ("User=lwother",), ready="/srv/other/other.lock.ready",
+    ),
+    "tmp": Holder(
+        "store-tmp", "/tmp/lw-tmp/LOCK", "owner-record", "holder-tmp.service",
+        [*HOLD, "/tmp/lw-tmp/LOCK", "--role", "tmp-job", "--", "sleep", "600"],
+        ("User=lwother",), ready="/tmp/lw-tmp/LOCK/owner.json",
+    ),
+    "home": Holder(
+        "store-home", "/home/lwuser/store/LOCK", "owner-record", "holder-home.service",
+        [*HOLD, "/home/lwuser/store/LOCK", "--role", "home-job", "--", "sleep", "600"],
+        ("User=lwuser",), ready="/home/lwuser/store/LOCK/owner.json",
+    ),
+    "stale": Holder(
+        "store-stale", "/srv/stale/LOCK", "owner-record", "holder-stale.service",
+        [*HOLD, "/srv/stale/LOCK", "--role", "doomed-job", "--", "sleep", "600"],
+        ready="/srv/stale/LOCK/owner.json",
+    ),
+    "upgrade": Holder(
+        "store-upgrade", "/srv/upgrade/upgrade.lock", "kernel", "holder-upgrade.service",
+        [FLOCK, "/srv/upgrade/upgrade.lock"], ready="/srv/upgrade/upgrade.lock.ready",
+    ),
+    "timer": Holder(
+        "store-timer", "/srv/timer/timer.lock", "kernel", "holder-timer.service",
+        [FLOCK, "/srv/timer/timer.lock"], ready="/srv/timer/timer.lock.ready",
+    ),
+}  # fmt: skip
+
+
+def config_text() -> str:
+    locks = "".join(
+        f'\n[[lock]]\nname = "{h.lock}"\npath = "{h.path}"\nformat = "{h.format}"\n'
+        for h in HOLDERS.values()
+    )
+    return CONFIG_HEAD + locks
+
+
+@dataclass
+class System:
+    """One booted release with lockwarden installed, and what the scenarios measured."""
+
+    release: str
+    machine: Machine
+    debs: dict[str, Path]
+    started: float
+    boot_s: float
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.machine.run("systemctl", *args, check=check)
+
+    def start_holder(self, holder: Holder) -> int:
+        properties = [f"--property={p}" for p in holder.properties]
+        self.machine.run("systemd-run", f"--unit={holder.unit}", *properties, *holder.command)
+        ready = wait_for(lambda: self.machine.run("test", "-e", holder.ready, check=False))
+        assert ready.returncode == 0, f"{holder.unit} did not take {holder.path}"
+        return int(self.systemctl("show", "-p", "MainPID", "--value", holder.unit).stdout)
+
+    def cursor(self) -> str:
+        shown = self.machine.run("journalctl", "--show-cursor", "-n", "0", "-q")
+        return shown.stdout.strip().removeprefix("-- cursor: ")
+
+    def journal(self, cursor: str, *match: str) -> str:
+        return self.machine.run(
+            "journalctl", "--no-pager", "-o", "cat", f"--after-cursor={cursor}", *match
+        ).stdout
+
+    def service_journal(self, cursor: str) -> str:
+        return self.journal(cursor, "-u", "lockwarden.service")
+
+    def await_journal(self, pattern: str, cursor: str) -> str:
+        """The service's journal since cursor, once a line matches pattern (or the deadline)."""
+        journal = wait_for(
+            lambda: (
+                (text := self.service_journal(cursor)) and re.search(pattern, text, re.M) and text
+            )
+        )
+        assert journal, f"no {pattern!r} in:\n{self.service_journal(cursor)[-3000:]}"
+        return str(journal)
+
+    def received(self) -> list[dict[str, Any]]:
+        path = self.machine.root / RECEIVED.lstrip("/") / "requests.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def delivered(self, hook: str, lock: str, kind: str) -> list[dict[str, Any]]:
+        """Messages the receiver accepted (200) for one lock: kind 'alert' or 'resolved'."""
+        found = []
+        for request in self.received():
+            body = request["body"]
+            if request["path"] != hook or request["status"] != 200 or not isinstance(body, dict):
+                continue
+            title = body.get("title", "")
+            if lock in title and (("resolved" in title.lower()) == (kind == "resolved")):
+                found.append(body)
+        return found
+
+    def run_service(self) -> None:
+        """One run now, through the unit (a timer run in progress may answer instead)."""
+        self.systemctl("start", "lockwarden.service", check=False)
+
+
+def wait_for(probe: Callable[[], Any], timeout: float = WAIT_S, interval: float = 0.5) -> Any:
+    """Call probe until it returns something true (or a zero-exit process); return the last."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        done = result.returncode == 0 if isinstance(result, subprocess.CompletedProcess) else result
+        if done or time.monotonic() > deadline:
+            return result
+        time.sleep(interval)
+
+
+def finding(report: str, lock: str) -> str:
+    """The last report block of one lock: its header line and the detail lines under it."""
+    blocks = re.findall(
+        rf"^  (?:OK|WARNING|CRITICAL|UNKNOWN)\s+{re.escape(lock)}\s.*\n(?:^ {{4,}}.*\n)*",
+        report,
+        re.M,
+    )
+    assert blocks, f"no finding for {lock} in:\n{report[-3000:]}"
+    return str(blocks[-1])
+
+
+@pytest.fixture(scope="session")
+def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The checkout built twice: as its own version and as an earlier one to upgrade from."""
+    require_tool("dpkg-deb")
+    out = tmp_path_factory.mktemp("debs")
+    version = re.search(r'__version__ = "(.+)"', (ROOT / "src/lockwarden/__init__.py").read_text())
+    assert version is not None
+    built = {}
+    for name, deb_version in (("previous", f"{version.group(1)}~previous"), ("current", "")):
+        env = {**os.environ, "DEB_VERSION": deb_version} if deb_version else dict(os.environ)
+        result = subprocess.run(
+            ["bash", str(ROOT / "packaging/build-deb.sh"), str(out / name)],
+            capture_output=True, text=True, timeout=120, check=False, env=env,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        built[name] = Path(result.stdout.strip())
+    return built
+
+
+def require_root_and_tools() -> None:
+    for tool in ("systemd-nspawn", "mmdebstrap", "nsenter", "cp"):
+        require_tool(tool)
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("booting a container needs root")
+        pytest.skip("booting a container needs root")
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def system(
+    request: pytest.FixtureRequest,
+    debs: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    system_figures: list[str],
+) -> Iterator[System]:
+    """A booted release with the previous package installed and configured, the timer enabled,
+    the receiver running; its figures are recorded when the module is done with it."""
+    require_root_and_tools()
+    release = request.param
+    started = time.monotonic()
+    with booted(release, tmp_path_factory.mktemp(release)) as (machine, boot_s):
+        system = System(release, machine, debs, started, boot_s)
+        prepare(system)
+        yield system
+        figures = " ".join(f"{key} {value}" for key, value in system.facts.items())
+        system_figures.append(f"{release}: boot {boot_s:.1f} s; {figures}")
+
+
+def prepare(system: System) -> None:
+    machine = system.machine
+    for name in ("receiver.py", "flock_holder.py"):
+        target = "/usr/local/bin/" + name.removesuffix(".py").replace("_", "-")
+        machine.write(target, (HERE / name).read_text(), 0o755)
+    for name, path in system.debs.items():
+        shutil.copy(path, machine.root / "root" / f"{name}.deb")
+    machine.sh(
+        "useradd --create-home --shell /bin/sh lwuser && useradd --create-home lwother\n"
+        "chmod 0700 /home/lwuser\n"
+        "install -d -o lwuser -m 0700 /home/lwuser/store\n"
+        "install -d -o lwother -m 0755 /srv/other /tmp/lw-tmp\n"
+        "install -d /srv/full /srv/nocaps /srv/stale /srv/upgrade /srv/timer\n"
+        f"systemd-run --unit=receiver /usr/local/bin/receiver {RECEIVED} {PORT}\n"
+    )
+    machine.run("apt-get", "install", "-y", "-q", "--no-install-recommends", "/root/previous.deb")
+    machine.write("/etc/lockwarden/config.toml", config_text(), 0o644)
+    machine.write(
+        "/etc/credstore/lockwarden-notify-urls", f"json://127.0.0.1:{PORT}/system\n", 0o600
+    )
+    machine.write("/etc/systemd/system/lockwarden.service.d/test-result.conf", RESULT_DROP_IN)
+    machine.write("/etc/systemd/system/lockwarden.timer.d/test-schedule.conf", TIMER_DROP_IN)
+    system.systemctl("daemon-reload")
+    system.systemctl("enable", "--now", "lockwarden.timer")
+
+
+def installed_version(system: System) -> str:
+    shown = system.machine.run("dpkg-query", "-W", "-f=${Version}", "lockwarden")
+    return shown.stdout.strip()
+
+
+def test_upgrade_keeps_the_timer_enabled_and_active_and_delivers_a_pending_retry(
+    system: System,
+) -> None:
+    holder = HOLDERS["upgrade"]
+    mark = system.cursor()
+    (system.machine.root / RECEIVED.lstrip("/") / "status").write_text("503")
+    pid = system.start_holder(holder)
+    failed = wait_for(
+        lambda: [r for r in system.received() if holder.lock in json.dumps(r["body"])]
+    )
+    assert failed and all(r["status"] == 503 for r in failed), failed
+    system.await_journal(
+        rf"^note: alert NOT delivered \(.*\); will retry to \S+: .*{holder.lock}", mark
+    )
+    assert not system.delivered("/system", holder.lock, "alert")
+
+    mark = system.cursor()
+    before = installed_version(system)
+    upgraded = system.machine.run(
+        "apt-get", "install", "-y", "-q", "--no-install-recommends", "/root/current.deb",
+        check=False,
+    )  # fmt: skip
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    assert before.endswith("~previous") and installed_version(system) != before
+    enabled = system.systemctl("is-enabled", "lockwarden.timer", check=False)
+    assert enabled.stdout.strip() == "enabled"
+    active = system.systemctl("is-active", "lockwarden.timer", check=False)
+    assert active.stdout.strip() == "active"
+
+    (system.machine.root / RECEIVED.lstrip("/") / "status").unlink()
+    alerts = wait_for(lambda: system.delivered("/system", holder.lock, "alert"))
+    assert len(alerts) == 1, system.received()
+    assert f"PID {pid}" in alerts[0]["message"] and holder.unit in alerts[0]["message"]
+    journal = system.await_journal(rf"^note: alert delivered to \S+: .*{holder.lock}", mark)
+    assert "undeliverable" not in journal and "no longer configured" not in journal, journal
+    system.systemctl("stop", holder.unit)
+
+
+def test_holders_of_every_kind_are_named_alerted_and_resolved(system: System) -> None:
+    """Root with full capabilities, root with none, another user, /tmp, a record under /home:
+    each named (PID, command, unit) in the journal and in the alert, through the credential
+    alone (the config has no [notify]), then resolved once its holder stops."""
+    kinds = ["full", "nocaps", "other", "tmp", "home"]
+    mark = system.cursor()
+    pids = {kind: system.start_holder(HOLDERS[kind]) for kind in kinds}
+    time.sleep(2.5)  # past critical_after
+    system.run_service()
+    for kind in kinds:
+        holder = HOLDERS[kind]
+        alerts = wait_for(lambda h=holder: system.delivered("/system", h.lock, "alert"))
+        assert len(alerts) == 1, (kind, system.received())
+        message = alerts[0]["message"]
+        assert f"PID {pids[kind]}" in message and holder.unit in message, (kind, message)
+        block = finding(system.service_journal(mark), holder.lock)
+        assert re.match(rf"  CRITICAL\s+{holder.lock}\s+held_too_long\s", block), block
+        assert f"PID {pids[kind]}" in block and holder.unit in block, block
+        assert " ".join(holder.command) in block, block
+        system.await_journal(rf"^note: alert delivered to \S+: .*{holder.lock}", mark)
+    journal = system.service_journal(mark)
+    assert "alerting is off" not in journal and "cannot be named" not in journal, journal
+
+    mark = system.cursor()
+    system.systemctl("stop", *(HOLDERS[kind].unit for kind in kinds))
+    system.run_service()
+    for kind in kinds:
+        holder = HOLDERS[kind]
+        resolved = wait_for(lambda h=holder: system.delivered("/system", h.lock, "resolved"))
+        assert len(resolved) == 1, (kind, system.received())
+        assert f"PID {pids[kind]}" in resolved[0]["message"], resolved[0]
+        system.await_journal(rf"^  OK\s+{holder.lock}\s+free", mark)
+        system.await_journal(rf"^note: resolved delivered to \S+: .*{holder.lock}", mark)
+
+
+def test_a_killed_holder_is_stale_with_proof(system: System) -> None:
+    holder = HOLDERS["stale"]
+    pid = system.start_holder(holder)
+    mark = system.cursor()
+    system.systemctl("kill", "--signal=KILL", holder.unit)
+    wait_for(lambda: system.systemctl("is-active", holder.unit, check=False).returncode != 0)
+    system.run_service()
+    alerts = wait_for(lambda: system.delivered("/system", holder.lock, "alert"))
+    assert len(alerts) == 1, system.received()
+    assert "stale" in alerts[0]["title"].lower() and f"{pid}" in alerts[0]["message"], alerts[0]
+    block = finding(system.service_journal(mark), holder.lock)
+    assert re.match(rf"  CRITICAL\s+{holder.lock}\s+stale\s", block), block
+    assert re.search(rf"^ +proof +PID {pid} is not running on this host", block, re.M), block
+
+
+def test_the_timer_fires_on_its_schedule(system: System) -> None:
+    """Nobody starts the service here: the timer's runs alone alert on a new holder."""
+    holder = HOLDERS["timer"]
+    mark = system.cursor()
+    pid = system.start_holder(holder)
+    alerts = wait_for(lambda: system.delivered("/system", holder.lock, "alert"))
+    assert len(alerts) == 1 and f"PID {pid}" in alerts[0]["message"], system.received()
+    runs = wait_for(lambda: system.journal(mark, "-u", "lockwarden.service").count(
+        "lockwarden-test-result success"
+    ) >= 2)  # fmt: skip
+    assert runs, system.journal(mark, "-u", "lockwarden.service")
+    shown = system.systemctl("show", "lockwarden.timer", "-p", "LastTriggerUSec", "--value")
+    assert shown.stdout.strip() not in ("", "n/a"), shown.stdout
+    system.systemctl("stop", holder.unit)
+
+
+def test_a_skipped_run_succeeds_with_75_and_a_config_error_fails_with_78(system: System) -> None:
+    """The unit's comment: 75 (another run holds the run lock) is not a failure; 78 is."""
+    mark = system.cursor()
+    # The marker is written once flock holds the run lock: a run in progress when the holder
+    # started only delays it, and every run after that finds the lock taken.
+    system.machine.run(
+        "systemd-run", "--unit=runlock-holder", "/usr/bin/flock", "/var/lib/lockwarden/run.lock",
+        "sh", "-c", "touch /run/runlock-held && exec sleep 600",
+    )  # fmt: skip
+    held = wait_for(lambda: system.machine.run("test", "-e", "/run/runlock-held", check=False))
+    assert held.returncode == 0, "the run lock was not taken"
+    started = system.systemctl("start", "lockwarden.service", check=False)
+    assert started.returncode == 0, started.stderr
+    journal = system.await_journal(r"^lockwarden-test-result success 75$", mark)
+    assert "another lockwarden run is in progress" in journal, journal
+    assert "lockwarden-test-result exit-code" not in journal, journal
+    system.systemctl("stop", "runlock-holder.service")
+
+    config = system.machine.root / "etc/lockwarden/config.toml"
+    good = config.read_text()
+    mark = system.cursor()
+    config.write_text(good.replace('warn_after = "1s"', 'warn_afer = "1s"'))
+    try:
+        # A run that had read the good config before may answer this start; the next fails.
+        system.systemctl("start", "lockwarden.service", check=False)
+        journal = system.await_journal(r"^lockwarden-test-result exit-code 78$", mark)
+        assert "defaults.warn_afer: unknown key; did you mean 'warn_after'?" in journal, journal
+        failed = system.systemctl("is-failed", "lockwarden.service", check=False)
+        assert failed.stdout.strip() == "failed", failed.stdout
+    finally:
+        config.write_text(good)
+        system.systemctl("reset-failed", "lockwarden.service", check=False)
+    active = system.systemctl("is-active", "lockwarden.timer", check=False)
+    assert active.stdout.strip() == "active"
+
+
+def test_user_units_with_lingering_keep_their_state_under_local_state(system: System) -> None:
+    machine = system.machine
+    uid = machine.run("id", "-u", "lwuser").stdout.strip()
+    # As a unit: logind cannot place a caller that entered from outside the container.
+    machine.run("systemd-run", "--wait", "--quiet", "loginctl", "enable-linger", "lwuser")
+    bus = wait_for(
+        lambda: machine.run("test", "-S", f"/run/user/{uid}/systemd/private", check=False)
+    )
+    assert bus.returncode == 0, "no user manager for lwuser"
+
+    def user_systemctl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return machine.run(
+            "runuser", "-u", "lwuser", "--", "env", f"XDG_RUNTIME_DIR=/run/user/{uid}",
+            "systemctl", "--user", *args, check=check,
+        )  # fmt: skip
+
+    config = (
+        CONFIG_HEAD + '\n[notify]\nurls = ["json://127.0.0.1:8080/user"]\n'
+        '\n[[lock]]\nname = "own-store"\npath = "/home/lwuser/own.lock"\nformat = "kernel"\n'
+    )
+    machine.run(
+        "install", "-d", "-o", "lwuser", "-m", "0700",
+        "/home/lwuser/.config", "/home/lwuser/.config/lockwarden",
+    )  # fmt: skip
+    machine.run(
+        "runuser", "-u", "lwuser", "--", "sh", "-c",
+        "umask 077 && cat > /home/lwuser/.config/lockwarden/config.toml", stdin=config,
+    )  # fmt: skip
+    holder = Holder(
+        "own-store", "/home/lwuser/own.lock", "kernel", "holder-own.service",
+        [FLOCK, "/home/lwuser/own.lock"], ("User=lwuser",), ready="/home/lwuser/own.lock.ready",
+    )  # fmt: skip
+    pid = system.start_holder(holder)
+    time.sleep(2.5)
+    mark = system.cursor()
+    user_systemctl("enable", "--now", "lockwarden.timer")
+    for _ in range(2):
+        user_systemctl("start", "lockwarden.service", check=False)
+    alerts = wait_for(lambda: system.delivered("/user", holder.lock, "alert"))
+    assert len(alerts) == 1 and f"PID {pid}" in alerts[0]["message"], system.received()
+    assert user_systemctl("is-active", "lockwarden.timer", check=False).stdout.strip() == "active"
+    assert user_systemctl("is-failed", "lockwarden.service", check=False).stdout.strip() != (
+        "failed"
+    )
+    home = machine.root / "home/lwuser"
+    assert (home / ".local/state/lockwarden/state.jsonl").is_file()
+    assert (home / ".local/state/lockwarden").stat().st_mode & 0o777 == 0o700
+    assert not (home / ".config/lockwarden/state.jsonl").exists()
+    journal = system.journal(mark, f"_UID={uid}")
+    assert "own-store" in journal and "degraded" not in journal, journal
+    time.sleep(1)
+    assert len(system.delivered("/user", holder.lock, "alert")) == 1
+    system.systemctl("stop", holder.unit)
+
+
+def exposure(output: str) -> float:
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d)", output)
+    assert found is not None, output
+    return float(found.group(1))
+
+
+def test_exposure_of_the_installed_unit_live_and_offline(system: System) -> None:
+    live = system.machine.run("systemd-analyze", "security", "--no-pager", "lockwarden.service")
+    offline = system.machine.run(
+        "systemd-analyze", "security", "--offline=yes", "--no-pager",
+        "/lib/systemd/system/lockwarden.service",
+    )  # fmt: skip
+    system.facts["exposure live"] = exposure(live.stdout)
+    system.facts["exposure offline"] = exposure(offline.stdout)
+    assert system.facts["exposure live"] <= UNIT_EXPOSURE_LIMIT, live.stdout
+    assert system.facts["exposure offline"] <= UNIT_EXPOSURE_LIMIT, offline.stdout
+    system.facts["boot-to-verdict"] = f"{time.monotonic() - system.started:.0f} s"
