@@ -56,7 +56,7 @@ def test_held_state_names_the_holder_with_who_and_operation(children, tmp_path):
     assert finding.state is State.HELD, finding.reason
     assert finding.holder is not None and finding.holder.pid == holder.pid
     assert finding.holder.role == f"terraform OperationTypeApply by {who}"
-    assert finding.action == f"kill {holder.pid}"
+    assert finding.action is None  # held within its budget: nothing to do yet
 
     holder.kill()
     holder.wait(timeout=5)
