@@ -8,7 +8,7 @@ import pytest
 
 from lockwarden.classify import Policy, classify
 from lockwarden.identify import Evidence, holder_from_process
-from lockwarden.model import Claim, KernelLock, Process, Severity, State
+from lockwarden.model import Bound, Claim, KernelLock, Process, Severity, State, Unattributed
 from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -192,16 +192,44 @@ def test_stale_action_removes_the_directory_and_proof_says_why() -> None:
     )
 
 
-def test_kernel_lock_with_hidden_holder_says_why() -> None:
+HIDDEN = Unattributed(
+    1,
+    0,
+    "4 processes' descriptor tables could not be read: reading a more privileged process's "
+    "/proc/PID/fdinfo needs CAP_SYS_PTRACE, which lockwarden runs without",
+)
+
+
+def test_kernel_lock_with_hidden_holder_within_budget_is_held_and_names_the_right() -> None:
+    taker = process(pid=500, started=timedelta(seconds=30))
     finding = classify(
         "k",
-        record(existence_is_lock=False),
-        evidence(granted=(FLOCK,), unreadable_pids=4),
+        record(existence_is_lock=False, started_at=None, created_at=None),
+        evidence(granted=(FLOCK,), unreadable_pids=4, takers={500: taker}, unattributed=HIDDEN),
         POLICY,
         NOW,
     )
-    assert finding.state is State.HELD
-    assert "4 processes' descriptors could not be read; run as root" in finding.reason
+    assert (finding.state, finding.held_bound) == (State.HELD, Bound.AT_MOST)
+    assert "CAP_SYS_PTRACE" in finding.reason and "run as root" not in finding.reason
+
+
+@pytest.mark.parametrize("taker_age", [None, timedelta(hours=2)])
+def test_kernel_lock_with_hidden_holder_maybe_past_budget_is_unknown_never_ok(
+    taker_age: timedelta | None,
+) -> None:
+    """Issue 12: a holder that cannot be read is never OK past its budget; the message names
+    the missing right, not "run as root"."""
+    takers = {} if taker_age is None else {500: process(pid=500, started=taker_age)}
+    finding = classify(
+        "k",
+        record(existence_is_lock=False, started_at=None, created_at=None),
+        evidence(granted=(FLOCK,), unreadable_pids=4, takers=takers, unattributed=HIDDEN),
+        POLICY,
+        NOW,
+    )
+    assert (finding.state, finding.severity) == (State.UNKNOWN, Severity.UNKNOWN)
+    assert "CAP_SYS_PTRACE" in finding.reason and "run as root" not in finding.reason
+    assert "maybe past its 15m00s budget" in finding.reason
 
 
 def test_incident_identity_is_pid_start_ticks_and_boot() -> None:

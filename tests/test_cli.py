@@ -234,6 +234,7 @@ time.sleep(120)
 def test_a_late_kernel_lock_says_its_duration_is_an_upper_bound_and_escapes_newlines(
     tmp_path: Path, children: Children
 ) -> None:
+    """A holder's running time is only an upper bound: said as one, and never a page."""
     lock = tmp_path / "k.lock"
     lock.touch()
     holder = children.start(
@@ -242,8 +243,9 @@ def test_a_late_kernel_lock_says_its_duration_is_an_upper_bound_and_escapes_newl
     )
     later = (datetime.now(UTC) + timedelta(hours=3, seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     completed = run_cli("inspect", str(lock), "--now", later)
-    assert completed.returncode == 2
+    assert completed.returncode == 0
     assert f"PID {holder.pid}" in completed.stdout
-    assert "has held the lock for up to 3h00m (its running time" in completed.stdout
+    assert "for up to 3h00m (its running time" in completed.stdout
+    assert "not known to be past its 15m00s budget" in completed.stdout
     assert "line one\\nFAKE  forged line" in completed.stdout
     assert "\nFAKE" not in completed.stdout

@@ -581,7 +581,9 @@ def command_inspect(arguments: argparse.Namespace) -> int:
     path = os.path.abspath(arguments.path)
 
     def look() -> RunResult:
-        return inspect_path(path, now_of(arguments), arguments.format, warn_after, critical_after)
+        return inspect_path(
+            path, now_of(arguments), arguments.format, warn_after, critical_after, name=path
+        )
 
     result = look()
     if arguments.wait_ms and _blocking(result):
