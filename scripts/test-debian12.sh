@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian 12 (bookworm): python3-psutil 5.9.4, python3-requests 2.28.1, python3-tomli-w 1.0.0,
-# apprise 1.2.0, python3-prometheus-client 0.16.0 (a test dependency only).
+# apprise 1.2.0, python3-prometheus-client 0.16.0 and python3-jsonschema 4.10.3 (test
+# dependencies only).
 pins=(psutil==5.9.4 requests==2.28.1 tomli-w==1.0.0 apprise==1.2.0)
-test_pins=(pytest prometheus-client==0.16.0)
+test_pins=(pytest prometheus-client==0.16.0 jsonschema==4.10.3)
 
 python=${DEBIAN12_PYTHON:-/usr/bin/python3}
 [ -x "$python" ] || python=python3

@@ -151,7 +151,7 @@ def test_installed_lockwarden_names_the_holder_of_a_held_lock(
     assert completed.returncode == 0, completed.stderr
     [finding] = json.loads(completed.stdout)["locks"]
     assert finding["state"] == "held"
-    assert finding["holder"]["pid"] == holder.pid
+    assert finding["holders"][0]["pid"] == holder.pid
     later = run(
         [str(installed), "--once", "--config", config, "--now", "2099-01-01T00:00:00Z"],
         env=CLEAN_ENV,

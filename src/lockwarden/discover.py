@@ -51,6 +51,8 @@ class Discovery:
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]
     hostname: str
+    boot_id: str
+    checked_at: datetime
 
 
 def discover_locks(
@@ -65,7 +67,14 @@ def discover_locks(
     layouts, walk_notes = layout_candidates(directories, max_depth, max_entries)
     candidates = _unique([*kernel, *layouts])
     findings = inspect_locks(lock_configs(candidates), snapshot, now)
-    return Discovery(tuple(candidates), findings, (*kernel_notes, *walk_notes), snapshot.hostname)
+    return Discovery(
+        tuple(candidates),
+        findings,
+        (*kernel_notes, *walk_notes),
+        snapshot.hostname,
+        snapshot.boot_id,
+        now,
+    )
 
 
 def kernel_lock_candidates(snapshot: Snapshot) -> tuple[list[Candidate], list[str]]:
@@ -272,13 +281,18 @@ def render_discovery(discovery: Discovery) -> str:
 
 
 def discovery_document(discovery: Discovery) -> dict[str, Any]:
-    from lockwarden.report import finding_document
+    """The same version 2 document as `--once` and `inspect`, each lock with `found_by`."""
+    from lockwarden.report import json_document
+    from lockwarden.run import RunResult
 
-    return {
-        "hostname": discovery.hostname,
-        "locks": [
-            {"found_by": candidate.found_by, **finding_document(finding)}
-            for candidate, finding in zip(discovery.candidates, discovery.findings, strict=True)
-        ],
-        "notes": list(discovery.notes),
-    }
+    result = RunResult(
+        discovery.hostname,
+        discovery.boot_id,
+        discovery.checked_at,
+        discovery.findings,
+        discovery.notes,
+    )
+    document = json_document(result, command="discover")
+    for lock, candidate in zip(document["locks"], discovery.candidates, strict=True):
+        lock["found_by"] = candidate.found_by
+    return document

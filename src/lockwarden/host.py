@@ -622,21 +622,11 @@ def _scan_thread_tables(
             tids = [tid for tid in os.listdir(f"{proc}/{entry}/task") if tid != entry]
         except OSError:
             continue
-        if not tids and not _is_zombie_leader(proc, entry):
-            continue
         for tid in tids:
             base = f"{proc}/{entry}/task/{tid}"
             for key, descriptor in _table_descriptors(base, int(entry), keys, inodes):
                 found.setdefault(key, []).append(replace(descriptor, tid=int(tid)))
     return found
-
-
-def _is_zombie_leader(proc: str, entry: str) -> bool:
-    try:
-        stat_text = _read_text(f"{proc}/{entry}/stat")
-    except OSError:
-        return False
-    return stat_text[stat_text.rfind(")") + 2 :].startswith("Z")
 
 
 def _table_descriptors(

@@ -110,9 +110,9 @@ def test_a_posix_holder_in_a_unit_gets_a_stop_action_never_rm(children, tmp_path
     code, document = run_json("inspect", str(lock))
     finding = document["locks"][0]
     assert "format auto picked dpkg" in finding["note"]
-    assert finding["holder"]["pid"] == holder.pid
-    assert finding["action"] == f"kill {holder.pid}"
-    assert "delete" not in finding["action"] and "rm " not in finding["action"]
+    assert finding["holders"][0]["pid"] == holder.pid
+    assert finding["action"]["argv"] == ["kill", str(holder.pid)]
+    assert "delete" not in finding["action"]["line"] and "rm " not in finding["action"]["line"]
     assert finding["never_remove"]
     assert code == 0
 
