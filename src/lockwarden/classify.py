@@ -721,7 +721,7 @@ def explain(
         if bound is Bound.AT_MOST and held_for is not None and held_for >= policy.warn_after:
             return (
                 f"{verdict.reason} by {holder} {how_long}: not known to be past its {budget} "
-                "budget; runs that see the same holder keep it count from this sighting"
+                "budget (later runs that still see this holder count from this sighting)"
             )
         since = f" {how_long}" if held_for is not None else ""
         return f"{verdict.reason} by {holder}{since}, within its {budget} budget"

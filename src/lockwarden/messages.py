@@ -66,8 +66,15 @@ def holder_label(holder: Holder | None) -> str | None:
     return f"PID {holder.pid} ({who})" if who else f"PID {holder.pid}"
 
 
+def held_words(finding: Finding) -> str | None:
+    """`at least 5m00s`, `up to 9s`, `2h01m`: the duration with the bound it is."""
+    if finding.held_for_s is None:
+        return None
+    return f"{finding.held_bound.words}{format_duration(finding.held_for_s)}"
+
+
 def alert_title(finding: Finding) -> str:
-    held = format_duration(finding.held_for_s) if finding.held_for_s is not None else None
+    held = held_words(finding)
     holder = holder_label(finding.holder)
     if finding.state is State.HELD_TOO_LONG:
         by = f" by {holder}" if holder else ""
@@ -95,8 +102,9 @@ def finding_rows(finding: Finding) -> list[Row]:
         Row("State", f"{finding.state.value} ({finding.severity.label}): {finding.reason}"),
     ]
     rows.extend(holder_rows(finding.holder))
-    if finding.held_for_s is not None:
-        rows.append(Row("Held for", format_duration(finding.held_for_s)))
+    held = held_words(finding)
+    if held is not None:
+        rows.append(Row("Held for", held))
     if finding.waiters:
         named = ", ".join(
             f"PID {waiter.pid} ({command_text(waiter.cmdline, 60)})"

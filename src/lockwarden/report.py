@@ -178,7 +178,7 @@ def detail_lines(finding: Finding) -> list[str]:
         who = [f"PID {w.pid} ({command_text(w.cmdline, 60)})" for w in finding.waiters[:5]]
         who += [f"{unnamed} unnamed"] if unnamed else []
         rows.append(("waiting", f"{len(finding.waiters) + unnamed}: {', '.join(who)}"))
-    if unattributed is not None and unattributed.holders:
+    if unattributed is not None and unattributed.holders and finding.holder is not None:
         rows.append(("unnamed", f"{unattributed.holders} holder(s): {unattributed.why}"))
     if finding.proof:
         rows.append(("proof", finding.proof))
