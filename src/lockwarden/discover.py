@@ -94,11 +94,24 @@ def kernel_lock_candidates(snapshot: Snapshot) -> tuple[list[Candidate], list[st
         )
     notes = []
     if unresolved:
-        notes.append(
-            f"{unresolved} locked files could not be named: deleted, or their holders' "
-            "descriptors cannot be read here (run as root, in the host's PID namespace)"
-        )
+        notes.append(f"{unresolved} locked files could not be named: {_why_unnamed(snapshot)}")
     return candidates, notes
+
+
+def _why_unnamed(snapshot: Snapshot) -> str:
+    """Deleted files have no name; beyond that, only what is so: unreadable holders (and the
+    right that reads them) or a container's namespace."""
+    from lockwarden.identify import missing_right
+
+    reasons = ["deleted, held by no process's descriptor, or in flight in a unix socket"]
+    if snapshot.unreadable_pids:
+        reasons.append(
+            f"{snapshot.unreadable_pids} processes' descriptors could not be read: "
+            f"{missing_right(snapshot)}"
+        )
+    if snapshot.nested_pid_namespace:
+        reasons.append("held from outside this container's PID namespace")
+    return "; ".join(reasons)
 
 
 def _path_of(key: InodeKey, snapshot: Snapshot) -> str | None:

@@ -120,16 +120,21 @@ def _read_text(path: str) -> str:
 
 def _read_small(path: str) -> bytes | None:
     """One read of a small /proc file (an fdinfo entry) with no text layer; None if gone.
+    PermissionError is raised: the kernel's ptrace check refused, which a scan must count.
 
     Called once per open descriptor on the host, so it avoids open()'s buffered text wrapper,
     which costs more than the read itself.
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except PermissionError:
+        raise
     except OSError:
         return None
     try:
         return os.read(descriptor, 65536)
+    except PermissionError:
+        raise
     except OSError:
         return None
     finally:
@@ -543,7 +548,12 @@ def _scan_part(
                 target = ""
             if target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES):
                 continue
-            raw = _read_small(fdinfo + fd_name)
+            try:
+                raw = _read_small(fdinfo + fd_name)
+            except PermissionError:  # its fd list is visible, its fdinfo is not (no ptrace right)
+                scan.unreadable_pids += 1
+                scan.hidden.append(int(entry))
+                break
             if raw is None:
                 continue
             inode = _fdinfo_inode(raw)
@@ -637,9 +647,12 @@ def _table_descriptors(
         fd_names = os.listdir(f"{base}/fd")
     except OSError:
         return []
-    found = []
+    found: list[tuple[InodeKey, Descriptor]] = []
     for fd_name in fd_names:
-        raw = _read_small(f"{base}/fdinfo/{fd_name}")
+        try:
+            raw = _read_small(f"{base}/fdinfo/{fd_name}")
+        except PermissionError:  # counted by the process-table scan already
+            return found
         if raw is None:
             continue
         inode = _fdinfo_inode(raw)

@@ -181,17 +181,28 @@ def _unattributed(
     holders = _unmatched(granted, descriptors)
     if not (holders or unnamed_waiters):
         return None
-    return Unattributed(holders, unnamed_waiters, _why_unattributed(claim, snapshot))
+    return Unattributed(holders, unnamed_waiters, _why_unattributed(claim, snapshot, holders))
 
 
-def _why_unattributed(claim: Claim, snapshot: Snapshot) -> str:
+def _why_unattributed(claim: Claim, snapshot: Snapshot, holders: int) -> str:
     hidden = snapshot.unreadable_pids
     if hidden:
-        return f"{hidden} processes' descriptor tables could not be read: {missing_right(snapshot)}"
+        unless = "" if snapshot.nested_pid_namespace else f"; if none of them holds it, {IN_FLIGHT}"
+        return (
+            f"{hidden} processes' descriptor tables could not be read "
+            f"({_some_processes(snapshot.hidden_pids, snapshot)}): {missing_right(snapshot)}"
+            f"{unless}"
+        )
     if snapshot.nested_pid_namespace:
         return (
             "lockwarden runs in a container's PID namespace; a process outside it holds the "
             "descriptor, which this namespace cannot see"
+        )
+    if not holders:  # every holder was named; only blocked requests were not
+        return (
+            "no process could be found for a blocked request: an OFD waiter is found by the "
+            "fcntl(F_OFD_SETLKW) call its thread is blocked in, and it may have just been "
+            "granted or given up"
         )
     mapped = sorted({pid for key in claim.keys for pid in snapshot.mapping_pids(key)})
     if mapped:
@@ -200,16 +211,29 @@ def _why_unattributed(claim: Claim, snapshot: Snapshot) -> str:
             f"no process has it in a descriptor table, but PID {pids} maps the file into "
             "memory, which keeps a closed descriptor's lock alive"
         )
-    return (
-        "no process has it in a descriptor table or a memory mapping: the descriptor is in "
-        "flight in a unix socket (sent with SCM_RIGHTS and not yet received) or held by the "
-        "kernel itself (io_uring)"
-    )
+    return f"no process has it in a descriptor table or a memory mapping: {IN_FLIGHT}"
+
+
+IN_FLIGHT = (
+    "the descriptor is in flight in a unix socket (sent with SCM_RIGHTS and not yet received) "
+    "or held by the kernel itself (io_uring)"
+)
+
+
+def _some_processes(pids: tuple[int, ...], snapshot: Snapshot, shown: int = 3) -> str:
+    """`PID 1 (init), PID 812 (dockerd) and 4 more`."""
+    named = []
+    for pid in pids[:shown]:
+        process = snapshot.process(pid)
+        named.append(f"PID {pid} ({process.name})" if process is not None else f"PID {pid}")
+    more = f" and {len(pids) - shown} more" if len(pids) > shown else ""
+    return ", ".join(named) + more
 
 
 def missing_right(snapshot: Snapshot | Evidence) -> str:
-    """Which privilege would let lockwarden read the processes it could not: never "run as
-    root" to a process that already runs as root."""
+    """Which privilege would let lockwarden read the processes it could not (their
+    /proc/PID/fd, fdinfo and cwd pass the kernel's ptrace check): never "run as root" to a
+    process that already runs as root."""
     if snapshot.euid != 0:
         return (
             "they belong to other users; reading another user's /proc/PID/fdinfo needs root "
