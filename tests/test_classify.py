@@ -8,7 +8,16 @@ import pytest
 
 from lockwarden.classify import Policy, classify
 from lockwarden.identify import Evidence, holder_from_process
-from lockwarden.model import Bound, Claim, KernelLock, Process, Severity, State, Unattributed
+from lockwarden.model import (
+    Bound,
+    Claim,
+    Holder,
+    KernelLock,
+    Process,
+    Severity,
+    State,
+    Unattributed,
+)
 from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -245,3 +254,58 @@ def test_critical_outranks_unknown_in_the_run_status() -> None:
     assert worst([Severity.UNKNOWN, Severity.CRITICAL, Severity.OK]) is Severity.CRITICAL
     assert worst([Severity.WARNING, Severity.UNKNOWN]) is Severity.UNKNOWN
     assert worst([]) is Severity.OK
+
+
+OFD = KernelLock(1, "OFDLCK", "WRITE", -1, KEY, 0, None, False)
+TAKER = process(pid=500, started=timedelta(hours=3))
+CHILD = holder_from_process(process(pid=501, started=timedelta(hours=2)))
+KERNEL = record(existence_is_lock=False, pid=None, role=None, started_at=None, created_at=None)
+
+
+@pytest.mark.parametrize(
+    ("lock", "holders", "takers", "seen_for", "bound", "seconds", "state"),
+    [
+        # It took the lock itself, some time in its 3 hours: an upper bound, never a page.
+        (
+            FLOCK,
+            (holder_from_process(TAKER),),
+            {500: TAKER},
+            None,
+            Bound.AT_MOST,
+            3 * 3600,
+            State.HELD,
+        ),
+        # Seen held by the same holder since a run 20 minutes ago: at least that, a warning.
+        (
+            FLOCK,
+            (holder_from_process(TAKER),),
+            {500: TAKER},
+            1200,
+            Bound.AT_LEAST,
+            1200,
+            State.HELD_TOO_LONG,
+        ),
+        # Inherited from a taker that is gone: at least as old as the holder (2 h: critical).
+        (FLOCK, (CHILD,), {500: None}, None, Bound.AT_LEAST, 2 * 3600, State.HELD_TOO_LONG),
+        # An OFD lock records no taker: nothing bounds it until runs have seen it.
+        (OFD, (CHILD,), {}, None, Bound.UNKNOWN, None, State.HELD),
+    ],
+    ids=["own-lock-upper-bound", "seen-since-earlier-run", "inherited", "ofd-unknown"],
+)
+def test_a_kernel_lock_duration_has_its_bound_and_only_a_lower_bound_pages(
+    lock: KernelLock,
+    holders: tuple[Holder, ...],
+    takers: dict[int, Process | None],
+    seen_for: int | None,
+    bound: Bound,
+    seconds: float | None,
+    state: State,
+) -> None:
+    seen = evidence(granted=(lock,), kernel_holders=holders, takers=takers)
+    identity = f"pid:{holders[0].pid}:{holders[0].start_ticks}:boot-a"
+    since = {} if seen_for is None else {identity: NOW - timedelta(seconds=seen_for)}
+    finding = classify("k", KERNEL, seen, POLICY, NOW, since)
+    assert (finding.held_bound, finding.state) == (bound, state)
+    assert finding.held_for_s == seconds
+    if seconds is not None:
+        assert finding.held_since == NOW - timedelta(seconds=seconds)
