@@ -56,26 +56,42 @@ print("ready", flush=True)
 fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
 """
 
-SHARED_READER = """
-import fcntl, sys, time
+# Take a lock of one style: flock, POSIX (lockf) or OFD (fcntl F_OFD_SETLK[W]).
+TAKE = """
+import fcntl, struct
+
+def take(handle, style, exclusive, wait):
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
+    if style == "flock":
+        fcntl.flock(handle, mode)
+    elif style == "posix":
+        fcntl.lockf(handle, mode)
+    else:
+        kind = fcntl.F_WRLCK if exclusive else fcntl.F_RDLCK
+        command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
+        fcntl.fcntl(handle, command, struct.pack("hhqqi", kind, 0, 0, 0, 0))
+"""
+
+SHARED_READER = (
+    TAKE
+    + """
+import sys, time
 handle = open(sys.argv[1], "r+")
-if sys.argv[2] == "flock":
-    fcntl.flock(handle, fcntl.LOCK_SH)
-else:
-    fcntl.lockf(handle, fcntl.LOCK_SH)
+take(handle, sys.argv[2], exclusive=False, wait=False)
 print("ready", flush=True)
 time.sleep(120)
 """
+)
 
-BLOCKED_WRITER = """
-import fcntl, sys
+BLOCKED_WRITER = (
+    TAKE
+    + """
+import sys
 handle = open(sys.argv[1], "r+")
 print("ready", flush=True)
-if sys.argv[2] == "flock":
-    fcntl.flock(handle, fcntl.LOCK_EX)
-else:
-    fcntl.lockf(handle, fcntl.LOCK_EX)
+take(handle, sys.argv[2], exclusive=True, wait=True)
 """
+)
 
 THREAD_WITH_OWN_TABLE = """
 import ctypes, fcntl, os, sys, threading, time
@@ -211,11 +227,11 @@ def test_ofd_lock_names_its_holder_and_every_waiter(
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("style", ["flock", "posix", "ofd"])
 def test_shared_readers_with_a_blocked_writer_are_all_named(
-    seed: int, tmp_path: Path, children: Children
+    style: str, seed: int, tmp_path: Path, children: Children
 ) -> None:
     rng = random.Random(seed)
-    style = rng.choice(["flock", "posix"])
     lock = tmp_path / "shared.lock"
     lock.touch()
     readers = []
@@ -292,7 +308,7 @@ def test_a_lock_seen_through_hard_links_and_bind_mounts_names_the_same_holders(
     mounted.mkdir()
     subprocess.run(["mount", "--bind", str(real), str(mounted)], check=True)
     try:
-        style = rng.choice(["flock", "posix"])
+        style = rng.choice(["flock", "posix", "ofd"])
         readers = []
         for _ in range(rng.randint(1, 3)):
             readers.append(children.python(SHARED_READER, str(rng.choice([lock, linked])), style))
