@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from lockwarden.durations import format_duration, format_limit, format_time
-from lockwarden.identify import Evidence, holder_from_process, missing_right
+from lockwarden.identify import Evidence, holder_from_process, missing_right, processes
 from lockwarden.model import (
     Bound,
     Claim,
@@ -399,7 +399,7 @@ def _names(claim: Claim) -> str:
 def _blind_reason(unreadable: int, evidence: Evidence, what: str) -> str | None:
     """Why the absence of a process proves nothing here, or None when it does."""
     if unreadable:
-        return f"{unreadable} processes' {what} could not be read: {missing_right(evidence)}"
+        return f"{processes(unreadable)} {what} could not be read: {missing_right(evidence)}"
     if evidence.nested_pid_namespace:
         return "lockwarden runs in a container's PID namespace and cannot see the host's processes"
     return None

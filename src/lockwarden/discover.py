@@ -101,12 +101,12 @@ def kernel_lock_candidates(snapshot: Snapshot) -> tuple[list[Candidate], list[st
 def _why_unnamed(snapshot: Snapshot) -> str:
     """Deleted files have no name; beyond that, only what is so: unreadable holders (and the
     right that reads them) or a container's namespace."""
-    from lockwarden.identify import missing_right
+    from lockwarden.identify import missing_right, processes
 
     reasons = ["deleted, held by no process's descriptor, or in flight in a unix socket"]
     if snapshot.unreadable_pids:
         reasons.append(
-            f"{snapshot.unreadable_pids} processes' descriptors could not be read: "
+            f"{processes(snapshot.unreadable_pids)} descriptors could not be read: "
             f"{missing_right(snapshot)}"
         )
     if snapshot.nested_pid_namespace:

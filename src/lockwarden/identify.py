@@ -189,7 +189,7 @@ def _why_unattributed(claim: Claim, snapshot: Snapshot, holders: int) -> str:
     if hidden:
         unless = "" if snapshot.nested_pid_namespace else f"; if none of them holds it, {IN_FLIGHT}"
         return (
-            f"{hidden} processes' descriptor tables could not be read "
+            f"{processes(hidden)}' descriptor tables could not be read "
             f"({_some_processes(snapshot.hidden_pids, snapshot)}): {missing_right(snapshot)}"
             f"{unless}"
         )
@@ -228,6 +228,11 @@ def _some_processes(pids: tuple[int, ...], snapshot: Snapshot, shown: int = 3) -
         named.append(f"PID {pid} ({process.name})" if process is not None else f"PID {pid}")
     more = f" and {len(pids) - shown} more" if len(pids) > shown else ""
     return ", ".join(named) + more
+
+
+def processes(count: int) -> str:
+    """`1 process's` / `3 processes'`, ready for a possessive noun."""
+    return f"{count} process's" if count == 1 else f"{count} processes'"
 
 
 def missing_right(snapshot: Snapshot | Evidence) -> str:
