@@ -8,9 +8,9 @@
 # The pins are Debian's versions, read from each release's Packages index (apt-cache policy
 # with the suite in a private apt configuration), not guessed:
 #   12 (bookworm): python3-psutil 5.9.4, python3-requests 2.28.1, python3-tomli-w 1.0.0,
-#                  apprise 1.2.0, python3-prometheus-client 0.16.0 (a test dependency only)
+#                  apprise 1.2.0, python3-prometheus-client 0.16.0, python3-jsonschema 4.10.3 (tests only)
 #   13 (trixie):   python3-psutil 7.0.0, python3-requests 2.32.3, python3-tomli-w 1.0.0,
-#                  apprise 1.9.3, python3-prometheus-client 0.21.1 (a test dependency only)
+#                  apprise 1.9.3, python3-prometheus-client 0.21.1, python3-jsonschema 4.19.2 (tests only)
 # Debian 13's own Python is 3.13; the pins run on this machine's Python (3.11 on Debian 12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,11 +42,11 @@ run_release() {
     case "$name" in
         12)
             pins=(psutil==5.9.4 requests==2.28.1 tomli-w==1.0.0 apprise==1.2.0)
-            test_pins=(pytest prometheus-client==0.16.0 aiosmtpd)
+            test_pins=(pytest prometheus-client==0.16.0 jsonschema==4.10.3 aiosmtpd)
             ;;
         13)
             pins=(psutil==7.0.0 requests==2.32.3 tomli-w==1.0.0 apprise==1.9.3)
-            test_pins=(pytest prometheus-client==0.21.1 aiosmtpd)
+            test_pins=(pytest prometheus-client==0.21.1 jsonschema==4.19.2 aiosmtpd)
             ;;
         *)
             echo "test-debian: unknown Debian release $name (12 or 13)" >&2

@@ -7,6 +7,7 @@ A missing tool skips a test on a developer's machine and fails it under CI=true.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -18,10 +19,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+REPORT_SCHEMA = Path(__file__).resolve().parents[1] / "schema" / "report-v2.schema.json"
+REPORT_COMMANDS = frozenset({"--once", "inspect", "discover"})
 
 
 def require_tool(name: str) -> str:
@@ -44,8 +48,10 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def run_cli(*args: str, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the real `lockwarden` command (as `python -m lockwarden`, the installed package)."""
-    return subprocess.run(
+    """Run the real `lockwarden` command (as `python -m lockwarden`, the installed package).
+    Every report it prints as JSON (`--once`, `inspect`, `discover`) is checked against the
+    JSON Schema in schema/: a document the schema does not describe fails the test."""
+    completed = subprocess.run(
         [sys.executable, "-m", "lockwarden", *args],
         capture_output=True,
         text=True,
@@ -53,6 +59,28 @@ def run_cli(*args: str, timeout: float = 30, **env: str) -> subprocess.Completed
         env=cli_env(**env),
         check=False,
     )
+    command = args[: args.index("--")] if "--" in args else args
+    if "--json" in command and REPORT_COMMANDS & set(command) and completed.stdout.strip():
+        validate_report(json.loads(completed.stdout))
+    return completed
+
+
+@functools.cache
+def _report_validator() -> Any:
+    import jsonschema  # a test dependency only (pyproject's test extra)
+
+    schema = json.loads(REPORT_SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def validate_report(document: dict[str, Any]) -> dict[str, Any]:
+    """Fail unless `document` is a version 2 report as schema/report-v2.schema.json says."""
+    errors = sorted(_report_validator().iter_errors(document), key=lambda e: list(e.path))
+    assert not errors, "\n".join(
+        f"{'/'.join(map(str, error.path))}: {error.message}" for error in errors[:10]
+    )
+    return document
 
 
 def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

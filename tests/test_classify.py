@@ -8,7 +8,16 @@ import pytest
 
 from lockwarden.classify import Policy, classify
 from lockwarden.identify import Evidence, holder_from_process
-from lockwarden.model import Claim, KernelLock, Process, Severity, State
+from lockwarden.model import (
+    Bound,
+    Claim,
+    Holder,
+    KernelLock,
+    Process,
+    Severity,
+    State,
+    Unattributed,
+)
 from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -192,16 +201,44 @@ def test_stale_action_removes_the_directory_and_proof_says_why() -> None:
     )
 
 
-def test_kernel_lock_with_hidden_holder_says_why() -> None:
+HIDDEN = Unattributed(
+    1,
+    0,
+    "4 processes' descriptor tables could not be read: reading a more privileged process's "
+    "/proc/PID/fdinfo needs CAP_SYS_PTRACE, which lockwarden runs without",
+)
+
+
+def test_kernel_lock_with_hidden_holder_within_budget_is_held_and_names_the_right() -> None:
+    taker = process(pid=500, started=timedelta(seconds=30))
     finding = classify(
         "k",
-        record(existence_is_lock=False),
-        evidence(granted=(FLOCK,), unreadable_pids=4),
+        record(existence_is_lock=False, started_at=None, created_at=None),
+        evidence(granted=(FLOCK,), unreadable_pids=4, takers={500: taker}, unattributed=HIDDEN),
         POLICY,
         NOW,
     )
-    assert finding.state is State.HELD
-    assert "4 processes' descriptors could not be read; run as root" in finding.reason
+    assert (finding.state, finding.held_bound) == (State.HELD, Bound.AT_MOST)
+    assert "CAP_SYS_PTRACE" in finding.reason and "run as root" not in finding.reason
+
+
+@pytest.mark.parametrize("taker_age", [None, timedelta(hours=2)])
+def test_kernel_lock_with_hidden_holder_maybe_past_budget_is_unknown_never_ok(
+    taker_age: timedelta | None,
+) -> None:
+    """Issue 12: a holder that cannot be read is never OK past its budget; the message names
+    the missing right, not "run as root"."""
+    takers = {} if taker_age is None else {500: process(pid=500, started=taker_age)}
+    finding = classify(
+        "k",
+        record(existence_is_lock=False, started_at=None, created_at=None),
+        evidence(granted=(FLOCK,), unreadable_pids=4, takers=takers, unattributed=HIDDEN),
+        POLICY,
+        NOW,
+    )
+    assert (finding.state, finding.severity) == (State.UNKNOWN, Severity.UNKNOWN)
+    assert "CAP_SYS_PTRACE" in finding.reason and "run as root" not in finding.reason
+    assert "maybe past its 15m00s budget" in finding.reason
 
 
 def test_incident_identity_is_pid_start_ticks_and_boot() -> None:
@@ -217,3 +254,58 @@ def test_critical_outranks_unknown_in_the_run_status() -> None:
     assert worst([Severity.UNKNOWN, Severity.CRITICAL, Severity.OK]) is Severity.CRITICAL
     assert worst([Severity.WARNING, Severity.UNKNOWN]) is Severity.UNKNOWN
     assert worst([]) is Severity.OK
+
+
+OFD = KernelLock(1, "OFDLCK", "WRITE", -1, KEY, 0, None, False)
+TAKER = process(pid=500, started=timedelta(hours=3))
+CHILD = holder_from_process(process(pid=501, started=timedelta(hours=2)))
+KERNEL = record(existence_is_lock=False, pid=None, role=None, started_at=None, created_at=None)
+
+
+@pytest.mark.parametrize(
+    ("lock", "holders", "takers", "seen_for", "bound", "seconds", "state"),
+    [
+        # It took the lock itself, some time in its 3 hours: an upper bound, never a page.
+        (
+            FLOCK,
+            (holder_from_process(TAKER),),
+            {500: TAKER},
+            None,
+            Bound.AT_MOST,
+            3 * 3600,
+            State.HELD,
+        ),
+        # Seen held by the same holder since a run 20 minutes ago: at least that, a warning.
+        (
+            FLOCK,
+            (holder_from_process(TAKER),),
+            {500: TAKER},
+            1200,
+            Bound.AT_LEAST,
+            1200,
+            State.HELD_TOO_LONG,
+        ),
+        # Inherited from a taker that is gone: at least as old as the holder (2 h: critical).
+        (FLOCK, (CHILD,), {500: None}, None, Bound.AT_LEAST, 2 * 3600, State.HELD_TOO_LONG),
+        # An OFD lock records no taker: nothing bounds it until runs have seen it.
+        (OFD, (CHILD,), {}, None, Bound.UNKNOWN, None, State.HELD),
+    ],
+    ids=["own-lock-upper-bound", "seen-since-earlier-run", "inherited", "ofd-unknown"],
+)
+def test_a_kernel_lock_duration_has_its_bound_and_only_a_lower_bound_pages(
+    lock: KernelLock,
+    holders: tuple[Holder, ...],
+    takers: dict[int, Process | None],
+    seen_for: int | None,
+    bound: Bound,
+    seconds: float | None,
+    state: State,
+) -> None:
+    seen = evidence(granted=(lock,), kernel_holders=holders, takers=takers)
+    identity = f"pid:{holders[0].pid}:{holders[0].start_ticks}:boot-a"
+    since = {} if seen_for is None else {identity: NOW - timedelta(seconds=seen_for)}
+    finding = classify("k", KERNEL, seen, POLICY, NOW, since)
+    assert (finding.held_bound, finding.state) == (bound, state)
+    assert finding.held_for_s == seconds
+    if seconds is not None:
+        assert finding.held_since == NOW - timedelta(seconds=seconds)

@@ -14,11 +14,12 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from conftest import FLOCK_HOLDER, Children, require_tool, write_config
+from conftest import FLOCK_HOLDER, Children, require_tool, validate_report, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "packaging" / "build-deb.sh"
@@ -144,20 +145,27 @@ def test_installed_lockwarden_names_the_holder_of_a_held_lock(
     lock = tmp_path / "store.lock"
     holder = children.python(FLOCK_HOLDER, str(lock))
     config = write_config(
-        tmp_path / "config.toml", f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
+        tmp_path / "config.toml",
+        f'[defaults]\nwarn_after = "1m"\ncritical_after = "2m"\n'
+        f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n',
     )
     assert Path(installed).read_text().startswith(f"#!{DEBIAN_PYTHON}\n")
     completed = run([str(installed), "--once", "--config", config, "--json"], env=CLEAN_ENV)
     assert completed.returncode == 0, completed.stderr
-    [finding] = json.loads(completed.stdout)["locks"]
+    [finding] = validate_report(json.loads(completed.stdout))["locks"]
     assert finding["state"] == "held"
-    assert finding["holder"]["pid"] == holder.pid
-    later = run(
-        [str(installed), "--once", "--config", config, "--now", "2099-01-01T00:00:00Z"],
-        env=CLEAN_ENV,
-    )
-    assert later.returncode == 2, later.stdout + later.stderr  # held far past critical_after
-    assert f"kill {holder.pid}" in later.stdout or "stop" in later.stdout
+    assert finding["holders"][0]["pid"] == holder.pid
+    # A kernel lock escalates from the runs that saw it held (the state journal's sightings):
+    # runs 50 s apart see it held at least 50 s, 100 s (warning), 150 s (critical).
+    first = datetime.now(UTC)
+    codes = []
+    for seconds in (50, 100, 150):
+        moment = (first + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        later = run([str(installed), "--once", "--config", config, "--now", moment], env=CLEAN_ENV)
+        codes.append(later.returncode)
+    assert codes == [0, 1, 2], later.stdout + later.stderr
+    assert "for at least 2m" in later.stdout and f"kill {holder.pid}" in later.stdout
 
 
 def test_installed_lockwarden_uses_debians_own_libraries(installed: Path) -> None:

@@ -54,5 +54,5 @@ def test_once_through_the_entry_point_names_the_holder(tmp_path: Path, children:
     assert code == 0
     (finding,) = document["locks"]
     assert finding["state"] == "held"
-    assert finding["holder"]["pid"] == holder.pid
+    assert finding["holders"][0]["pid"] == holder.pid
     assert os.path.exists(lock)

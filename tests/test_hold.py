@@ -115,8 +115,8 @@ def test_inspect_on_a_held_lock_names_the_role_and_the_holding_supervisor(
 
     finding = document["locks"][0]
     assert (code, finding["state"]) == (0, "held")
-    assert finding["holder"]["pid"] == holder.pid
-    assert finding["holder"]["role"] == "re-sync"
+    assert finding["holders"][0]["pid"] == holder.pid
+    assert finding["holders"][0]["role"] == "re-sync"
     assert finding["action"] is None  # within its budget: no action is advised
 
 
@@ -359,7 +359,7 @@ def test_file_lock_blocks_is_inspected_and_is_removed(children: Children, tmp_pa
     assert code == 0
     assert second.returncode == EXIT_HELD
     assert f"held by PID {holder.pid} (re-sync)" in second.stderr
-    assert document["locks"][0]["holder"]["pid"] == holder.pid
+    assert document["locks"][0]["holders"][0]["pid"] == holder.pid
     assert returncode == 128 + signal.SIGTERM
     assert os.listdir(tmp_path) == []
 
@@ -496,7 +496,7 @@ def test_api_hold_blocks_the_cli_and_the_api_naming_pid_and_role(
     assert cli.returncode == EXIT_HELD
     assert f"held by PID {holder.pid} (re-sync)" in cli.stderr
     finding = document["locks"][0]
-    assert (finding["holder"]["pid"], finding["holder"]["role"]) == (holder.pid, "re-sync")
+    assert (finding["holders"][0]["pid"], finding["holders"][0]["role"]) == (holder.pid, "re-sync")
     assert record_of(lock)["max_hold"] == "30m"
 
 

@@ -56,9 +56,9 @@ def test_live_owner_record_holder_within_budget_is_held_and_named(
     code, document = run_json("--once", "--config", store_config(tmp_path, lock))
     finding = only_lock(document)
     assert (code, finding["state"], finding["severity"]) == (0, "held", "ok")
-    assert finding["holder"]["pid"] == holder.pid
-    assert finding["holder"]["role"] == "maintenance-job"
-    assert finding["holder"]["alive"] is True
+    assert finding["holders"][0]["pid"] == holder.pid
+    assert finding["holders"][0]["role"] == "maintenance-job"
+    assert finding["holders"][0]["alive"] is True
     assert finding["action"] is None  # within its budget: no action is advised
 
 
@@ -93,7 +93,7 @@ def test_killed_holder_leaves_a_stale_lock_with_proof(tmp_path: Path, children: 
     finding = only_lock(document)
     assert (code, finding["state"], finding["severity"]) == (2, "stale", "critical")
     assert f"PID {holder.pid} is not running on this host" in finding["proof"]
-    assert finding["action"] == f"rm -r -- {lock}"
+    assert finding["action"]["argv"] == ["rm", "-r", "--", str(lock)]
 
 
 def test_pid_reused_by_a_younger_process_is_unknown_never_held(
@@ -137,7 +137,7 @@ def test_host_alias_makes_a_renamed_host_this_host(tmp_path: Path, children: Chi
     )
     _code, document = run_json("--once", "--config", config)
     assert only_lock(document)["state"] == "held"
-    assert only_lock(document)["holder"]["pid"] == sleeper.pid
+    assert only_lock(document)["holders"][0]["pid"] == sleeper.pid
 
 
 def test_flock_holder_is_the_child_not_the_dead_parent(tmp_path: Path, children: Children) -> None:
@@ -154,8 +154,8 @@ def test_flock_holder_is_the_child_not_the_dead_parent(tmp_path: Path, children:
     _code, document = run_json("--once", "--config", store_config(tmp_path, lock, format="kernel"))
     finding = only_lock(document)
     assert finding["state"] == "held"
-    assert finding["holder"]["pid"] == child_pid
-    assert finding["holder"]["cmdline"] == ["sleep", "60"]
+    assert finding["holders"][0]["pid"] == child_pid
+    assert finding["holders"][0]["cmdline"] == ["sleep", "60"]
     assert finding["action"] is None  # held within its budget: no action, no stale PID
     assert _proc_locks_pid(lock) == parent.pid  # the kernel still prints the dead parent
 
@@ -202,7 +202,7 @@ def test_ofd_lock_holder_is_found_although_proc_locks_prints_minus_one(
     code, document = run_json("--once", "--config", store_config(tmp_path, lock, format="kernel"))
     finding = only_lock(document)
     assert (code, finding["state"]) == (0, "held")
-    assert finding["holder"]["pid"] == holder.pid
+    assert finding["holders"][0]["pid"] == holder.pid
 
 
 POSIX_WAITER = """
@@ -221,7 +221,7 @@ def test_posix_lock_with_a_waiter_lists_the_waiter(tmp_path: Path, children: Chi
     assert wait_until(lambda: "->" in Path("/proc/locks").read_text())
     _code, document = run_json("--once", "--config", store_config(tmp_path, lock, format="kernel"))
     finding = only_lock(document)
-    assert finding["holder"]["pid"] == holder.pid
+    assert finding["holders"][0]["pid"] == holder.pid
     assert [w["pid"] for w in finding["waiters"]] == [waiter.pid]
     assert (
         finding["waiters"][0]["cmdline"][0].endswith(("python", "python3"))
@@ -250,8 +250,8 @@ def test_zombie_main_thread_with_a_live_thread_is_alive(tmp_path: Path, children
     assert wait_until(lambda: _state(holder.pid) == "Z")
     _code, document = run_json("--once", "--config", store_config(tmp_path, lock))
     finding = only_lock(document)
-    assert (finding["state"], finding["holder"]["pid"]) == ("held", holder.pid)
-    assert finding["holder"]["alive"] is True
+    assert (finding["state"], finding["holders"][0]["pid"]) == ("held", holder.pid)
+    assert finding["holders"][0]["alive"] is True
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
     _code, document = run_json("--once", "--config", store_config(tmp_path, lock))
@@ -277,7 +277,7 @@ def test_key_value_store_lock_is_judged_by_its_flock(tmp_path: Path, children: C
     holder = children.python(code_text, str(lock))
     _code, document = run_json("--once", "--config", store_config(tmp_path, lock))
     finding = only_lock(document)
-    assert (finding["state"], finding["holder"]["pid"]) == ("held", holder.pid)
+    assert (finding["state"], finding["holders"][0]["pid"]) == ("held", holder.pid)
     assert finding["format"] == "owner-record"
     holder.kill()
     holder.wait()

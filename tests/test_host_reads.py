@@ -134,4 +134,4 @@ def test_a_lock_held_through_another_name_of_the_file_is_still_found(
     assert code == 0, document
     (finding,) = document["locks"]
     assert finding["state"] == "held"
-    assert finding["holder"]["pid"] == holder.pid
+    assert finding["holders"][0]["pid"] == holder.pid

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, run_python, write_config
+from conftest import (
+    FLOCK_HOLDER,
+    MKDIR_HOLDER,
+    Children,
+    run_python,
+    validate_report,
+    write_config,
+)
 
 HEAVY = ("apprise", "requests", "psutil", "tomli_w")
 # What the standard library would cost a quiet run for nothing (about 20 ms in all on Python
@@ -58,9 +65,8 @@ def test_quiet_once_imports_neither_apprise_nor_requests(
         """
         + (
             f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
-            '[notify]\nurls = ["json://127.0.0.1:9"]\n'
-            if alerting
-            else ""
+            # the sighting memory of the held flock is written, alerting on or off
+            + ('[notify]\nurls = ["json://127.0.0.1:9"]\n' if alerting else "")
         ),
     )
     Path(config).chmod(0o600)  # else the URL in it is rightly warned about (and logged)
@@ -68,7 +74,7 @@ def test_quiet_once_imports_neither_apprise_nor_requests(
     completed = run_python(QUIET_RUN, config, str(report))
     assert completed.returncode == 0, completed.stderr
     result = json.loads(report.read_text())
-    document = json.loads(completed.stdout)
+    document = validate_report(json.loads(completed.stdout))
     assert result["code"] == 0, document
     assert [lock["state"] for lock in document["locks"]] == ["held", "held"]
     assert "lockwarden.run" in result["modules"]  # the list is real, not empty

@@ -218,7 +218,7 @@ def test_a_live_holder_is_never_removed(store: Store) -> None:
     for minutes in (0, 3, 30, 120):
         finding = store.finding(minutes)
         assert finding["state"] in ("held", "held_too_long")
-        assert finding["holder"]["pid"] == holder.pid
+        assert finding["holders"][0]["pid"] == holder.pid
         assert finding["removal"] is None
     assert store.lock.is_dir() and store.records("sighting") == []
 
@@ -229,7 +229,7 @@ def test_a_lock_reacquired_between_sightings_is_not_removed(store: Store) -> Non
     shutil.rmtree(store.lock)  # the next job breaks the stale lock and takes its own
     second = store.hold("second")
     held = store.finding(3)
-    assert held["state"] == "held" and held["holder"]["pid"] == second.pid
+    assert held["state"] == "held" and held["holders"][0]["pid"] == second.pid
     assert store.lock.is_dir()
     second.send_signal(signal.SIGKILL)
     second.wait(timeout=10)
@@ -269,7 +269,7 @@ def test_a_kernel_locked_file_is_never_removed(tmp_path: Path, children: Childre
     for minutes in (0, 3, 10):
         finding = store.finding(minutes)
         assert finding["state"] in ("held", "held_too_long")
-        assert finding["holder"]["pid"] == flock.pid
+        assert finding["holders"][0]["pid"] == flock.pid
         assert finding["removal"] is None
     assert store.lock.exists()
 

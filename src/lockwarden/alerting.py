@@ -29,6 +29,7 @@ from lockwarden.history import (
 from lockwarden.journal import Journal, Record, StateError, check_state_dir, default_state_path
 from lockwarden.messages import Message, render_state_degraded, render_state_healthy
 from lockwarden.model import Finding, Severity, State
+from lockwarden.sightings import keep_latest_seen
 from lockwarden.structs import field, struct
 
 if TYPE_CHECKING:
@@ -475,10 +476,12 @@ def _compact(journal: Journal, writer: JournalWriter, config: Config) -> None:
     keep_runs = max(KEEP_RUNS, longest + 1)
     try:
         dropped = journal.compact(
-            lambda records: keep_for_removal(
-                # closed incidents may fill half the threshold, so that what is kept stays
-                # well below it and quiet runs do not compact again and again
-                keep_for_dedupe(records, keep_runs, closed_budget=config.state.max_bytes // 2)
+            lambda records: keep_latest_seen(
+                keep_for_removal(
+                    # closed incidents may fill half the threshold, so that what is kept stays
+                    # well below it and quiet runs do not compact again and again
+                    keep_for_dedupe(records, keep_runs, closed_budget=config.state.max_bytes // 2)
+                )
             )
         )
         log.debug("compacted %s: %d records dropped", journal.path, dropped)

@@ -8,12 +8,22 @@ Anything less is `unknown`, with the reason.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from lockwarden.advice import advise_holder, needs_action
 from lockwarden.durations import format_duration, format_limit, format_time
-from lockwarden.identify import Evidence, holder_from_process
-from lockwarden.model import Claim, Finding, Holder, Process, Severity, StaleProof, State
+from lockwarden.identify import Evidence, holder_from_process, missing_right, processes
+from lockwarden.model import (
+    Bound,
+    Claim,
+    Finding,
+    Holder,
+    Process,
+    Severity,
+    StaleProof,
+    State,
+)
 from lockwarden.structs import replace, struct
 
 # Wall-clock times (a record's startedAt, a file's mtime, the boot time as "now - uptime") move
@@ -55,38 +65,78 @@ class Verdict:
     readers: tuple[Holder, ...] = ()
 
 
-def classify(name: str, claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Finding:
+def classify(
+    name: str,
+    claim: Claim,
+    evidence: Evidence,
+    policy: Policy,
+    now: datetime,
+    seen_since: Mapping[str, datetime] | None = None,
+) -> Finding:
+    """`seen_since`: for this lock, holder identity -> the first of an unbroken series of
+    earlier runs that saw it held by that identity (the state journal's sighting memory)."""
     verdict = judge(claim, evidence, policy, now)
-    held_for = held_seconds(claim, verdict, evidence, now)
-    state, severity = grade(verdict.state, held_for, policy)
-    declared_limit = past_declared_limit(claim, state, held_for)
+    identity = identity_of(claim, verdict, evidence)
+    first_seen = (seen_since or {}).get(identity or "")
+    held_for, bound = held_duration(claim, verdict, evidence, now, first_seen)
+    state, severity = grade(verdict.state, held_for, policy, bound)
+    declared_limit = past_declared_limit(claim, state, held_for, bound)
     if declared_limit is not None and state is State.HELD:
         state, severity = State.HELD_TOO_LONG, Severity.WARNING
+    blind = _blind_past_budget(verdict, evidence, state, held_for, bound, policy)
+    if blind is not None:
+        verdict, state, severity = blind, State.UNKNOWN, Severity.UNKNOWN
     return Finding(
         name=name,
         path=claim.path,
         format=claim.format,
         state=state,
         severity=severity,
-        reason=explain(
-            name,
-            verdict,
-            state,
-            held_for,
-            policy,
-            declared_limit,
-            upper_bound=held_for is not None and not _record_or_file_dates(claim, verdict),
-        ),
+        reason=explain(name, verdict, state, held_for, policy, declared_limit, bound),
         held_for_s=held_for,
+        held_bound=bound,
+        held_since=None if held_for is None else now - timedelta(seconds=held_for),
         proof=verdict.proof,
         holder=verdict.holder,
         waiters=evidence.waiters,
         sharers=verdict.sharers,
         action=action_for(state, verdict, claim),
-        identity=identity_of(claim, verdict, evidence),
+        identity=identity,
         note=claim.note,
         readers=verdict.readers,
         never_remove=claim.never_remove,
+        key=claim.keys[0] if claim.keys else None,
+        unattributed=evidence.unattributed,
+    )
+
+
+def _blind_past_budget(
+    verdict: Verdict,
+    evidence: Evidence,
+    state: State,
+    held_for: float | None,
+    bound: Bound,
+    policy: Policy,
+) -> Verdict | None:
+    """A kernel lock whose holder cannot be read for want of a right (or from inside a
+    container) is never OK when it may be past its budget: `unknown`, naming the right."""
+    if state is not State.HELD or verdict.holder is not None or not evidence.kernel_locked:
+        return None
+    if not (evidence.unreadable_pids or evidence.nested_pid_namespace):
+        return None
+    if bound is Bound.AT_MOST and held_for is not None and held_for < policy.warn_after:
+        return None
+    how_long = (
+        f"held for {bound.words}{format_duration(held_for)}"
+        if held_for is not None
+        else "held for an unknown time"
+    )
+    why = evidence.unattributed.why if evidence.unattributed else verdict.reason
+    return Verdict(
+        State.UNKNOWN,
+        f"{how_long}, maybe past its {format_duration(policy.warn_after)} budget, by a holder "
+        f"lockwarden cannot name: {why}",
+        readers=verdict.readers,
     )
 
 
@@ -111,12 +161,8 @@ def judge(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Ve
 def _kernel_verdict(claim: Claim, evidence: Evidence) -> Verdict:
     holders = evidence.kernel_holders
     if not holders:
-        hidden = evidence.unreadable_pids
-        why = (
-            f"{hidden} processes' descriptors could not be read; run as root to name the holder"
-            if hidden
-            else "the holder is not visible in this PID namespace"
-        )
+        unattributed = evidence.unattributed
+        why = unattributed.why if unattributed else "no process could be named for it"
         return Verdict(
             State.HELD,
             f"held by a kernel lock whose holder cannot be named: {why}",
@@ -354,10 +400,7 @@ def _names(claim: Claim) -> str:
 def _blind_reason(unreadable: int, evidence: Evidence, what: str) -> str | None:
     """Why the absence of a process proves nothing here, or None when it does."""
     if unreadable:
-        return (
-            f"{unreadable} processes' {what} could not be read (lockwarden needs root, and "
-            "some processes hide them even from root)"
-        )
+        return f"{processes(unreadable)} {what} could not be read: {missing_right(evidence)}"
     if evidence.nested_pid_namespace:
         return "lockwarden runs in a container's PID namespace and cannot see the host's processes"
     return None
@@ -505,6 +548,78 @@ def _with_record(holder: Holder, claim: Claim) -> Holder:
     return replace(holder, role=claim.role, host=claim.host)
 
 
+def held_duration(
+    claim: Claim,
+    verdict: Verdict,
+    evidence: Evidence,
+    now: datetime,
+    first_seen: datetime | None = None,
+) -> tuple[float | None, Bound]:
+    """How long it has been held, and what that number is (see model.Bound).
+
+    Exact from the record or the lock file's own dates. A kernel lock records no time: at
+    least since the first of an unbroken series of runs that saw it held by this holder, or
+    since the oldest holder started when every holder inherited it from a process that is gone
+    (`flock FILE cmd`, the flock parent killed); else at most the running time of the process
+    that took it (/proc/locks names it); else unknown."""
+    if verdict.state not in (State.HELD, State.STALE):
+        return None, Bound.UNKNOWN
+    if _record_or_file_dates(claim, verdict):
+        return held_seconds(claim, verdict, evidence, now), Bound.EXACT
+    if not evidence.kernel_locked:
+        age = held_seconds(claim, verdict, evidence, now)
+        return (age, Bound.AT_MOST) if age is not None else (None, Bound.UNKNOWN)
+    floors = [_age(first_seen, now), _inherited_age(verdict, evidence, now)]
+    floor = max((age for age in floors if age is not None), default=None)
+    if floor is not None:
+        return floor, Bound.AT_LEAST
+    ceiling = _taker_age(evidence, now)
+    if ceiling is not None:
+        return ceiling, Bound.AT_MOST
+    return None, Bound.UNKNOWN
+
+
+def _age(moment: datetime | None, now: datetime) -> float | None:
+    if moment is None:
+        return None
+    age = (now - moment).total_seconds()
+    return age if age >= 0 else None  # a clock stepped back past it proves nothing
+
+
+def _inherited_age(verdict: Verdict, evidence: Evidence, now: datetime) -> float | None:
+    """Every holder got the flock from a taker that is gone (or no longer holds it) and is
+    younger than the taker: the lock is at least as old as the oldest holder."""
+    holders = [holder for holder in (verdict.holder, *verdict.sharers) if holder is not None]
+    flocks = [lock for lock in evidence.granted if lock.kind == "FLOCK" and lock.pid > 0]
+    if not holders or not flocks:
+        return None
+    holder_pids = {holder.pid for holder in holders}
+    for lock in flocks:
+        if lock.pid in holder_pids:
+            return None
+        taker = evidence.takers.get(lock.pid)
+        if taker is not None and any(
+            (holder.start_ticks or 0) < taker.start_ticks for holder in holders
+        ):
+            return None
+    return max((_age(holder.started_at, now) or 0.0 for holder in holders), default=None)
+
+
+def _taker_age(evidence: Evidence, now: datetime) -> float | None:
+    """The running time of the process that took the lock (it took it since it started)."""
+    ages = [
+        _age(process.started_at, now)
+        for process in evidence.takers.values()
+        if process is not None and process.alive
+    ]
+    known = [age for age in ages if age is not None]
+    if not known or len(known) < len(evidence.takers) or not evidence.takers:
+        return None
+    since_boot = _age(evidence.booted_at, now)
+    oldest = max(known)
+    return min(oldest, since_boot) if since_boot is not None else oldest
+
+
 def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: datetime) -> float | None:
     """How long it has been held: the smallest of the record's age, the lock file's age and the
     holder's running time, so a clock step or a long-lived holder never inflates it.
@@ -547,26 +662,35 @@ def _record_or_file_dates(claim: Claim, verdict: Verdict) -> bool:
     return dated_record or (claim.existence_is_lock and claim.created_at is not None)
 
 
-def grade(state: State, held_for: float | None, policy: Policy) -> tuple[State, Severity]:
+def grade(
+    state: State, held_for: float | None, policy: Policy, bound: Bound = Bound.EXACT
+) -> tuple[State, Severity]:
+    """Only an exact or an at-least duration can put a lock past its budget: a holder's
+    running time (at most) or nothing known never pages (ARCHITECTURE.md, "Never" 7)."""
     if state is State.FREE:
         return state, Severity.OK
     if state is State.UNKNOWN:
         return state, Severity.UNKNOWN
     if state is State.STALE:
         return state, policy.stale_severity
-    if held_for is not None and held_for >= policy.critical_after:
+    if held_for is None or bound not in (Bound.EXACT, Bound.AT_LEAST):
+        return State.HELD, Severity.OK
+    if held_for >= policy.critical_after:
         return State.HELD_TOO_LONG, Severity.CRITICAL
     if held_for is not None and held_for >= policy.warn_after:
         return State.HELD_TOO_LONG, Severity.WARNING
     return State.HELD, Severity.OK
 
 
-def past_declared_limit(claim: Claim, state: State, held_for: float | None) -> float | None:
+def past_declared_limit(
+    claim: Claim, state: State, held_for: float | None, bound: Bound = Bound.EXACT
+) -> float | None:
     """The holder's own declared limit (`max_hold` in its record) when a live holder is past
     it: such a holder is at least a warning, whatever the configured budget."""
     limit = claim.max_hold_s
     live = state in (State.HELD, State.HELD_TOO_LONG)
-    if limit is None or held_for is None or not live or held_for < limit:
+    known = bound in (Bound.EXACT, Bound.AT_LEAST)
+    if limit is None or held_for is None or not live or not known or held_for < limit:
         return None
     return limit
 
@@ -578,26 +702,38 @@ def explain(
     held_for: float | None,
     policy: Policy,
     declared_limit: float | None = None,
-    upper_bound: bool = False,
+    bound: Bound = Bound.EXACT,
 ) -> str:
     holder = verdict.holder.describe() if verdict.holder else None
-    up_to = "up to " if upper_bound else ""
-    running = " (its running time: the kernel does not record when a lock was taken)"
-    if state is State.HELD_TOO_LONG and holder and held_for is not None:
+    how_long = _how_long(held_for, bound)
+    if state is State.HELD_TOO_LONG and held_for is not None:
         past = (
             f", past its own declared limit of {format_limit(declared_limit)}"
             if declared_limit is not None
             else ""
         )
-        return (
-            f"writes to {name} blocked: {holder} has held the lock for {up_to}"
-            f"{format_duration(held_for)}{running if upper_bound else ''}{past} — stop it"
-        )
+        who = holder or "a holder lockwarden cannot name"
+        return f"writes to {name} blocked: {who} has held the lock {how_long}{past} — stop it"
     if state is State.HELD and holder:
-        since = f" for {up_to}{format_duration(held_for)}" if held_for is not None else ""
         budget = format_duration(policy.warn_after)
+        if bound is Bound.AT_MOST and held_for is not None and held_for >= policy.warn_after:
+            return (
+                f"{verdict.reason} by {holder} {how_long}: not known to be past its {budget} "
+                "budget (later runs that still see this holder count from this sighting)"
+            )
+        since = f" {how_long}" if held_for is not None else ""
         return f"{verdict.reason} by {holder}{since}, within its {budget} budget"
     return verdict.reason
+
+
+def _how_long(held_for: float | None, bound: Bound) -> str:
+    """`for at least 5m (seen held since an earlier run)`, `for up to 9s (...)`, `for 2h01m`."""
+    if held_for is None:
+        return "for an unknown time"
+    text = f"for {bound.words}{format_duration(held_for)}"
+    if bound is Bound.AT_MOST:
+        return f"{text} (its running time: the kernel does not record when a lock was taken)"
+    return text
 
 
 def action_for(state: State, verdict: Verdict, claim: Claim) -> str | None:

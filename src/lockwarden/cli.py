@@ -648,12 +648,14 @@ def command_inspect(arguments: argparse.Namespace) -> int:
     path = os.path.abspath(arguments.path)
 
     def look() -> RunResult:
-        return inspect_path(path, now_of(arguments), arguments.format, warn_after, critical_after)
+        return inspect_path(
+            path, now_of(arguments), arguments.format, warn_after, critical_after, name=path
+        )
 
     result = look()
     if arguments.wait_ms and _blocking(result):
         result = _watch(look, result, arguments.wait_ms)
-    emit(result, arguments.json)
+    emit(result, arguments.json, command="inspect")
     return int(result.status)
 
 
@@ -734,9 +736,9 @@ def _watch(look: Callable[[], RunResult], first: RunResult, wait_ms: int) -> Run
     return replace(result, notes=(*result.notes, note))
 
 
-def emit(result: RunResult, as_json: bool) -> None:
+def emit(result: RunResult, as_json: bool, command: str = "once") -> None:
     if as_json:
-        sys.stdout.write(render_json(result))
+        sys.stdout.write(render_json(result, command))
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_text(result, colour=colour))

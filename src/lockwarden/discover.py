@@ -51,6 +51,8 @@ class Discovery:
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]
     hostname: str
+    boot_id: str
+    checked_at: datetime
 
 
 def discover_locks(
@@ -65,7 +67,14 @@ def discover_locks(
     layouts, walk_notes = layout_candidates(directories, max_depth, max_entries)
     candidates = _unique([*kernel, *layouts])
     findings = inspect_locks(lock_configs(candidates), snapshot, now)
-    return Discovery(tuple(candidates), findings, (*kernel_notes, *walk_notes), snapshot.hostname)
+    return Discovery(
+        tuple(candidates),
+        findings,
+        (*kernel_notes, *walk_notes),
+        snapshot.hostname,
+        snapshot.boot_id,
+        now,
+    )
 
 
 def kernel_lock_candidates(snapshot: Snapshot) -> tuple[list[Candidate], list[str]]:
@@ -85,11 +94,24 @@ def kernel_lock_candidates(snapshot: Snapshot) -> tuple[list[Candidate], list[st
         )
     notes = []
     if unresolved:
-        notes.append(
-            f"{unresolved} locked files could not be named: deleted, or their holders' "
-            "descriptors cannot be read here (run as root, in the host's PID namespace)"
-        )
+        notes.append(f"{unresolved} locked files could not be named: {_why_unnamed(snapshot)}")
     return candidates, notes
+
+
+def _why_unnamed(snapshot: Snapshot) -> str:
+    """Deleted files have no name; beyond that, only what is so: unreadable holders (and the
+    right that reads them) or a container's namespace."""
+    from lockwarden.identify import missing_right, processes
+
+    reasons = ["deleted, held by no process's descriptor, or in flight in a unix socket"]
+    if snapshot.unreadable_pids:
+        reasons.append(
+            f"{processes(snapshot.unreadable_pids)} descriptors could not be read: "
+            f"{missing_right(snapshot)}"
+        )
+    if snapshot.nested_pid_namespace:
+        reasons.append("held from outside this container's PID namespace")
+    return "; ".join(reasons)
 
 
 def _path_of(key: InodeKey, snapshot: Snapshot) -> str | None:
@@ -272,13 +294,18 @@ def render_discovery(discovery: Discovery) -> str:
 
 
 def discovery_document(discovery: Discovery) -> dict[str, Any]:
-    from lockwarden.report import finding_document
+    """The same version 2 document as `--once` and `inspect`, each lock with `found_by`."""
+    from lockwarden.report import json_document
+    from lockwarden.run import RunResult
 
-    return {
-        "hostname": discovery.hostname,
-        "locks": [
-            {"found_by": candidate.found_by, **finding_document(finding)}
-            for candidate, finding in zip(discovery.candidates, discovery.findings, strict=True)
-        ],
-        "notes": list(discovery.notes),
-    }
+    result = RunResult(
+        discovery.hostname,
+        discovery.boot_id,
+        discovery.checked_at,
+        discovery.findings,
+        discovery.notes,
+    )
+    document = json_document(result, command="discover")
+    for lock, candidate in zip(document["locks"], discovery.candidates, strict=True):
+        lock["found_by"] = candidate.found_by
+    return document

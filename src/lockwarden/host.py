@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from lockwarden.model import InodeKey, KernelLock, Process
-from lockwarden.structs import field, struct
+from lockwarden.structs import field, replace, struct
 
 DEFAULT_PID_MAX = 4194304
 
@@ -28,6 +28,9 @@ class Descriptor:
     fd: int
     locks: tuple[KernelLock, ...]
     write: bool
+    tid: int | None = None
+    """The thread whose own descriptor table (unshare(CLONE_FILES), or a main thread that
+    exited) holds it; None for the process's table, /proc/PID/fd."""
 
 
 @struct(frozen=False)
@@ -117,16 +120,21 @@ def _read_text(path: str) -> str:
 
 def _read_small(path: str) -> bytes | None:
     """One read of a small /proc file (an fdinfo entry) with no text layer; None if gone.
+    PermissionError is raised: the kernel's ptrace check refused, which a scan must count.
 
     Called once per open descriptor on the host, so it avoids open()'s buffered text wrapper,
     which costs more than the read itself.
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except PermissionError:
+        raise
     except OSError:
         return None
     try:
         return os.read(descriptor, 65536)
+    except PermissionError:
+        raise
     except OSError:
         return None
     finally:
@@ -171,6 +179,12 @@ class Snapshot:
     _cwds: WorkingDirectories | None = field(default=None, repr=False)
     _nested_pids: dict[int, tuple[int, ...]] | None = field(default=None, repr=False)
     _pid_entries: tuple[str, ...] | None = field(default=None, repr=False)
+    euid: int = 0
+    ptrace_capable: bool = True
+    """Whether this process may read other users' (and more privileged) processes'
+    /proc/PID/fdinfo: root with CAP_SYS_PTRACE in its effective set."""
+    _thread_scan: dict[InodeKey, list[Descriptor]] | None = field(default=None, repr=False)
+    _mapped: dict[InodeKey, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def capture(
@@ -200,6 +214,8 @@ class Snapshot:
                 else {}
             ),
             proc=proc,
+            euid=os.geteuid(),
+            ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),
         )
 
     @property
@@ -325,6 +341,29 @@ class Snapshot:
             return
         self._scan = _scan_descriptors(self.proc, wanted, self.pid_entries())
         self._scanned_keys = wanted
+
+    def thread_descriptors(self, key: InodeKey) -> list[Descriptor]:
+        """Descriptors on this inode in threads' own tables (/proc/PID/task/TID/fd), which
+        /proc/PID/fd does not show: a thread that unshared its descriptor table, or every
+        thread of a process whose main thread exited. Walked once, only when a lock has a
+        holder the process tables did not show."""
+        if self._thread_scan is None:
+            keys = frozenset(self._scanned_keys | {key})
+            self._thread_scan = _scan_thread_tables(self.proc, keys, self.pid_entries())
+        return self._thread_scan.get(key, [])
+
+    def blocked_calls(self, pid: int) -> list[BlockedCall]:
+        """The lock calls this process's threads are blocked in (fcntl F_SETLKW/F_OFD_SETLKW,
+        flock), from /proc/PID/task/TID/syscall: how an OFD waiter, which /proc/locks shows
+        as PID -1, is named."""
+        return _blocked_calls(self.proc, pid)
+
+    def mapping_pids(self, key: InodeKey) -> tuple[int, ...]:
+        """Processes that map this inode into memory (a mapping keeps the open file, and so its
+        flock, alive after the descriptor is closed). Read only for an unattributed lock."""
+        if key not in self._mapped:
+            self._mapped[key] = _mapping_pids(self.proc, key, self.pid_entries())
+        return self._mapped[key]
 
     def working_directories(self) -> WorkingDirectories:
         """Every process's working directory, read once per run and only when a lock asks."""
@@ -509,7 +548,12 @@ def _scan_part(
                 target = ""
             if target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES):
                 continue
-            raw = _read_small(fdinfo + fd_name)
+            try:
+                raw = _read_small(fdinfo + fd_name)
+            except PermissionError:  # its fd list is visible, its fdinfo is not (no ptrace right)
+                scan.unreadable_pids += 1
+                scan.hidden.append(int(entry))
+                break
             if raw is None:
                 continue
             inode = _fdinfo_inode(raw)
@@ -559,3 +603,124 @@ def _fdinfo_details(info: str) -> tuple[int | None, list[str]]:
         elif line.startswith("lock:"):
             lock_lines.append(line[5:].strip())
     return flags, lock_lines
+
+
+CAP_SYS_PTRACE = 19
+
+
+def _has_capability(proc: str, capability: int) -> bool:
+    try:
+        status = _read_text(f"{proc}/self/status")
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> capability & 1)
+    return False
+
+
+def _scan_thread_tables(
+    proc: str, keys: frozenset[InodeKey], entries: tuple[str, ...]
+) -> dict[InodeKey, list[Descriptor]]:
+    """Descriptors of every thread's table other than the process's own, for these inodes."""
+    found: dict[InodeKey, list[Descriptor]] = {}
+    if not keys:
+        return found
+    inodes = frozenset(str(inode).encode() for _device, inode in keys)
+    for entry in entries:
+        try:
+            tids = [tid for tid in os.listdir(f"{proc}/{entry}/task") if tid != entry]
+        except OSError:
+            continue
+        for tid in tids:
+            base = f"{proc}/{entry}/task/{tid}"
+            for key, descriptor in _table_descriptors(base, int(entry), keys, inodes):
+                found.setdefault(key, []).append(replace(descriptor, tid=int(tid)))
+    return found
+
+
+def _table_descriptors(
+    base: str, pid: int, keys: frozenset[InodeKey], inodes: frozenset[bytes]
+) -> list[tuple[InodeKey, Descriptor]]:
+    """The descriptors of one descriptor table (`base`/fd, `base`/fdinfo) on these inodes."""
+    try:
+        fd_names = os.listdir(f"{base}/fd")
+    except OSError:
+        return []
+    found: list[tuple[InodeKey, Descriptor]] = []
+    for fd_name in fd_names:
+        try:
+            raw = _read_small(f"{base}/fdinfo/{fd_name}")
+        except PermissionError:  # counted by the process-table scan already
+            return found
+        if raw is None:
+            continue
+        inode = _fdinfo_inode(raw)
+        if inode is not None and inode not in inodes:
+            continue
+        try:
+            status = os.stat(f"{base}/fd/{fd_name}")
+        except OSError:
+            continue
+        key = (status.st_dev, status.st_ino)
+        if key not in keys:
+            continue
+        flags, lock_lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))
+        locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
+        write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
+        found.append((key, Descriptor(pid, int(fd_name), locks, write)))
+    return found
+
+
+@struct
+class BlockedCall:
+    """A thread blocked in a lock call on one of its descriptors."""
+
+    tid: int
+    fd: int
+    call: str  # "fcntl" (F_SETLKW, F_OFD_SETLKW) or "flock"
+    ofd: bool
+
+
+# Syscall numbers of fcntl and flock, per architecture (the kernel's syscall tables).
+_LOCK_SYSCALLS = {
+    "x86_64": {72: "fcntl", 73: "flock"},
+    "aarch64": {25: "fcntl", 32: "flock"},
+    "riscv64": {25: "fcntl", 32: "flock"},
+    "ppc64le": {55: "fcntl", 143: "flock"},
+    "s390x": {55: "fcntl", 143: "flock"},
+}
+F_SETLKW, F_OFD_SETLKW = 7, 38
+
+
+def _blocked_calls(proc: str, pid: int) -> list[BlockedCall]:
+    calls = _LOCK_SYSCALLS.get(os.uname().machine, {})
+    try:
+        tids = os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return []
+    found = []
+    for tid in tids:
+        try:
+            fields = _read_text(f"{proc}/{pid}/task/{tid}/syscall").split()
+            number, fd, command = int(fields[0]), int(fields[1], 16), int(fields[2], 16)
+        except (OSError, ValueError, IndexError):
+            continue  # running, not in a syscall, or not ours to read
+        call = calls.get(number)
+        if call == "flock" or (call == "fcntl" and command in (F_SETLKW, F_OFD_SETLKW)):
+            found.append(BlockedCall(int(tid), fd, call, command == F_OFD_SETLKW))
+    return found
+
+
+def _mapping_pids(proc: str, key: InodeKey, entries: tuple[str, ...]) -> tuple[int, ...]:
+    device = f"{os.major(key[0]):02x}:{os.minor(key[0]):02x}"
+    needle = f" {device} {key[1]} "
+    found = []
+    for entry in entries:
+        try:
+            maps = _read_text(f"{proc}/{entry}/maps")
+        except OSError:
+            continue
+        if needle in maps:
+            found.append(int(entry))
+    return tuple(found)

@@ -12,8 +12,16 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from lockwarden.host import Descriptor, Snapshot
-from lockwarden.model import Claim, Holder, InodeKey, KernelLock, Process, Waiter
-from lockwarden.structs import field, struct
+from lockwarden.model import (
+    Claim,
+    Holder,
+    InodeKey,
+    KernelLock,
+    Process,
+    Unattributed,
+    Waiter,
+)
+from lockwarden.structs import field, replace, struct
 
 
 @struct
@@ -40,6 +48,12 @@ class Evidence:
     candidate_processes: dict[int, Process | None] = field(default_factory=dict)
     missing_directory: str | None = None
     namespace_twins: tuple[int, ...] = ()
+    takers: dict[int, Process | None] = field(default_factory=dict)
+    """The processes /proc/locks names as having taken the granted writer locks (PID > 0): the
+    holder when it took the lock itself, else a parent that passed it on (maybe dead)."""
+    unattributed: Unattributed | None = None
+    euid: int = 0
+    ptrace_capable: bool = True
 
     @property
     def kernel_locked(self) -> bool:
@@ -105,6 +119,8 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         if granted or needs_openers
         else []
     )
+    if granted and _unmatched(granted, descriptors):
+        descriptors += [found for key in claim.keys for found in snapshot.thread_descriptors(key)]
     writers = _kernel_holders(
         writing, descriptors, snapshot, lambda lock: is_writer_lock(lock, claim)
     )
@@ -113,6 +129,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     )
     writer_pids = {holder.pid for holder in writers}
     workers, unreadable_cwds = _workers(claim, snapshot)
+    waiters, unnamed_waiters = _waiters(waiting, descriptors, snapshot)
     return Evidence(
         missing_directory=None if claim.present else _missing_directory(claim.path),
         boot_id=snapshot.boot_id,
@@ -123,7 +140,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         nested_pid_namespace=snapshot.nested_pid_namespace,
         granted=writing,
         kernel_holders=writers,
-        waiters=_waiters(waiting, snapshot),
+        waiters=waiters,
         openers=_openers(descriptors, snapshot) if needs_openers and not granted else (),
         record_process=snapshot.process(claim.pid) if claim.pid is not None else None,
         unreadable_pids=snapshot.unreadable_pids if (granted or needs_openers) else 0,
@@ -134,6 +151,108 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         unreadable_cwds=unreadable_cwds,
         candidate_processes={pid: snapshot.process(pid) for pid in claim.pid_candidates},
         namespace_twins=_namespace_twins(claim, snapshot, granted),
+        takers={lock.pid: snapshot.process(lock.pid) for lock in writing if lock.pid > 0},
+        unattributed=_unattributed(claim, granted, descriptors, unnamed_waiters, snapshot),
+        euid=snapshot.euid,
+        ptrace_capable=snapshot.ptrace_capable,
+    )
+
+
+def _lock_identity(lock: KernelLock) -> tuple[str, str, int, int, int | None]:
+    """What a /proc/locks line and an fdinfo `lock:` line of the same lock have in common
+    (their ordinal numbers differ)."""
+    return (lock.kind, lock.mode, lock.pid, lock.start, lock.end)
+
+
+def _unmatched(granted: tuple[KernelLock, ...], descriptors: list[Descriptor]) -> int:
+    """Granted locks no descriptor found so far carries."""
+    carried = {_lock_identity(lock) for found in descriptors for lock in found.locks}
+    return sum(1 for lock in granted if _lock_identity(lock) not in carried)
+
+
+def _unattributed(
+    claim: Claim,
+    granted: tuple[KernelLock, ...],
+    descriptors: list[Descriptor],
+    unnamed_waiters: int,
+    snapshot: Snapshot,
+) -> Unattributed | None:
+    """Granted locks (and waiters) no process could be named for, and the one true reason."""
+    holders = _unmatched(granted, descriptors)
+    if not (holders or unnamed_waiters):
+        return None
+    return Unattributed(holders, unnamed_waiters, _why_unattributed(claim, snapshot, holders))
+
+
+def _why_unattributed(claim: Claim, snapshot: Snapshot, holders: int) -> str:
+    hidden = snapshot.unreadable_pids
+    if hidden:
+        unless = "" if snapshot.nested_pid_namespace else f"; if none of them holds it, {IN_FLIGHT}"
+        return (
+            f"{processes(hidden)}' descriptor tables could not be read "
+            f"({_some_processes(snapshot.hidden_pids, snapshot)}): {missing_right(snapshot)}"
+            f"{unless}"
+        )
+    if snapshot.nested_pid_namespace:
+        return (
+            "lockwarden runs in a container's PID namespace; a process outside it holds the "
+            "descriptor, which this namespace cannot see"
+        )
+    if not holders:  # every holder was named; only blocked requests were not
+        return (
+            "no process could be found for a blocked request: an OFD waiter is found by the "
+            "fcntl(F_OFD_SETLKW) call its thread is blocked in, and it may have just been "
+            "granted or given up"
+        )
+    mapped = sorted({pid for key in claim.keys for pid in snapshot.mapping_pids(key)})
+    if mapped:
+        pids = ", ".join(str(pid) for pid in mapped[:5])
+        return (
+            f"no process has it in a descriptor table, but PID {pids} maps the file into "
+            "memory, which keeps a closed descriptor's lock alive"
+        )
+    return f"no process has it in a descriptor table or a memory mapping: {IN_FLIGHT}"
+
+
+IN_FLIGHT = (
+    "the descriptor is in flight in a unix socket (sent with SCM_RIGHTS and not yet received) "
+    "or held by the kernel itself (io_uring)"
+)
+
+
+def _some_processes(pids: tuple[int, ...], snapshot: Snapshot, shown: int = 3) -> str:
+    """`PID 1 (init), PID 812 (dockerd) and 4 more`."""
+    named = []
+    for pid in pids[:shown]:
+        process = snapshot.process(pid)
+        named.append(f"PID {pid} ({process.name})" if process is not None else f"PID {pid}")
+    more = f" and {len(pids) - shown} more" if len(pids) > shown else ""
+    return ", ".join(named) + more
+
+
+def processes(count: int) -> str:
+    """`1 process's` / `3 processes'`, ready for a possessive noun."""
+    return f"{count} process's" if count == 1 else f"{count} processes'"
+
+
+def missing_right(snapshot: Snapshot | Evidence) -> str:
+    """Which privilege would let lockwarden read the processes it could not (their
+    /proc/PID/fd, fdinfo and cwd pass the kernel's ptrace check): never "run as root" to a
+    process that already runs as root."""
+    if snapshot.euid != 0:
+        return (
+            "they belong to other users; reading another user's /proc/PID/fdinfo needs root "
+            "with CAP_SYS_PTRACE"
+        )
+    if not snapshot.ptrace_capable:
+        return (
+            "reading a more privileged process's /proc/PID/fdinfo needs CAP_SYS_PTRACE, which "
+            "lockwarden runs without (add it to the unit's CapabilityBoundingSet and "
+            "AmbientCapabilities)"
+        )
+    return (
+        "the kernel refused even with CAP_SYS_PTRACE (a process in another user namespace, or "
+        "a security module's rule)"
     )
 
 
@@ -192,26 +311,81 @@ def _kernel_holders(
         held = [lock for lock in descriptor.locks if not lock.waiting and counts(lock)]
         process = snapshot.process(descriptor.pid) if held else None
         if process is not None and descriptor.pid not in holders:
-            holders[descriptor.pid] = holder_from_process(process, _kind(held[0]))
+            holders[descriptor.pid] = _with_lock(holder_from_process(process), held[0])
     if not holders:
         for lock in granted:
             process = snapshot.process(lock.pid) if lock.kind == "POSIX" else None
             if process is not None and process.pid not in holders:
-                holders[process.pid] = holder_from_process(process, _kind(lock))
+                holders[process.pid] = _with_lock(holder_from_process(process), lock)
     return tuple(holders.values())
+
+
+def _with_lock(holder: Holder, lock: KernelLock) -> Holder:
+    return replace(holder, lock_kind=_kind(lock), lock_start=lock.start, lock_end=lock.end)
 
 
 def _kind(lock: KernelLock) -> str:
     return f"{lock.kind} {lock.mode}"
 
 
-def _waiters(waiting: list[KernelLock], snapshot: Snapshot) -> tuple[Waiter, ...]:
+def _waiters(
+    waiting: list[KernelLock], descriptors: list[Descriptor], snapshot: Snapshot
+) -> tuple[tuple[Waiter, ...], int]:
+    """The processes blocked on the lock, and how many blocked requests none could be named
+    for. /proc/locks names FLOCK and POSIX waiters; an OFD waiter shows as PID -1, so it is
+    found among the file's openers by the fcntl(F_OFD_SETLKW) call a thread of it is in."""
     waiters: dict[int, Waiter] = {}
+    unnamed = 0
+    ofd_requests = [lock for lock in waiting if lock.pid <= 0]
     for lock in waiting:
-        process = snapshot.process(lock.pid)
-        if process is not None and lock.pid not in waiters:
-            waiters[lock.pid] = Waiter(lock.pid, process.cmdline or (process.name,))
-    return tuple(waiters.values())
+        process = snapshot.process(lock.pid) if lock.pid > 0 else None
+        if process is None:
+            unnamed += lock.pid > 0
+            continue
+        waiters.setdefault(lock.pid, _waiter(process, lock))
+    if ofd_requests:
+        blocked = _ofd_waiters(ofd_requests, descriptors, snapshot)
+        unnamed += len(ofd_requests) - len(blocked)
+        for pid, waiter in blocked:
+            waiters.setdefault(pid, waiter)
+    return tuple(waiters.values()), unnamed
+
+
+def _ofd_waiters(
+    requests: list[KernelLock], descriptors: list[Descriptor], snapshot: Snapshot
+) -> list[tuple[int, Waiter]]:
+    """One waiter per thread blocked in F_OFD_SETLKW on a descriptor of this file (at most
+    as many as there are OFD requests)."""
+    found: list[tuple[int, Waiter]] = []
+    seen: set[tuple[int, int]] = set()
+    for descriptor in descriptors:
+        for call in snapshot.blocked_calls(descriptor.pid):
+            in_table = descriptor.tid is None or descriptor.tid == call.tid
+            thread = (descriptor.pid, call.tid)
+            if not (call.ofd and call.fd == descriptor.fd and in_table) or thread in seen:
+                continue
+            process = snapshot.process(descriptor.pid)
+            if process is not None and len(found) < len(requests):
+                seen.add(thread)
+                found.append((descriptor.pid, _waiter(process, requests[len(found)])))
+    return found
+
+
+def _waiter(process: Process, lock: KernelLock) -> Waiter:
+    return Waiter(
+        pid=process.pid,
+        cmdline=process.cmdline or (process.name,),
+        alive=process.alive,
+        user=process.user,
+        name=process.name,
+        started_at=process.started_at,
+        start_ticks=process.start_ticks,
+        unit=process.unit,
+        user_unit=process.user_unit,
+        lock_kind=_kind(lock),
+        lock_start=lock.start,
+        lock_end=lock.end,
+    )
 
 
 def _openers(descriptors: list[Descriptor], snapshot: Snapshot) -> tuple[Holder, ...]:

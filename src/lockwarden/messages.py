@@ -82,10 +82,17 @@ def holder_label(holder: Holder | None) -> str | None:
     return holder.describe()
 
 
+def held_words(finding: Finding) -> str | None:
+    """`at least 5m00s`, `up to 9s`, `2h01m`: the duration with the bound it is."""
+    if finding.held_for_s is None:
+        return None
+    return f"{finding.held_bound.words}{format_duration(finding.held_for_s)}"
+
+
 def alert_title(finding: Finding, host: str) -> str:
     """`CRITICAL db-01: wa-store blocked 2h01m by PID 64969 (maintenance-job, wa-resync.service)`"""
     lead = f"{finding.severity.name} {host}: {finding.name}"
-    held = format_duration(finding.held_for_s) if finding.held_for_s is not None else None
+    held = held_words(finding)
     holder = finding.holder.describe() if finding.holder is not None else None
     if finding.state is State.HELD_TOO_LONG:
         by = f" by {holder}" if holder else ""
@@ -128,8 +135,9 @@ def finding_rows(finding: Finding) -> list[Row]:
         Row("State", f"{finding.state.value} ({finding.severity.label}): {finding.reason}"),
     ]
     rows.extend(holder_rows(finding.holder))
-    if finding.held_for_s is not None:
-        rows.append(Row("Held for", format_duration(finding.held_for_s)))
+    held = held_words(finding)
+    if held is not None:
+        rows.append(Row("Held for", held))
     if finding.waiters:
         named = ", ".join(
             f"PID {waiter.pid} ({command_text(waiter.cmdline, 60)})"

@@ -207,6 +207,11 @@ class Holder:
     unit: str | None = None
     user_unit: bool = False
     lock_kind: str | None = None
+    """How it holds the lock: `FLOCK WRITE`, `POSIX READ`, `OFDLCK WRITE` (a kernel lock),
+    `open descriptor`, `working directory`, or None when a record names it."""
+    lock_start: int | None = None
+    lock_end: int | None = None
+    """The byte range of its kernel lock (end None: to the end of the file)."""
 
     def describe(self) -> str:
         """`PID 64969 (maintenance-job, wa-resync.service)`."""
@@ -217,10 +222,63 @@ class Holder:
 
 @struct
 class Waiter:
-    """A process blocked in /proc/locks behind a held lock."""
+    """A process blocked in /proc/locks behind a held lock (the same facts as a Holder)."""
 
     pid: int
     cmdline: tuple[str, ...]
+    alive: bool = True
+    user: str | None = None
+    name: str | None = None
+    started_at: datetime | None = None
+    start_ticks: int | None = None
+    unit: str | None = None
+    user_unit: bool = False
+    lock_kind: str | None = None
+    lock_start: int | None = None
+    lock_end: int | None = None
+    role: str | None = None
+    host: str | None = None
+
+
+class Bound(enum.StrEnum):
+    """What a held duration is: the whole truth, a floor, a ceiling, or nothing known.
+
+    Only an exact or an at-least duration may make a lock `held_too_long` (a page): a ceiling
+    (the holder's running time, when it took the lock itself) says nothing about how long the
+    lock has really been held."""
+
+    EXACT = "exact"
+    """From a recorded acquisition (the lock's own record or file describes this holder)."""
+    AT_LEAST = "at_least"
+    """Seen held by the same holder by every run since an earlier one, or inherited by a
+    holder younger than the process that took it."""
+    AT_MOST = "at_most"
+    """The holder's running time: it took the lock itself, some time since it started."""
+    UNKNOWN = "unknown"
+
+    @property
+    def words(self) -> str:
+        """How a report states a duration with this bound: `at least 5m`, `up to 9s`."""
+        return _BOUND_WORDS[self]
+
+
+_BOUND_WORDS = {
+    Bound.EXACT: "",
+    Bound.AT_LEAST: "at least ",
+    Bound.AT_MOST: "up to ",
+    Bound.UNKNOWN: "",
+}
+
+
+@struct
+class Unattributed:
+    """Kernel-lock holders or waiters no process could be named for, and why (only the causes
+    that are so: unreadable descriptor tables, another PID namespace, a descriptor that no
+    process table or mapping holds, i.e. in flight in a unix socket)."""
+
+    holders: int
+    waiters: int
+    why: str
 
 
 @struct
@@ -234,6 +292,10 @@ class Finding:
     severity: Severity
     reason: str
     held_for_s: float | None = None
+    """How long it has been held, as far as `held_bound` says (see Bound)."""
+    held_bound: Bound = Bound.UNKNOWN
+    held_since: datetime | None = None
+    """When the hold began, with the same bound as held_for_s (checked_at - held_for_s)."""
     proof: str | None = None
     holder: Holder | None = None
     waiters: tuple[Waiter, ...] = ()
@@ -245,6 +307,14 @@ class Finding:
     never_remove: str | None = None
     removal: str | None = None
     """With `remove_stale`: what removal did or will do ("removed (…)", "will remove at …")."""
+    key: InodeKey | None = None
+    """(st_dev, st_ino) of the lock file, when it exists."""
+    unattributed: Unattributed | None = None
+
+    @property
+    def holders(self) -> tuple[Holder, ...]:
+        """Every process that holds it, the primary first."""
+        return (self.holder, *self.sharers) if self.holder is not None else self.sharers
 
 
 def command_text(cmdline: Iterable[str], limit: int = 300) -> str:

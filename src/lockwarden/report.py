@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from lockwarden import __version__
+from lockwarden.advice import is_command
 from lockwarden.durations import format_duration, format_time
-from lockwarden.model import Finding, Holder, Severity, State, command_text
+from lockwarden.model import (
+    Bound,
+    Finding,
+    Holder,
+    InodeKey,
+    Severity,
+    State,
+    Unattributed,
+    Waiter,
+    command_text,
+)
 from lockwarden.run import RunResult
 
-JSON_VERSION = 1
+JSON_VERSION = 2
 
 _COLOURS = {
     Severity.OK: "\033[32m",
@@ -29,45 +42,94 @@ def rfc3339(moment: datetime | None) -> str | None:
     return format_time(moment)
 
 
-def holder_document(holder: Holder | None) -> dict[str, Any] | None:
-    if holder is None:
+KERNEL_LOCK_KINDS = ("FLOCK", "POSIX", "OFDLCK", "LEASE")
+
+
+def process_document(process: Holder | Waiter) -> dict[str, Any]:
+    """A holder, reader or waiter: the same shape for each (version 2)."""
+    kind, _, mode = (process.lock_kind or "").partition(" ")
+    kernel = kind in KERNEL_LOCK_KINDS
+    return {
+        "pid": process.pid,
+        "alive": process.alive,
+        "name": process.name,
+        "cmdline": list(process.cmdline),
+        "user": process.user,
+        "unit": process.unit,
+        "user_unit": process.user_unit,
+        "role": process.role,
+        "host": process.host,
+        "started_at": rfc3339(process.started_at),
+        "start_ticks": process.start_ticks,
+        "lock": (
+            {"kind": kind, "mode": mode, "start": process.lock_start, "end": process.lock_end}
+            if kernel
+            else None
+        ),
+        "via": "kernel lock" if kernel else (process.lock_kind or "record"),
+    }
+
+
+def action_document(line: str | None) -> dict[str, Any] | None:
+    """The action as argv (to run without a shell) and as the line a person reads; the line
+    is built with shlex.quote, so splitting it gives the argv back. Advice in words (wait for a
+    package manager, shut a database down its own way) has no argv: there is nothing to run."""
+    if line is None:
+        return None
+    return {"argv": shlex.split(line) if is_command(line) else None, "line": line}
+
+
+def file_document(key: InodeKey | None) -> dict[str, Any] | None:
+    if key is None:
+        return None
+    device, inode = key
+    return {"device": f"{os.major(device)}:{os.minor(device)}", "inode": inode}
+
+
+def unattributed_document(unattributed: Unattributed | None) -> dict[str, Any] | None:
+    if unattributed is None:
         return None
     return {
-        "pid": holder.pid,
-        "role": holder.role,
-        "host": holder.host,
-        "user": holder.user,
-        "cmdline": list(holder.cmdline),
-        "started_at": rfc3339(holder.started_at),
-        "unit": holder.unit,
-        "alive": holder.alive,
+        "holders": unattributed.holders,
+        "waiters": unattributed.waiters,
+        "why": unattributed.why,
     }
 
 
 def finding_document(finding: Finding) -> dict[str, Any]:
+    seconds = None if finding.held_for_s is None else round(finding.held_for_s, 1)
+    unattributed = finding.unattributed
     return {
         "name": finding.name,
         "path": finding.path,
         "format": finding.format,
+        "file": file_document(finding.key),
         "state": finding.state.value,
         "severity": finding.severity.label,
-        "held_for_s": None if finding.held_for_s is None else round(finding.held_for_s, 1),
         "reason": finding.reason,
         "proof": finding.proof,
-        "holder": holder_document(finding.holder),
-        "also_held_by": [holder_document(sharer) for sharer in finding.sharers],
-        "waiters": [{"pid": w.pid, "cmdline": list(w.cmdline)} for w in finding.waiters],
-        "action": finding.action,
+        "held": {
+            "seconds": seconds,
+            "bound": finding.held_bound.value,
+            "since": rfc3339(finding.held_since),
+        },
+        "holders": [process_document(holder) for holder in finding.holders],
+        "waiters": [process_document(waiter) for waiter in finding.waiters],
+        "waiters_unnamed": unattributed.waiters if unattributed else 0,
+        "readers": [process_document(reader) for reader in finding.readers],
+        "unattributed": unattributed_document(unattributed),
+        "action": action_document(finding.action),
         "note": finding.note,
-        "readers": [holder_document(reader) for reader in finding.readers],
         "never_remove": finding.never_remove,
         "removal": finding.removal,
     }
 
 
-def json_document(result: RunResult) -> dict[str, Any]:
+def json_document(result: RunResult, command: str = "once") -> dict[str, Any]:
+    """The version 2 document of `--once`, `inspect` and `discover` (schema/report-v2.json)."""
     return {
         "version": JSON_VERSION,
+        "command": command,
         "host": result.hostname,
         "boot_id": result.boot_id,
         "checked_at": rfc3339(result.checked_at),
@@ -77,8 +139,8 @@ def json_document(result: RunResult) -> dict[str, Any]:
     }
 
 
-def render_json(result: RunResult) -> str:
-    return json.dumps(json_document(result), indent=2, ensure_ascii=False) + "\n"
+def render_json(result: RunResult, command: str = "once") -> str:
+    return json.dumps(json_document(result, command), indent=2, ensure_ascii=False) + "\n"
 
 
 def render_text(result: RunResult, colour: bool = False) -> str:
@@ -109,12 +171,17 @@ def detail_lines(finding: Finding) -> list[str]:
     """The lines under a lock that is not free: where, who, since when, who waits, what to do."""
     rows: list[tuple[str, str]] = [("path", f"{finding.path} ({finding.format})")]
     if finding.holder is not None:
-        rows.extend(_holder_rows(finding.holder, finding.held_for_s))
+        rows.extend(_holder_rows(finding.holder, finding.held_for_s, finding.held_bound))
     for sharer in finding.sharers:
         rows.append(("also", f"PID {sharer.pid} {command_text(sharer.cmdline) or sharer.name}"))
-    if finding.waiters:
-        who = ", ".join(f"PID {w.pid} ({command_text(w.cmdline, 60)})" for w in finding.waiters[:5])
-        rows.append(("waiting", f"{len(finding.waiters)}: {who}"))
+    unattributed = finding.unattributed
+    unnamed = unattributed.waiters if unattributed else 0
+    if finding.waiters or unnamed:
+        who = [f"PID {w.pid} ({command_text(w.cmdline, 60)})" for w in finding.waiters[:5]]
+        who += [f"{unnamed} unnamed"] if unnamed else []
+        rows.append(("waiting", f"{len(finding.waiters) + unnamed}: {', '.join(who)}"))
+    if unattributed is not None and unattributed.holders and finding.holder is not None:
+        rows.append(("unnamed", f"{unattributed.holders} holder(s): {unattributed.why}"))
     if finding.proof:
         rows.append(("proof", finding.proof))
     for reader in finding.readers:
@@ -128,7 +195,9 @@ def detail_lines(finding: Finding) -> list[str]:
     return [f"{key:<8} {value}" for key, value in rows]
 
 
-def _holder_rows(holder: Holder, held_for: float | None) -> list[tuple[str, str]]:
+def _holder_rows(
+    holder: Holder, held_for: float | None, bound: Bound = Bound.EXACT
+) -> list[tuple[str, str]]:
     facts = [f"PID {holder.pid}"]
     if holder.role:
         facts.append(holder.role)
@@ -139,7 +208,7 @@ def _holder_rows(holder: Holder, held_for: float | None) -> list[tuple[str, str]
     if holder.started_at is not None:
         facts.append(f"process started {rfc3339(holder.started_at)}")
     if held_for is not None:
-        facts.append(f"held {format_duration(held_for)}")
+        facts.append(f"held {bound.words}{format_duration(held_for)}")
     rows = [("holder", ", ".join(facts))]
     if holder.cmdline:
         rows.append(("command", command_text(holder.cmdline)))

@@ -10,15 +10,23 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lockwarden import lazylog
+from lockwarden import lazylog, sightings
 from lockwarden.classify import Policy, classify
 from lockwarden.config import Config, LockConfig
 from lockwarden.crashpoints import crash_point
 from lockwarden.formats import read_claim
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
-from lockwarden.journal import RunLock, StateError
+from lockwarden.journal import (
+    Journal,
+    Record,
+    RunBusy,
+    RunLock,
+    StateError,
+    default_state_path,
+)
 from lockwarden.model import Claim, Finding, Severity, State, worst
+from lockwarden.sightings import LastSeen, Memory
 from lockwarden.structs import field, replace, struct
 
 if TYPE_CHECKING:
@@ -53,14 +61,20 @@ def policy_for(lock: LockConfig) -> Policy:
 
 
 def inspect_locks(
-    locks: Sequence[LockConfig], snapshot: Snapshot, now: datetime
+    locks: Sequence[LockConfig],
+    snapshot: Snapshot,
+    now: datetime,
+    remembered: Memory | None = None,
 ) -> tuple[Finding, ...]:
-    """Read every lock's claim first, so one descriptor scan serves them all, then judge."""
+    """Read every lock's claim first, so one descriptor scan serves them all, then judge.
+    `remembered`: the sighting memory of kernel locks (sightings.py)."""
     claims = [_read(lock, snapshot) for lock in locks]
     readable = (claim for claim in claims if isinstance(claim, Claim))
     snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
+    memory = remembered or {}
     return tuple(
-        _judge(lock, claim, snapshot, now) for lock, claim in zip(locks, claims, strict=True)
+        _judge(lock, claim, snapshot, now, memory.get(lock.name))
+        for lock, claim in zip(locks, claims, strict=True)
     )
 
 
@@ -73,14 +87,19 @@ def _read(lock: LockConfig, snapshot: Snapshot) -> Claim | Exception:
 
 
 def _judge(
-    lock: LockConfig, claim: Claim | Exception, snapshot: Snapshot, now: datetime
+    lock: LockConfig,
+    claim: Claim | Exception,
+    snapshot: Snapshot,
+    now: datetime,
+    seen_since: dict[str, datetime] | None = None,
 ) -> Finding:
     try:
         if isinstance(claim, PermissionError):
             return _unknown(lock, permission_problem(lock.path))
         if isinstance(claim, Exception):
             raise RuntimeError(f"could not read {lock.path}: {claim}")
-        return classify(lock.name, claim, gather(claim, snapshot), policy_for(lock), now)
+        evidence = gather(claim, snapshot)
+        return classify(lock.name, claim, evidence, policy_for(lock), now, seen_since)
     except Exception as error:
         log.debug("judging %s failed", lock.name, exc_info=True)
         return _unknown(
@@ -119,11 +138,15 @@ def permission_problem(path: str) -> str:
 
 
 def run_once(
-    config: Config, now: datetime, proc: str = "/proc", locks_text: str | None = None
+    config: Config,
+    now: datetime,
+    proc: str = "/proc",
+    locks_text: str | None = None,
+    remembered: Memory | None = None,
 ) -> RunResult:
     """`locks_text`: the content of /proc/locks when the caller already read it."""
     snapshot = Snapshot.capture(proc, locks_text=locks_text)
-    findings = inspect_locks(config.locks, snapshot, now)
+    findings = inspect_locks(config.locks, snapshot, now, remembered)
     notes: list[str] = []
     if config.builtin:
         notes.append(
@@ -141,10 +164,12 @@ def inspect_path(
     warn_after: float = 900.0,
     critical_after: float = 3600.0,
     proc: str = "/proc",
+    name: str | None = None,
 ) -> RunResult:
-    """One lock, no config: what `lockwarden inspect PATH` and the demo report."""
+    """One lock, no config: what `lockwarden inspect PATH` and the demo report. `name`: the
+    finding's name (the CLI passes the whole path, so two inspected locks never share one)."""
     lock = LockConfig(
-        name=path.rstrip("/").rsplit("/", 1)[-1] or path,
+        name=name or path.rstrip("/").rsplit("/", 1)[-1] or path,
         path=path,
         format=lock_format,
         warn_after=warn_after,
@@ -176,7 +201,9 @@ def run_and_alert(
     if not (config.notify.configured or removing or dry_run):
         if on_start is not None:
             on_start()
-        result = run_once(config, now, locks_text=locks_text)
+        sighting = SightingMemory(config, now)
+        result = run_once(config, now, locks_text=locks_text, remembered=sighting.memory)
+        result = sighting.remember(result, lock_first=True)
         if all(finding.severity is Severity.OK for finding in result.findings):
             # Alerting is off and nothing is wrong: nothing to decide, count or send, so the
             # alert stage (and its imports) is not paid for on the every-minute quiet path.
@@ -189,7 +216,10 @@ def run_and_alert(
     try:
         if on_start is not None:
             on_start()
-        result = run_once(config, now, locks_text=locks_text)
+        sighting = SightingMemory(config, now)
+        result = run_once(config, now, locks_text=locks_text, remembered=sighting.memory)
+        if not dry_run:
+            result = sighting.remember(result, lock_first=run_lock is None)
         return _alert(config, now, dry_run, result, run_lock)
     finally:
         if run_lock is not None:
@@ -214,6 +244,60 @@ def _alert(
     outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed)
     findings, notes = with_outcome(checked, result.notes, outcome)
     return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
+
+
+class SightingMemory:
+    """Reads the sighting memory before a run judges, and writes this run's sightings after
+    (sightings.py). Only a run that sees an undated kernel-lock hold, or must end a series,
+    writes; a state problem becomes a note (the run's findings stand, without memory)."""
+
+    def __init__(self, config: Config, now: datetime) -> None:
+        self.config = config
+        self.now = now
+        path = config.state.path or default_state_path()
+        self.journal = Journal(path, config.state.max_bytes)
+        self.latest: LastSeen | None = None
+        self.problem: str | None = None
+        try:
+            if os.path.exists(self.journal.path):
+                self.latest = sightings.last_seen(self.journal.load().records)
+        except StateError as error:
+            self.problem = str(error)
+        gaps = {lock.name: lock.warn_after for lock in config.locks}
+        self.memory: Memory = sightings.memory(self.latest, now, gaps)
+
+    def remember(self, result: RunResult, lock_first: bool) -> RunResult:
+        """Append this run's `seen` record. `lock_first`: take the run lock for the write
+        (a run with alerting off holds none); a busy one means another run records it."""
+        record = sightings.sightings_of(result.findings, self.memory, self.now)
+        if self.problem is None and sightings.worth_writing(record, self.latest):
+            self.problem = self._append(record, lock_first)
+        if self.problem is None:
+            return result
+        note = (
+            f"sighting memory not saved ({self.problem}): a kernel lock held continuously "
+            "is reported by its holder's running time only, which never escalates"
+        )
+        log.warning("%s", note)
+        return replace(result, notes=(*result.notes, note))
+
+    def _append(self, record: Record, lock_first: bool) -> str | None:
+        run_lock = None
+        try:
+            if lock_first:
+                run_lock = RunLock.acquire(self.journal.directory)
+            self.journal.append(record)
+            if lock_first and self.journal.needs_compaction():
+                self.journal.compact(sightings.keep_latest_seen)
+        except RunBusy:
+            return None  # the run that holds it records the sightings
+        except StateError as error:
+            return str(error)
+        finally:
+            self.journal.close()
+            if run_lock is not None:
+                run_lock.release()
+        return None
 
 
 def _take_run_lock(directory: str) -> RunLock | None:

@@ -188,7 +188,7 @@ def test_mail_body_and_chat_payload_name_pid_role_command_and_action(
     scenario.configure([receiver.url(TOKEN), smtp.url()])
     pid = scenario.hold()
     report = json.loads(scenario.once(120, "--json").stdout)
-    action = report["locks"][0]["action"]
+    action = report["locks"][0]["action"]["line"]
     assert action in (f"kill {pid}",) or action.startswith("systemctl ")
     chat = str(receiver.payloads[0]["message"])
     mail = smtp.bodies()[0]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from lockwarden.messages import Ended, render_alert, render_resolved
-from lockwarden.model import Finding, Holder, Severity, State, Waiter
+from lockwarden.model import Bound, Finding, Holder, Severity, State, Waiter
+from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 11, 19, tzinfo=UTC)
 HOLDER = Holder(
@@ -49,6 +50,17 @@ def test_held_too_long_title_names_the_process_to_stop() -> None:
         "CRITICAL db1: wa-store blocked 2h01m by PID 64969 (maintenance-job, wa-resync.service)"
     )
     assert message.notify_type == "failure"
+
+
+def test_a_kernel_lock_alert_says_its_duration_is_a_lower_bound() -> None:
+    """A kernel lock's hold is known from the runs that saw it: the alert says "at least"."""
+    seen = replace(HELD, held_for_s=300.0, held_bound=Bound.AT_LEAST)
+    message = render_alert(seen, "db1")
+    assert message.title == (
+        "CRITICAL db1: wa-store blocked at least 5m00s by PID 64969 "
+        "(maintenance-job, wa-resync.service)"
+    )
+    assert "at least 5m00s" in message.text and "at least 5m00s" in message.markdown
 
 
 def test_body_has_host_lock_holder_duration_waiters_and_action_in_both_forms() -> None:

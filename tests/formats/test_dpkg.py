@@ -110,7 +110,7 @@ def test_a_posix_holder_within_budget_gets_no_action_and_is_never_removed(childr
     code, document = run_json("inspect", str(lock))
     finding = document["locks"][0]
     assert "format auto picked dpkg" in finding["note"]
-    assert finding["holder"]["pid"] == holder.pid
+    assert finding["holders"][0]["pid"] == holder.pid
     assert finding["action"] is None
     assert finding["never_remove"]
     assert code == 0

@@ -232,7 +232,7 @@ def test_lockfile_locks_are_held_then_stale_when_killed(children, tmp_path, kind
     code, document = run_json("inspect", str(lock))
     finding = document["locks"][0]
     assert finding["state"] == "held", finding
-    assert finding["holder"]["pid"] == holder.pid
+    assert finding["holders"][0]["pid"] == holder.pid
     assert code == 0
 
     holder.kill()

@@ -126,7 +126,7 @@ def test_auto_picks_git_for_the_work_tree_and_for_other_lock_files(children, tmp
     finding = document["locks"][0]
     assert "format auto picked git" in finding["note"]
     assert finding["path"] == str(repository / ".git/index.lock")
-    assert finding["holder"]["pid"] == commit.pid
+    assert finding["holders"][0]["pid"] == commit.pid
     assert code == 0
 
     ref_lock = repository / ".git/refs/heads/main.lock"

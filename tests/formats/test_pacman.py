@@ -96,7 +96,7 @@ def test_a_child_holding_db_lck_open_is_the_holder(children, tmp_path):
     code, document = run_json("inspect", str(lock))
     finding = document["locks"][0]
     assert "format auto picked pacman" in finding["note"]
-    assert finding["state"] == "held" and finding["holder"]["pid"] == holder.pid
+    assert finding["state"] == "held" and finding["holders"][0]["pid"] == holder.pid
     assert code == 0
 
 

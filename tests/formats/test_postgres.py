@@ -101,7 +101,7 @@ def test_auto_picks_postgres_for_the_data_directory(children, data_directory):
     code, document = run_json("inspect", str(data_directory))
     finding = document["locks"][0]
     assert "format auto picked postgres" in finding["note"]
-    assert finding["holder"]["pid"] == server.pid
+    assert finding["holders"][0]["pid"] == server.pid
     assert picked(inspect(str(data_directory / "postmaster.pid"))) == "postgres"
     assert code == 0
 

@@ -85,7 +85,7 @@ def test_auto_picks_sqlite_for_the_database_and_its_wal_files(children, tmp_path
     code, document = run_json("inspect", database)  # the real CLI, once
     lock = document["locks"][0]
     assert "format auto picked sqlite" in lock["note"], lock
-    assert lock["holder"]["pid"] == writer.pid
+    assert lock["holders"][0]["pid"] == writer.pid
     assert code == 0
     for given in (database + "-wal", database + "-shm"):
         finding = inspect(given)

@@ -72,7 +72,7 @@ def test_auto_picks_terraform_from_the_directory_the_state_or_the_info(children,
     code, document = run_json("inspect", str(tmp_path))  # the real CLI, once
     finding = document["locks"][0]
     assert "format auto picked terraform" in finding["note"], finding
-    assert finding["holder"]["pid"] == holder.pid
+    assert finding["holders"][0]["pid"] == holder.pid
     assert code == 0
     for given in (state, info):
         found = inspect(str(given))

@@ -21,6 +21,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "pidfile": ("pidfile", "Pidfile"),
     "kernel": ("kernel", "KernelLockFile"),
     "chromium-profile": ("chromium", "ChromiumProfile"),
+    "firefox-profile": ("firefox", "FirefoxProfile"),
     "mercurial": ("mercurial", "Mercurial"),
     "emacs": ("emacs", "EmacsLock"),
     "borg": ("borg", "BorgRepository"),
@@ -63,6 +64,7 @@ AUTO = "auto"
 # Most specific first: the first format whose detect() says yes is the one used.
 AUTO_ORDER: tuple[str, ...] = (
     "chromium-profile",
+    "firefox-profile",
     "mercurial",
     "emacs",
     "borg",
@@ -80,7 +82,13 @@ AUTO_ORDER: tuple[str, ...] = (
 # Formats that recognise a whole layout by its own names (a profile, a repository, `.#FILE`):
 # a directory walk (`lockwarden discover`) may trust their detect(), and `auto` consults them
 # before treating a plain directory as a store whose lock is STORE/LOCK.
-LAYOUT_FORMATS: tuple[str, ...] = ("chromium-profile", "mercurial", "emacs", "borg")
+LAYOUT_FORMATS: tuple[str, ...] = (
+    "chromium-profile",
+    "firefox-profile",
+    "mercurial",
+    "emacs",
+    "borg",
+)
 # Formats whose lock is found from a directory that is not itself a lock (a terraform working
 # directory, a PostgreSQL data directory, a git work tree); tried before `STORE/LOCK`.
 DIRECTORY_FORMATS: tuple[str, ...] = ("terraform", "postgres", "git")

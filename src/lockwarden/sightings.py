@@ -1,0 +1,108 @@
+"""The sighting memory of kernel locks: which runs saw a lock held by which holder.
+
+A kernel lock records no acquisition time, and a holder's running time is only an upper bound
+(a service started hours ago may have taken a flock a second ago). So every run that sees a lock
+held without a dated record writes one `seen` record to the state journal:
+
+    {"type": "seen", "at": T, "locks": {NAME: [IDENTITY, FIRST_SEEN]}}
+
+FIRST_SEEN is the first of an unbroken series of runs that saw NAME held by IDENTITY (PID +
+start ticks + boot id, or the inode for a holder no one could name). The next run that sees the
+same identity reports the lock held *at least* since FIRST_SEEN; a run that sees it free, or held
+by another holder, starts over, and so does a gap between runs longer than the lock's
+`warn_after` (too long to call the lock continuously held). A run that sees no such lock
+writes an empty record once, to break the series, and then nothing.
+
+This memory is written whether or not alerting is on: a timer-driven agent with no [notify]
+service must still escalate a lock held continuously (its exit code, its report, the
+Prometheus textfile). Pure functions here; run.py reads and appends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from lockwarden.history import parse_time, timestamp
+from lockwarden.journal import Record
+from lockwarden.model import Bound, Finding, State
+from lockwarden.structs import struct
+
+SEEN = "seen"
+_UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)
+_HELD = (State.HELD, State.HELD_TOO_LONG, State.UNKNOWN)
+
+Memory = dict[str, dict[str, datetime]]
+"""lock name -> holder identity -> first sighting of an unbroken series."""
+
+
+@struct
+class LastSeen:
+    """The latest `seen` record in the journal."""
+
+    at: datetime
+    locks: dict[str, tuple[str, datetime]]
+
+
+def last_seen(records: Iterable[Record]) -> LastSeen | None:
+    latest: LastSeen | None = None
+    for record in records:
+        if record.get("type") != SEEN:
+            continue
+        at = parse_time(record.get("at"))
+        locks = record.get("locks")
+        if at is None or not isinstance(locks, dict):
+            continue
+        latest = LastSeen(at, _entries(locks))
+    return latest
+
+
+def _entries(locks: dict[object, object]) -> dict[str, tuple[str, datetime]]:
+    entries = {}
+    for name, value in locks.items():
+        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)):
+            continue
+        since = parse_time(value[1])
+        if since is not None:
+            entries[str(name)] = (value[0], since)
+    return entries
+
+
+def memory(latest: LastSeen | None, now: datetime, gaps: Mapping[str, float]) -> Memory:
+    """What this run may count on: each lock's series, unless the run before was too long
+    ago (`gaps`: the longest break, per lock, that still counts as continuous) or later."""
+    if latest is None:
+        return {}
+    elapsed = (now - latest.at).total_seconds()
+    kept: Memory = {}
+    for name, (identity, since) in latest.locks.items():
+        if 0 <= elapsed <= gaps.get(name, 0.0):
+            kept[name] = {identity: since}
+    return kept
+
+
+def sightings_of(findings: Iterable[Finding], remembered: Memory, now: datetime) -> Record:
+    """This run's `seen` record: every lock held with no dated record, with its series start."""
+    locks: dict[str, list[str]] = {}
+    for finding in findings:
+        if not _undated_hold(finding) or finding.identity is None:
+            continue
+        since = remembered.get(finding.name, {}).get(finding.identity, now)
+        locks[finding.name] = [finding.identity, timestamp(since)]
+    return {"type": SEEN, "at": timestamp(now), "locks": locks}
+
+
+def worth_writing(record: Record, latest: LastSeen | None) -> bool:
+    """Write a record that sees something, or an empty one that ends a series; else nothing."""
+    return bool(record["locks"]) or bool(latest is not None and latest.locks)
+
+
+def _undated_hold(finding: Finding) -> bool:
+    return finding.state in _HELD and finding.held_bound in _UNDATED and finding.key is not None
+
+
+def keep_latest_seen(records: list[Record]) -> list[Record]:
+    """Compaction: only the latest `seen` record matters."""
+    indexes = [index for index, record in enumerate(records) if record.get("type") == SEEN]
+    drop = set(indexes[:-1])
+    return [record for index, record in enumerate(records) if index not in drop]

@@ -1,0 +1,85 @@
+"""firefox-profile: Debian's real `firefox-esr --headless` holding its profile, then killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from conftest import require_tool, run_json, wait_until
+from lockcheck import kill_group
+
+
+def parent_lock_held(profile: Path) -> bool:
+    """The kernel lists a lock on .parentlock (the browser has finished taking the profile)."""
+    try:
+        inode = (profile / ".parentlock").stat().st_ino
+    except FileNotFoundError:
+        return False
+    lines = Path("/proc/locks").read_text().splitlines()
+    return any(line.split()[-3].endswith(f":{inode}") for line in lines if "->" not in line)
+
+
+def test_a_running_firefox_holds_its_profile_and_a_killed_one_leaves_it_stale(
+    tmp_path: Path,
+) -> None:
+    firefox = require_tool("firefox-esr")
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    browser = subprocess.Popen(
+        [firefox, "--headless", "--no-remote", "--profile", str(profile), "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "MOZ_CRASHREPORTER_DISABLE": "1"},
+        start_new_session=True,
+    )
+    try:
+        assert wait_until(
+            lambda: os.path.islink(profile / "lock") and parent_lock_held(profile), timeout=90
+        )
+        assert os.readlink(profile / "lock").endswith(f":+{browser.pid}")
+
+        code, document = run_json("inspect", str(profile))
+        [held] = document["locks"]
+        assert (code, held["format"], held["state"]) == (0, "firefox-profile", "held")
+        [holder] = held["holders"]
+        assert holder["pid"] == browser.pid
+        assert holder["name"] == "firefox-esr" and "--headless" in holder["cmdline"]
+        assert holder["lock"]["kind"] == "POSIX"
+        assert held["action"] is None  # a running browser within its budget: nothing to do
+
+        os.kill(browser.pid, signal.SIGKILL)
+        browser.wait(timeout=10)
+        assert wait_until(lambda: not parent_lock_held(profile))
+        assert os.path.islink(profile / "lock")  # left behind: "Firefox is already running"
+
+        code, document = run_json("inspect", str(profile))
+        [stale] = document["locks"]
+        assert (code, stale["state"]) == (2, "stale")
+        assert f"PID {browser.pid} is not running on this host" in stale["proof"]
+        assert stale["action"]["argv"] == ["rm", "-f", "--", str(profile / "lock")]
+    finally:
+        kill_group(browser)  # type: ignore[arg-type]
+
+
+def test_a_profile_locked_on_another_host_is_unknown(tmp_path: Path) -> None:
+    profile = tmp_path / "shared-home-profile"
+    profile.mkdir()
+    (profile / ".parentlock").touch()
+    (profile / "lock").symlink_to("192.0.2.7:+4242")  # TEST-NET-1: never this host
+    code, document = run_json("inspect", str(profile))
+    [finding] = document["locks"]
+    assert (code, finding["format"], finding["state"]) == (3, "firefox-profile", "unknown")
+    assert "'192.0.2.7', not on this host" in finding["reason"]
+
+
+def test_a_cleanly_closed_profile_is_free(tmp_path: Path) -> None:
+    """A clean exit removes the symlink and leaves an unlocked .parentlock."""
+    profile = tmp_path / "closed"
+    profile.mkdir()
+    (profile / ".parentlock").touch()
+    code, document = run_json("inspect", str(profile))
+    [finding] = document["locks"]
+    assert (code, finding["format"], finding["state"]) == (0, "firefox-profile", "free")

@@ -1,0 +1,98 @@
+"""The sighting memory of kernel locks as tables: what a run may count on, what it writes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lockwarden import sightings
+from lockwarden.history import timestamp
+from lockwarden.model import Bound, Finding, Severity, State
+from lockwarden.structs import replace
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+FIRST = NOW - timedelta(minutes=7)
+HOLDER = "pid:4242:1000:boot-a"
+
+
+def seen(at: datetime, **locks: tuple[str, datetime]) -> dict[str, object]:
+    entries = {name: [identity, timestamp(since)] for name, (identity, since) in locks.items()}
+    return {"type": "seen", "at": timestamp(at), "locks": entries}
+
+
+def finding(state: State = State.HELD, bound: Bound = Bound.AT_MOST, **changes: object) -> Finding:
+    base = Finding(
+        name="store",
+        path="/srv/store.lock",
+        format="kernel",
+        state=state,
+        severity=Severity.OK,
+        reason="held",
+        held_bound=bound,
+        identity=HOLDER,
+        key=(65024, 77),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("last_at", "gap", "remembered"),
+    [
+        (NOW - timedelta(minutes=1), 180.0, {"store": {HOLDER: FIRST}}),  # the run before
+        (NOW - timedelta(minutes=4), 180.0, {}),  # too long ago: may have been released
+        (NOW + timedelta(minutes=1), 180.0, {}),  # a clock stepped back: proves nothing
+    ],
+)
+def test_memory_counts_only_an_unbroken_recent_series(
+    last_at: datetime, gap: float, remembered: dict[str, dict[str, datetime]]
+) -> None:
+    latest = sightings.last_seen([seen(last_at, store=(HOLDER, FIRST))])
+    assert sightings.memory(latest, NOW, {"store": gap}) == remembered
+
+
+def test_only_the_latest_seen_record_counts() -> None:
+    records = [
+        seen(FIRST, store=(HOLDER, FIRST)),
+        seen(NOW - timedelta(minutes=1)),  # a run that saw it free ended the series
+        {"type": "run", "at": timestamp(NOW), "locks": {}},
+    ]
+    latest = sightings.last_seen(records)
+    assert latest is not None and latest.locks == {}
+    assert sightings.memory(latest, NOW, {"store": 900.0}) == {}
+
+
+def test_a_run_carries_the_series_start_for_the_same_holder_and_restarts_for_another() -> None:
+    remembered = {"store": {HOLDER: FIRST}}
+    same = sightings.sightings_of([finding()], remembered, NOW)
+    other = sightings.sightings_of([finding(identity="pid:9:1:boot-a")], remembered, NOW)
+    assert same["locks"] == {"store": [HOLDER, timestamp(FIRST)]}
+    assert other["locks"] == {"store": ["pid:9:1:boot-a", timestamp(NOW)]}
+
+
+@pytest.mark.parametrize(
+    ("state", "bound", "recorded"),
+    [
+        (State.HELD, Bound.AT_MOST, True),
+        (State.HELD_TOO_LONG, Bound.AT_LEAST, True),
+        (State.UNKNOWN, Bound.UNKNOWN, True),  # a holder that cannot be read
+        (State.HELD, Bound.EXACT, False),  # a dated record needs no memory
+        (State.FREE, Bound.UNKNOWN, False),
+        (State.STALE, Bound.EXACT, False),
+    ],
+)
+def test_only_undated_holds_are_remembered(state: State, bound: Bound, recorded: bool) -> None:
+    record = sightings.sightings_of([finding(state, bound)], {}, NOW)
+    assert bool(record["locks"]) is recorded
+
+
+def test_a_quiet_run_writes_one_empty_record_to_end_a_series_and_then_nothing() -> None:
+    empty = sightings.sightings_of([], {}, NOW)
+    assert sightings.worth_writing(empty, sightings.last_seen([seen(FIRST, store=(HOLDER, FIRST))]))
+    assert not sightings.worth_writing(empty, sightings.last_seen([seen(FIRST)]))
+    assert not sightings.worth_writing(empty, None)
+
+
+def test_compaction_keeps_only_the_latest_seen_record() -> None:
+    records = [seen(FIRST), {"type": "run", "at": timestamp(NOW)}, seen(NOW)]
+    assert sightings.keep_latest_seen(records) == records[1:]
