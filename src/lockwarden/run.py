@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lockwarden import lazylog
+from lockwarden.bounded import BoundedRun, Unanswered
 from lockwarden.classify import Policy, classify
 from lockwarden.config import Config, LockConfig
 from lockwarden.crashpoints import crash_point
@@ -55,36 +56,58 @@ def inspect_locks(
     locks: Sequence[LockConfig], snapshot: Snapshot, now: datetime
 ) -> tuple[Finding, ...]:
     """Read every lock's claim first, so one descriptor scan serves them all, then judge."""
-    claims = [_read(lock, snapshot) for lock in locks]
-    snapshot.scan_descriptors(keys_to_scan((c for c in claims if c is not None), snapshot))
+    claims = read_claims(locks, snapshot.pid_max)
+    readable = (claim for claim in claims if isinstance(claim, Claim))
+    snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
     return tuple(
         _judge(lock, claim, snapshot, now) for lock, claim in zip(locks, claims, strict=True)
     )
 
 
-def _read(lock: LockConfig, snapshot: Snapshot) -> Claim | None:
-    try:
-        return read_claim(lock.path, lock.format, snapshot.pid_max)
-    except Exception:  # one unreadable lock must not hide the others: it becomes unknown
-        log.debug("reading %s failed", lock.path, exc_info=True)
-        return None
+def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Unanswered | None]:
+    """Each lock's claim, read within its fs_timeout (see bounded.py): a lock whose file
+    system does not answer is Unanswered, and so is every later lock on that mount."""
+
+    def read(lock: LockConfig) -> tuple[Claim, tuple[LockConfig, ...]]:
+        return read_claim(lock.path, lock.format, pid_max), ()
+
+    reading = BoundedRun(read, lambda lock: lock.path, lambda lock: lock.fs_timeout)
+    return [_claim_or_none(lock, outcome) for lock, outcome in reading.run(locks)]
 
 
-def _judge(lock: LockConfig, claim: Claim | None, snapshot: Snapshot, now: datetime) -> Finding:
+def _claim_or_none(lock: LockConfig, outcome: object) -> Claim | Unanswered | None:
+    if isinstance(outcome, Claim | Unanswered):
+        return outcome
+    # one unreadable lock must not hide the others: it becomes unknown
+    log.debug("reading %s failed: %r", lock.path, outcome)
+    return None
+
+
+def _judge(
+    lock: LockConfig, claim: Claim | Unanswered | None, snapshot: Snapshot, now: datetime
+) -> Finding:
+    if isinstance(claim, Unanswered):
+        return _unknown(lock, str(claim))
     try:
         if claim is None:
             raise RuntimeError(f"could not read {lock.path}")
         return classify(lock.name, claim, gather(claim, snapshot), policy_for(lock), now)
     except Exception as error:
         log.debug("judging %s failed", lock.name, exc_info=True)
-        return Finding(
-            name=lock.name,
-            path=lock.path,
-            format=lock.format,
-            state=State.UNKNOWN,
-            severity=Severity.UNKNOWN,
-            reason=f"internal error while inspecting it: {error} (run with -v for details)",
+        return _unknown(
+            lock, f"internal error while inspecting it: {error} (run with -v for details)"
         )
+
+
+def _unknown(lock: LockConfig, reason: str) -> Finding:
+    return Finding(
+        name=lock.name,
+        path=lock.path,
+        format=lock.format,
+        state=State.UNKNOWN,
+        severity=Severity.UNKNOWN,
+        reason=reason,
+    )
 
 
 def run_once(
