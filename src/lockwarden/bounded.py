@@ -38,6 +38,7 @@ Result = TypeVar("Result")
 MOUNTINFO = "/proc/self/mountinfo"
 _HEADER = binary.Struct("!I")
 _WORKER_NAME = b"lockwarden-fs"
+REAP_WAIT_S = 0.1  # a child that sent its last answer exits within a millisecond
 
 
 @struct
@@ -214,14 +215,20 @@ class BoundedRun(Generic[Item, Result]):
             os._exit(code)
 
     def _reap(self) -> None:
-        """Collect the children that have ended; one still stuck is left to init."""
-        for pid in list(self._children):
-            try:
-                done, _status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                self._children.remove(pid)
+        """Collect the children: a finished one exits at once (briefly waited for); one
+        still stuck on a file system is left behind, killed, for init to collect."""
+        deadline = _now() + REAP_WAIT_S
+        while self._children:
+            for pid in list(self._children):
+                try:
+                    done, _status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid
+                if done:
+                    self._children.remove(pid)
+            if not self._children or _now() >= deadline:
+                return
+            time.sleep(0.001)
 
 
 def _detach() -> None:

@@ -17,7 +17,7 @@ from lockwarden.crashpoints import crash_point
 from lockwarden.formats import read_claim
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
-from lockwarden.journal import RunLock, StateError
+from lockwarden.journal import RunLock, StateError, probe_state_dir
 from lockwarden.model import Claim, Finding, Severity, State, worst
 from lockwarden.structs import field, replace, struct
 
@@ -163,7 +163,9 @@ def run_and_alert(
     locks_text: str | None = None,
 ) -> AlertedRun:
     """`--once`: inspect, then decide, notify and journal, holding the run lock throughout
-    (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes."""
+    (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes.
+    A state directory whose file system does not answer is not touched at all: the run
+    inspects, alerts and reports without it, and says so."""
     removing = any(lock.remove_stale for lock in config.locks)
     if not (config.notify.configured or removing or dry_run):
         if on_start is not None:
@@ -173,23 +175,27 @@ def run_and_alert(
             # Alerting is off and nothing is wrong: nothing to decide, count or send, so the
             # alert stage (and its imports) is not paid for on the every-minute quiet path.
             return AlertedRun(result, None)
-        return _alert(config, now, dry_run, result, None)
-    from lockwarden.alerting import state_directory
-
+        return _alert(config, now, dry_run, result, None, _state_unusable(config))
     writes = (config.notify.configured or removing) and not dry_run
-    run_lock = _take_run_lock(state_directory(config)) if writes else None
+    unusable = _state_unusable(config)
+    run_lock = _take_run_lock(config) if writes and unusable is None else None
     try:
         if on_start is not None:
             on_start()
         result = run_once(config, now, locks_text=locks_text)
-        return _alert(config, now, dry_run, result, run_lock)
+        return _alert(config, now, dry_run, result, run_lock, unusable)
     finally:
         if run_lock is not None:
             run_lock.release()
 
 
 def _alert(
-    config: Config, now: datetime, dry_run: bool, result: RunResult, run_lock: RunLock | None
+    config: Config,
+    now: datetime,
+    dry_run: bool,
+    result: RunResult,
+    run_lock: RunLock | None,
+    state_unusable: str | None,
 ) -> AlertedRun:
     from lockwarden.alerting import alert_stage, with_outcome
 
@@ -200,17 +206,26 @@ def _alert(
         from lockwarden.removal import removal_stage
 
         removal = removal_stage(
-            config, checked, result.hostname, now, dry_run, run_lock is not None
+            config, checked, result.hostname, now, dry_run, run_lock is not None, state_unusable
         )
         checked, removed = removal.findings, tuple(removal.outgoing)
-    outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed)
+    outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed, state_unusable)
     findings, notes = with_outcome(checked, result.notes, outcome)
     return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
 
 
-def _take_run_lock(directory: str) -> RunLock | None:
+def _state_unusable(config: Config) -> str | None:
+    """Why the state directory must not be touched this run (its file system hangs), or None."""
+    from lockwarden.alerting import state_directory
+
+    return probe_state_dir(state_directory(config), config.fs_timeout)
+
+
+def _take_run_lock(config: Config) -> RunLock | None:
     """The run lock; None when the state directory is unusable (the alert stage reports it)."""
+    from lockwarden.alerting import state_directory
+
     try:
-        return RunLock.acquire(directory)
+        return RunLock.acquire(state_directory(config))
     except StateError:
         return None
