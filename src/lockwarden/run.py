@@ -114,7 +114,7 @@ def run_once(
     config: Config, now: datetime, proc: str = "/proc", locks_text: str | None = None
 ) -> RunResult:
     """`locks_text`: the content of /proc/locks when the caller already read it."""
-    snapshot = Snapshot.capture(proc, locks_text=locks_text)
+    snapshot = Snapshot.capture(proc, locks_text=locks_text, read_timeout=config.fs_timeout)
     findings = inspect_locks(config.locks, snapshot, now)
     notes: list[str] = []
     if config.builtin:

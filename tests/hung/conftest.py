@@ -90,12 +90,9 @@ class HangingMounts:
                 Path(CONNECTIONS, connection, "abort").write_text("1")
             subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, check=False)
         server = self.servers.pop(mountpoint, None)
-        if server is not None:
-            try:
-                server.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(timeout=5)
+        if server is not None:  # its request threads still wait on the hung ones: kill it
+            server.kill()
+            server.wait(timeout=5)
 
     def abort_all(self) -> None:
         for mountpoint in list(self.servers):

@@ -6,7 +6,8 @@ does when its server goes away. Run by Debian's python3 (python3-fusepy), as its
 It holds one directory, `store/`, with a lock record `store/LOCK` in it naming PID (default 1).
 MODE says how it answers for anything below its root (the root itself always answers, so it
 mounts):
-`hang` never answers, `slow` answers after SLOW_S seconds. It prints "ready" once mounted.
+`hang` never answers, `slow` answers after SLOW_S seconds, `hang-reads` answers lookups
+but never a read of a file's contents. It prints "ready" once mounted.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class HangingFS(Operations):  # type: ignore[misc]
     def _answer_or_hang(self, path: str) -> None:
         if path == "/":
             return
-        if self.mode == "hang":
+        if self.mode == "hang":  # nothing below the root answers
             self.forever.wait()  # never set: the request stays unanswered
         elif self.mode == "slow":
             time.sleep(SLOW_S)
@@ -58,6 +59,8 @@ class HangingFS(Operations):  # type: ignore[misc]
         return [".", "..", "store"] if path == "/" else [".", "..", "LOCK"]
 
     def read(self, path: str, size: int, offset: int, fh: object) -> bytes:
+        if self.mode == "hang-reads":  # names and attributes answer; contents never come
+            self.forever.wait()
         self._answer_or_hang(path)
         return self.record[offset : offset + size]
 
