@@ -11,16 +11,28 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from alerts.helpers import Receiver
-from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, run_cli, write_config
+from conftest import (
+    FLOCK_HOLDER,
+    MKDIR_HOLDER,
+    Children,
+    cli_env,
+    run_cli,
+    wait_until,
+    write_config,
+)
 
 from .conftest import HangingMounts, Orphans
 
 FS_TIMEOUT_S = 1.0
+RUN_LIMIT_S = 30
 LATER = timedelta(hours=2)  # --now this far ahead: the local holders are past critical_after
 
 
@@ -55,12 +67,31 @@ def _split(local: dict[str, str]) -> dict[str, tuple[str, str]]:
     return {name: (spec.split("|")[0], spec.split("|")[1]) for name, spec in local.items()}
 
 
-def _timed_run(config: str, now: datetime) -> tuple[float, dict]:  # type: ignore[type-arg]
+def _timed_run(
+    config: str, now: datetime, hanging: HangingMounts | None = None
+) -> tuple[float, dict]:  # type: ignore[type-arg]
+    """Run `--once`; one that is still running after RUN_LIMIT_S is stuck on the mount: the
+    mount is aborted (which frees it) and the test fails, rather than waiting on it forever."""
+    argv = [sys.executable, "-m", "lockwarden", "--once", "--config", config, "--json"]
     started = time.monotonic()
-    done = run_cli("--once", "--config", config, "--json", "--now", now.isoformat(), timeout=60)
+    run = subprocess.Popen(
+        [*argv, "--now", now.isoformat()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+    try:
+        stdout, stderr = run.communicate(timeout=RUN_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        if hanging is not None:
+            hanging.abort_all()  # a process stuck in the mount ignores SIGKILL until then
+        run.kill()
+        run.communicate()
+        pytest.fail(f"lockwarden --once was still running after {RUN_LIMIT_S} s: hung")
     elapsed = time.monotonic() - started
-    assert done.stdout, done.stderr
-    return elapsed, json.loads(done.stdout)
+    assert stdout, stderr
+    return elapsed, json.loads(stdout)
 
 
 def _by_name(report: dict) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -94,7 +125,7 @@ def test_hung_mount_costs_one_lock_and_the_run_finishes_within_its_deadline(
 
     mount = hanging.mount("hang")
     hung_config = _config(tmp_path, [str(mount / "store" / "LOCK")], local, receiver.url())
-    elapsed, report = _timed_run(hung_config, now)
+    elapsed, report = _timed_run(hung_config, now, hanging)
     print(
         f"\nhung mount: run took {elapsed:.2f} s with fs_timeout {FS_TIMEOUT_S:g} s "
         f"(the same run without it: {baseline_s:.2f} s)"
@@ -139,6 +170,24 @@ def test_every_lock_on_a_hung_mount_is_unknown_and_the_mount_is_asked_once(
     # Three locks, one process stuck: once seen hung, the mount is not asked again.
     assert len(orphans.workers()) == 1
     hanging.abort(mount)
+
+
+def test_a_mount_whose_contents_never_come_costs_the_lock_too(
+    tmp_path: Path, hanging: HangingMounts, orphans: Orphans
+) -> None:
+    """Names and attributes answer (lstat, open), the read of the record never does."""
+    mount = hanging.mount("hang-reads")
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[defaults]\nfs_timeout = "{FS_TIMEOUT_S:g}s"\n[[lock]]\nname = "reads"\n'
+        f'path = "{mount / "store" / "LOCK"}"\nformat = "owner-record"\n',
+    )
+    done = run_cli("--once", "--config", config, "--json", timeout=60)
+    lock = json.loads(done.stdout)["locks"][0]
+    assert lock["state"] == "unknown"
+    assert lock["reason"].endswith(f"(a hung mount?): {mount} (fuse.hangfs)")
+    # A read waits for its page killably: the abandoned reader is gone at once, mount or not.
+    assert wait_until(lambda: orphans.workers() == [])
 
 
 def test_a_slow_mount_that_answers_within_the_deadline_is_read_normally(
