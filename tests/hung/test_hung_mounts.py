@@ -24,7 +24,6 @@ from conftest import (
     MKDIR_HOLDER,
     Children,
     cli_env,
-    run_cli,
     wait_until,
     write_config,
 )
@@ -67,15 +66,12 @@ def _split(local: dict[str, str]) -> dict[str, tuple[str, str]]:
     return {name: (spec.split("|")[0], spec.split("|")[1]) for name, spec in local.items()}
 
 
-def _timed_run(
-    config: str, now: datetime, hanging: HangingMounts | None = None
-) -> tuple[float, dict]:  # type: ignore[type-arg]
-    """Run `--once`; one that is still running after RUN_LIMIT_S is stuck on the mount: the
-    mount is aborted (which frees it) and the test fails, rather than waiting on it forever."""
-    argv = [sys.executable, "-m", "lockwarden", "--once", "--config", config, "--json"]
-    started = time.monotonic()
+def _lockwarden(hanging: HangingMounts, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI; one still running after RUN_LIMIT_S is stuck on a mount: the mounts
+    are aborted (which frees it: SIGKILL alone does not) and the test fails, rather than
+    waiting on it forever as subprocess.run would."""
     run = subprocess.Popen(
-        [*argv, "--now", now.isoformat()],
+        [sys.executable, "-m", "lockwarden", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -84,14 +80,19 @@ def _timed_run(
     try:
         stdout, stderr = run.communicate(timeout=RUN_LIMIT_S)
     except subprocess.TimeoutExpired:
-        if hanging is not None:
-            hanging.abort_all()  # a process stuck in the mount ignores SIGKILL until then
+        hanging.abort_all()
         run.kill()
         run.communicate()
-        pytest.fail(f"lockwarden --once was still running after {RUN_LIMIT_S} s: hung")
+        pytest.fail(f"lockwarden {args[0]} was still running after {RUN_LIMIT_S} s: hung")
+    return subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr)
+
+
+def _timed_run(config: str, now: datetime, hanging: HangingMounts) -> tuple[float, dict]:  # type: ignore[type-arg]
+    started = time.monotonic()
+    done = _lockwarden(hanging, "--once", "--config", config, "--json", "--now", now.isoformat())
     elapsed = time.monotonic() - started
-    assert stdout, stderr
-    return elapsed, json.loads(stdout)
+    assert done.stdout, done.stderr
+    return elapsed, json.loads(done.stdout)
 
 
 def _by_name(report: dict) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -119,7 +120,7 @@ def test_hung_mount_costs_one_lock_and_the_run_finishes_within_its_deadline(
     local, pids = _local_holders(tmp_path, children)
     now = datetime.now(UTC) + LATER
     # The same locks without the hung one first: the floor the hung run is measured against.
-    baseline_s, baseline = _timed_run(_config(tmp_path, [], local, receiver.url()), now)
+    baseline_s, baseline = _timed_run(_config(tmp_path, [], local, receiver.url()), now, hanging)
     assert {lock["state"] for lock in baseline["locks"]} == {"held_too_long"}
     receiver.payloads.clear()
 
@@ -162,7 +163,7 @@ def test_every_lock_on_a_hung_mount_is_unknown_and_the_mount_is_asked_once(
         f'[defaults]\nfs_timeout = "{FS_TIMEOUT_S:g}s"\n'
         + "".join(f'[[lock]]\nname = "l{n}"\npath = "{p}"\n' for n, p in enumerate(paths)),
     )
-    done = run_cli("--once", "--config", config, "--json", timeout=60)
+    done = _lockwarden(hanging, "--once", "--config", config, "--json")
     locks = json.loads(done.stdout)["locks"]
     assert [lock["state"] for lock in locks] == ["unknown"] * 3
     assert all(f"{mount} (fuse.hangfs)" in lock["reason"] for lock in locks)
@@ -182,7 +183,7 @@ def test_a_mount_whose_contents_never_come_costs_the_lock_too(
         f'[defaults]\nfs_timeout = "{FS_TIMEOUT_S:g}s"\n[[lock]]\nname = "reads"\n'
         f'path = "{mount / "store" / "LOCK"}"\nformat = "owner-record"\n',
     )
-    done = run_cli("--once", "--config", config, "--json", timeout=60)
+    done = _lockwarden(hanging, "--once", "--config", config, "--json")
     lock = json.loads(done.stdout)["locks"][0]
     assert lock["state"] == "unknown"
     assert lock["reason"].endswith(f"(a hung mount?): {mount} (fuse.hangfs)")
@@ -201,7 +202,7 @@ def test_a_slow_mount_that_answers_within_the_deadline_is_read_normally(
         f'[defaults]\nfs_timeout = "10s"\n[[lock]]\nname = "slow"\n'
         f'path = "{mount / "store" / "LOCK"}"\nformat = "owner-record"\n',
     )
-    done = run_cli("--once", "--config", config, "--json", timeout=60)
+    done = _lockwarden(hanging, "--once", "--config", config, "--json")
     lock = json.loads(done.stdout)["locks"][0]
     # The record names a PID no process has: read through the slow mount, judged stale.
     assert lock["state"] == "stale", lock["reason"]
@@ -218,7 +219,7 @@ def test_discover_walking_into_a_hung_mount_names_it_and_finds_the_rest(
     os.symlink(f"someone@{socket.gethostname()}.{os.getpid()}:0", emacs_lock)
     mount = hanging.mount("hang")
     started = time.monotonic()
-    done = run_cli("discover", str(root), "--json", timeout=60)
+    done = _lockwarden(hanging, "discover", str(root), "--json")
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
@@ -228,6 +229,25 @@ def test_discover_walking_into_a_hung_mount_names_it_and_finds_the_rest(
     assert f"{mount}: not walked (its file system did not answer" in notes
     assert f"{mount} (fuse.hangfs)" in notes
     assert elapsed < 3 * 3.0 + 5  # bounded by the default fs_timeout, never hung
+    stuck = orphans.workers()
+    hanging.abort(mount)
+    assert orphans.reap(stuck) == []
+
+
+def test_init_walking_into_a_hung_mount_writes_the_config_without_it(
+    tmp_path: Path, hanging: HangingMounts, orphans: Orphans
+) -> None:
+    root = tmp_path / "mnt"
+    root.mkdir()
+    emacs_lock = root / ".#notes.txt"
+    os.symlink(f"someone@{socket.gethostname()}.{os.getpid()}:0", emacs_lock)
+    mount = hanging.mount("hang")
+    written = tmp_path / "config.toml"
+    done = _lockwarden(hanging, "init", str(root), "--path", str(written))
+    assert done.returncode == 0, done.stderr
+    text = written.read_text()
+    assert str(emacs_lock) in text
+    assert str(mount) not in text
     stuck = orphans.workers()
     hanging.abort(mount)
     assert orphans.reap(stuck) == []
@@ -259,7 +279,7 @@ format = "kernel"
 """,
     )
     now = (datetime.now(UTC) + LATER).isoformat()
-    done = run_cli("--once", "--config", config, "--json", "--now", now, timeout=60)
+    done = _lockwarden(hanging, "--once", "--config", config, "--json", "--now", now)
     locks = _by_name(json.loads(done.stdout))
     assert locks["db"]["state"] == "held_too_long"
     assert str(holder.pid) in json.dumps(receiver.payloads)  # alerted all the same
@@ -271,7 +291,7 @@ format = "kernel"
 
     # The share is gone (unmounted): the next run finds a plain directory and works again.
     receiver.payloads.clear()
-    again = run_cli("--once", "--config", config, "--json", "--now", now, timeout=60)
+    again = _lockwarden(hanging, "--once", "--config", config, "--json", "--now", now)
     report = _by_name(json.loads(again.stdout))
     assert set(report) == {"db"}, report
     assert (mount / "state" / "journal.jsonl").exists()
