@@ -26,7 +26,7 @@ from lockwarden.history import (
     keep_for_removal,
     timestamp,
 )
-from lockwarden.journal import Journal, Record, StateError, check_state_dir, default_state_path
+from lockwarden.journal import Journal, Record, StateError, default_state_path
 from lockwarden.messages import Message, render_state_degraded, render_state_healthy
 from lockwarden.model import Finding, Severity, State
 from lockwarden.sightings import keep_latest_seen
@@ -124,7 +124,7 @@ def load_history(
     """The journal's history; a state problem is noted and the run goes on with none."""
     try:
         if not read_only:  # only a run that will write may create the state directory
-            check_state_dir(journal.directory)
+            journal.check_directory()
         records = journal.load().records
         if last_delivery is not None:
             last_delivery.extend(_last_delivery(records))
@@ -153,11 +153,13 @@ def alert_stage(
     now: datetime,
     dry_run: bool = False,
     extra: tuple[Outgoing, ...] = (),
+    state_unusable: str | None = None,
 ) -> AlertOutcome:
     """Decide, send, journal. With no [notify] service configured, alerting is off: the
     journal is only read (never created), and the report says how many alerts were due.
-    `extra` are messages an earlier stage of the run wants sent (a stale lock removed)."""
-    journal = Journal(state_path(config), config.state.max_bytes)
+    `extra` are messages an earlier stage of the run wants sent (a stale lock removed).
+    `state_unusable`: why the state directory is not touched this run (a hung mount)."""
+    journal = Journal(state_path(config), config.state.max_bytes, state_unusable)
     problems: list[str] = []
     read_only = dry_run or not config.notify.configured
     delivered_before: list[datetime] = []

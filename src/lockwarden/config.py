@@ -93,6 +93,14 @@ def _duration(value: Any) -> float:
         raise ValueError(str(error)) from error
 
 
+def _deadline(value: Any) -> float:
+    """A wait that must end: more than nothing, and short enough for a run to stay a run."""
+    seconds = _duration(value)
+    if not 0 < seconds <= 600:
+        raise ValueError(f"{value!r} must be more than 0s and at most 10m")
+    return seconds
+
+
 def _strings(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ValueError(f"{value!r} is not a list of strings")
@@ -156,6 +164,20 @@ def _secret_http_url(value: Any) -> str:
 DEFAULTS_OPTIONS = (
     Option("warn_after", _duration, "15m", "a lock held this long is a warning", "30m"),
     Option("critical_after", _duration, "1h", "a lock held this long is critical", "2h"),
+    Option(
+        "fs_timeout",
+        _deadline,
+        "3s",
+        "the longest lockwarden waits for a lock's file system to answer (each lstat, open, "
+        "read, directory listing); a lock whose file system does not answer in time is unknown "
+        "(a hung NFS, SSHFS, CIFS or FUSE mount) and the run goes on without touching that "
+        "mount again; also bounds the state directory's file system",
+        "5s",
+    ),
+)
+
+DEFAULT_FS_TIMEOUT = parse_duration(
+    next(option.default for option in DEFAULTS_OPTIONS if option.key == "fs_timeout")
 )
 
 LOCK_OPTIONS = (
@@ -170,6 +192,7 @@ LOCK_OPTIONS = (
     Option("format", _format, "auto", f"one of {', '.join(format_names())}", "owner-record"),
     Option("warn_after", _duration, None, "overrides [defaults] warn_after", "10m"),
     Option("critical_after", _duration, None, "overrides [defaults] critical_after", "1h"),
+    Option("fs_timeout", _deadline, None, "overrides [defaults] fs_timeout", "10s"),
     Option("role", _string, None, "what the store is, shown in alerts", "WhatsApp session store"),
     Option(
         "host_aliases",
@@ -387,6 +410,7 @@ class LockConfig:
     stale_after: float = 600.0
     remove_stale: bool = False
     stale_confirm: float = 120.0
+    fs_timeout: float = DEFAULT_FS_TIMEOUT
 
 
 @struct
@@ -402,6 +426,12 @@ class Config:
     notify: NotifySettings = NotifySettings()
     state: StateSettings = StateSettings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
+
+    @property
+    def fs_timeout(self) -> float:
+        """[defaults] fs_timeout: how long the state directory's file system may take."""
+        value = self.defaults.get("fs_timeout")
+        return value if isinstance(value, float) else DEFAULT_FS_TIMEOUT
 
 
 def load(path: str) -> Config:
@@ -553,7 +583,7 @@ def _locks(
             continue
         values = _apply(table, ALL_LOCK_OPTIONS, prefix, report)
         _lock_alerts(values, alerts)
-        for key in ("warn_after", "critical_after"):
+        for key in ("warn_after", "critical_after", "fs_timeout"):
             if values[key] is None:
                 values[key] = defaults[key] if isinstance(defaults[key], float) else None
         name = values["name"]
@@ -601,6 +631,7 @@ def builtin(exists: Callable[[str], bool] = os.path.exists) -> Config:
             role=role,
             warn_after=defaults["warn_after"],
             critical_after=defaults["critical_after"],
+            fs_timeout=defaults["fs_timeout"],
         )
         for name, path, role in WELL_KNOWN_LOCKS
         if exists(path)
@@ -618,6 +649,7 @@ def effective(config: Config) -> dict[str, Any]:
             "format": lock.format,
             "warn_after": _seconds(lock.warn_after),
             "critical_after": _seconds(lock.critical_after),
+            "fs_timeout": _seconds(lock.fs_timeout),
         }
         if lock.role:
             entry["role"] = lock.role

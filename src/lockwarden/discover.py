@@ -21,6 +21,7 @@ from typing import Any
 import tomli_w
 
 from lockwarden import config as config_module
+from lockwarden.bounded import BoundedRun, Unanswered
 from lockwarden.durations import format_time, parse_duration
 from lockwarden.formats import LAYOUT_FORMATS, choose_format
 from lockwarden.host import Snapshot
@@ -77,22 +78,31 @@ def discover_locks(
     )
 
 
-def kernel_lock_candidates(snapshot: Snapshot) -> tuple[list[Candidate], list[str]]:
-    """Every locked inode in /proc/locks, named by a path a holder's descriptor points at."""
+def kernel_lock_candidates(
+    snapshot: Snapshot, fs_timeout: float = config_module.DEFAULT_FS_TIMEOUT
+) -> tuple[list[Candidate], list[str]]:
+    """Every locked inode in /proc/locks, named by a path a holder's descriptor points at (each
+    checked within fs_timeout: a locked file on a hung mount is left out, its mount named)."""
     keys = list(snapshot.locks)
     snapshot.scan_descriptors(keys)
+    targets = {key: _link_targets(key, snapshot) for key in keys}
+
+    def name(key: InodeKey) -> tuple[Candidate | None, tuple[InodeKey, ...]]:
+        return _named(key, targets[key], snapshot), ()
+
+    naming = BoundedRun(name, lambda key: (targets[key] or ["/"])[0], lambda _key: fs_timeout)
     candidates: list[Candidate] = []
     unresolved = 0
-    for key in keys:
-        path = _path_of(key, snapshot)
-        if path is None:
+    hung: dict[str, str] = {}
+    for _key, outcome in naming.run([key for key in keys if targets[key]]):
+        if isinstance(outcome, Candidate):
+            candidates.append(outcome)
+        elif isinstance(outcome, Unanswered):
+            hung.setdefault(outcome.mount.describe() if outcome.mount else "", str(outcome))
+        else:
             unresolved += 1
-            continue
-        kinds = sorted({f"{lock.kind} {lock.mode}" for lock in snapshot.kernel_locks(key)})
-        candidates.append(
-            Candidate(path, _kernel_path_format(path), f"kernel lock ({', '.join(kinds)})")
-        )
-    notes = []
+    unresolved += sum(1 for key in keys if not targets[key])
+    notes = [f"locked files not named: {reason}" for reason in hung.values()]
     if unresolved:
         notes.append(f"{unresolved} locked files could not be named: {_why_unnamed(snapshot)}")
     return candidates, notes
@@ -114,19 +124,30 @@ def _why_unnamed(snapshot: Snapshot) -> str:
     return "; ".join(reasons)
 
 
-def _path_of(key: InodeKey, snapshot: Snapshot) -> str | None:
-    """The first descriptor link that still names this very inode (not a deleted one)."""
+def _link_targets(key: InodeKey, snapshot: Snapshot) -> list[str]:
+    """Where the descriptors on this inode point: procfs links, read without touching the file."""
+    targets = []
     for descriptor in snapshot.descriptors(key):
-        link = f"{snapshot.proc}/{descriptor.pid}/fd/{descriptor.fd}"
         try:
-            target = os.readlink(link)
-            status = os.stat(target) if target.startswith("/") else None
+            target = os.readlink(f"{snapshot.proc}/{descriptor.pid}/fd/{descriptor.fd}")
         except OSError:
             continue
-        if target.endswith(DELETED_SUFFIX) or status is None:
+        if target.startswith("/") and not target.endswith(DELETED_SUFFIX):
+            targets.append(target)
+    return targets
+
+
+def _named(key: InodeKey, targets: list[str], snapshot: Snapshot) -> Candidate | None:
+    """The first target that still names this very inode (not another file since put there)."""
+    for target in targets:
+        try:
+            status = os.stat(target)
+        except OSError:
             continue
         if (status.st_dev, status.st_ino) == key:
-            return target
+            kinds = sorted({f"{lock.kind} {lock.mode}" for lock in snapshot.kernel_locks(key)})
+            found_by = f"kernel lock ({', '.join(kinds)})"
+            return Candidate(target, _kernel_path_format(target), found_by)
     return None
 
 
@@ -140,40 +161,72 @@ def _kernel_path_format(path: str) -> str:
     return choose_format(path) or "kernel"
 
 
+@struct
+class Visit:
+    """What one directory of the walk holds: candidates (with the index of the entry each was
+    found at, for the entry limit), notes, its entry count."""
+
+    candidates: tuple[tuple[int, Candidate], ...] = ()
+    notes: tuple[str, ...] = ()
+    entries: int = 0
+
+
+Place = tuple[str, int]  # a directory of the walk, and its depth
+
+
 def layout_candidates(
-    directories: Sequence[str], max_depth: int, max_entries: int
+    directories: Sequence[str],
+    max_depth: int,
+    max_entries: int,
+    fs_timeout: float = config_module.DEFAULT_FS_TIMEOUT,
 ) -> tuple[list[Candidate], list[str]]:
-    """Known layouts under the directories: breadth first, symlinks never followed."""
+    """Known layouts under the directories: breadth first, symlinks never followed, each
+    directory read within fs_timeout (bounded.py): a hung mount is named and left out."""
     candidates: list[Candidate] = []
     notes: list[str] = []
-    queue = [(os.path.abspath(directory), 0) for directory in directories]
     forbidden_devices = _devices_of(NEVER_WALKED)
+
+    def visit(place: Place) -> tuple[Visit, list[Place]]:
+        return _visit(place, forbidden_devices, max_depth)
+
+    walk = BoundedRun(visit, lambda place: place[0], lambda _place: fs_timeout)
     seen_entries = 0
-    while queue:
-        directory, depth = queue.pop(0)
-        if _never_walked(directory, forbidden_devices):
-            notes.append(f"{directory}: not walked (/proc, /sys and /dev never are)")
+    places = [(os.path.abspath(directory), 0) for directory in directories]
+    for (directory, _depth), outcome in walk.run(places):
+        if isinstance(outcome, BaseException):
+            notes.append(f"{directory}: not walked ({outcome})")
             continue
-        layout = choose_format(directory, LAYOUT_FORMATS)
-        if layout is not None:
-            candidates.append(Candidate(directory, layout, f"{layout} layout"))
-            continue  # its inside is the layout's own
-        try:
-            entries = _entries(directory)
-        except OSError as error:
-            notes.append(f"{directory}: not walked ({error.strerror or error})")
-            continue
-        for entry in entries:
-            seen_entries += 1
-            if seen_entries > max_entries:
-                notes.append(f"stopped after {max_entries} entries; name fewer directories")
-                return candidates, notes
-            found = _entry_candidate(entry)
-            if found is not None:
-                candidates.append(found)
-            elif entry.is_dir(follow_symlinks=False) and depth < max_depth:
-                queue.append((entry.path, depth + 1))
+        room = max_entries - seen_entries
+        candidates.extend(candidate for index, candidate in outcome.candidates if index < room)
+        notes.extend(outcome.notes)
+        seen_entries += outcome.entries
+        if seen_entries > max_entries:
+            notes.append(f"stopped after {max_entries} entries; name fewer directories")
+            break
     return candidates, notes
+
+
+def _visit(place: Place, forbidden_devices: set[int], max_depth: int) -> tuple[Visit, list[Place]]:
+    """One directory: a layout itself, or its file-level layouts and subdirectories."""
+    directory, depth = place
+    if _never_walked(directory, forbidden_devices):
+        return Visit(notes=(f"{directory}: not walked (/proc, /sys and /dev never are)",)), []
+    layout = choose_format(directory, LAYOUT_FORMATS)
+    if layout is not None:  # its inside is the layout's own
+        return Visit(candidates=((0, Candidate(directory, layout, f"{layout} layout")),)), []
+    try:
+        entries = _entries(directory)
+    except OSError as error:
+        return Visit(notes=(f"{directory}: not walked ({error.strerror or error})",)), []
+    found: list[tuple[int, Candidate]] = []
+    below: list[Place] = []
+    for index, entry in enumerate(entries):
+        candidate = _entry_candidate(entry)
+        if candidate is not None:
+            found.append((index, candidate))
+        elif entry.is_dir(follow_symlinks=False) and depth < max_depth:
+            below.append((entry.path, depth + 1))
+    return Visit(tuple(found), (), len(entries)), below
 
 
 def _entries(directory: str) -> list[os.DirEntry[str]]:

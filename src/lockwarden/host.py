@@ -14,10 +14,15 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
+from lockwarden import lazylog
 from lockwarden.model import InodeKey, KernelLock, Process
 from lockwarden.structs import field, replace, struct
 
 DEFAULT_PID_MAX = 4194304
+# The [defaults] fs_timeout default (config.py); the run passes the configured one.
+PROC_READ_TIMEOUT_S = 3.0
+
+log = lazylog.getLogger(__name__)
 
 
 @struct
@@ -118,6 +123,30 @@ def _read_text(path: str) -> str:
         return handle.read()
 
 
+def read_within(path: str, seconds: float) -> str | None:
+    """A /proc file that can block, read on a helper thread for at most `seconds`: None when
+    it did not answer in time, "" when it could not be read (the process is gone).
+
+    A process's `cmdline` is read from its memory under its mmap lock, which a page fault on a
+    hung mount can keep from it (`ps` hangs there). A thread is enough here, unlike for file
+    systems (bounded.py): that wait is killable, so a thread left in it ends with the run.
+    """
+    import threading
+
+    found: list[str] = []
+
+    def read() -> None:
+        try:
+            found.append(_read_text(path))
+        except OSError:
+            found.append("")
+
+    reader = threading.Thread(target=read, name="proc-read", daemon=True)
+    reader.start()
+    reader.join(seconds)
+    return found[0] if found else None
+
+
 def _read_small(path: str) -> bytes | None:
     """One read of a small /proc file (an fdinfo entry) with no text layer; None if gone.
     PermissionError is raised: the kernel's ptrace check refused, which a scan must count.
@@ -185,14 +214,20 @@ class Snapshot:
     /proc/PID/fdinfo: root with CAP_SYS_PTRACE in its effective set."""
     _thread_scan: dict[InodeKey, list[Descriptor]] | None = field(default=None, repr=False)
     _mapped: dict[InodeKey, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    read_timeout: float = PROC_READ_TIMEOUT_S
 
     @classmethod
     def capture(
-        cls, proc: str = "/proc", read_locks: bool = True, locks_text: str | None = None
+        cls,
+        proc: str = "/proc",
+        read_locks: bool = True,
+        locks_text: str | None = None,
+        read_timeout: float = PROC_READ_TIMEOUT_S,
     ) -> Snapshot:
         """`read_locks=False` skips /proc/locks (which can hold thousands of lines) for callers
         that only need identities, such as `lockwarden hold` writing its own record.
-        `locks_text`: /proc/locks as already read (entry.py starts that read early)."""
+        `locks_text`: /proc/locks as already read (entry.py starts that read early).
+        `read_timeout`: the longest a process's details that can block may take to read."""
         captured_at = datetime.now(UTC)
         uptime_s = float(_read_text(f"{proc}/uptime").split()[0])
         try:
@@ -216,6 +251,7 @@ class Snapshot:
             proc=proc,
             euid=os.geteuid(),
             ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),
+            read_timeout=read_timeout,
         )
 
     @property
@@ -283,9 +319,14 @@ class Snapshot:
         fields = stat_text[stat_text.rfind(")") + 2 :].split()
         start_ticks = int(fields[19])
         uid = _status_uid(status_text)
-        try:
-            raw_cmdline = _read_text(f"{base}/cmdline")
-        except OSError:
+        raw_cmdline = read_within(f"{base}/cmdline", self.read_timeout)
+        if raw_cmdline is None:  # still named by its PID and kernel name, from stat
+            log.warning(
+                "the command line of PID %d did not answer within %gs (a process stuck on a "
+                "hung mount?); named by its PID",
+                pid,
+                self.read_timeout,
+            )
             raw_cmdline = ""
         try:
             unit, user_unit = unit_from_cgroup(_read_text(f"{base}/cgroup"))

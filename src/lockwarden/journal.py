@@ -205,15 +205,26 @@ def encode(record: Record) -> bytes:
 class Journal:
     """One state file. `load` reads only; `append` and `compact` write."""
 
-    def __init__(self, path: str, max_bytes: int = 262144) -> None:
+    def __init__(self, path: str, max_bytes: int = 262144, unusable: str | None = None) -> None:
+        """`unusable`: why this run must not touch the state directory at all (its file system
+        did not answer: see probe_state_dir); every access then fails at once with that."""
         self.path = path
         self.directory = os.path.dirname(path) or "."
         self.max_bytes = max_bytes
+        self.unusable = unusable
         self._descriptor: int | None = None
         self._torn_at: int | None = None
 
+    def check_directory(self) -> None:
+        """check_state_dir, unless the directory's file system was found not answering."""
+        if self.unusable is not None:
+            raise StateError(self.unusable)
+        check_state_dir(self.directory)
+
     def load(self) -> Loaded:
         """Read every record; a missing journal is an empty one."""
+        if self.unusable is not None:
+            raise StateError(self.unusable)
         try:
             descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -261,7 +272,7 @@ class Journal:
     def _open_for_append(self) -> int:
         if self._descriptor is not None:
             return self._descriptor
-        check_state_dir(self.directory)
+        self.check_directory()
         existed = os.path.lexists(self.path)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
@@ -278,6 +289,8 @@ class Journal:
         return descriptor
 
     def needs_compaction(self) -> bool:
+        if self.unusable is not None:
+            return False
         try:
             return os.stat(self.path).st_size > self.max_bytes
         except OSError:
@@ -346,6 +359,22 @@ def _write_all(descriptor: int, data: bytes) -> None:
 def _remove_quietly(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def probe_state_dir(directory: str, fs_timeout: float) -> str | None:
+    """Why the state directory must not be touched this run, or None: its file system did not
+    answer an lstat within fs_timeout (a hung mount would otherwise stall the run's own
+    process, where no deadline can reach it; see bounded.py)."""
+    from lockwarden.bounded import BoundedRun, Unanswered
+
+    def look(path: str) -> tuple[bool, tuple[str, ...]]:
+        return os.path.lexists(path), ()
+
+    probe = BoundedRun(look, lambda path: path, lambda _path: fs_timeout)
+    for _path, outcome in probe.run([directory]):
+        if isinstance(outcome, Unanswered):
+            return f"state directory {directory}: {outcome}"
+    return None
 
 
 class RunLock:

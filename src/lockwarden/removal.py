@@ -35,7 +35,7 @@ from lockwarden.formats import read_claim
 from lockwarden.history import History, timestamp
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
-from lockwarden.journal import Journal, Record, StateError, check_state_dir
+from lockwarden.journal import Journal, Record, StateError
 from lockwarden.messages import Message, Row, render_markdown, render_text
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
 from lockwarden.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
@@ -305,18 +305,20 @@ def removal_stage(
     now: datetime,
     dry_run: bool,
     may_write: bool = True,
+    state_unusable: str | None = None,
 ) -> RemovalOutcome:
     """For each stale lock with remove_stale: record a sighting, or remove it once confirmed.
-    `may_write` is false when this run does not hold the run lock: then it only says why not."""
+    `may_write` is false when this run does not hold the run lock: then it only says why not.
+    `state_unusable`: why the state directory is not touched this run (a hung mount)."""
     wanted = {lock.name: lock for lock in config.locks if lock.remove_stale}
     if not wanted:
         return RemovalOutcome(findings)
-    journal = Journal(state_path(config), config.state.max_bytes)
+    journal = Journal(state_path(config), config.state.max_bytes, state_unusable)
     problems: list[str] = []
     history = load_history(journal, problems, read_only=dry_run or not may_write)
     stage = _Stage(history, JournalWriter(journal, problems), hostname, now, dry_run)
     if not may_write and not dry_run:
-        problems.append(_why_no_run_lock(journal.directory))
+        problems.append(_why_no_run_lock(journal))
     result = []
     for finding in findings:
         lock = wanted.get(finding.name)
@@ -328,12 +330,12 @@ def removal_stage(
     return RemovalOutcome(tuple(result), stage.outgoing)
 
 
-def _why_no_run_lock(directory: str) -> str:
+def _why_no_run_lock(journal: Journal) -> str:
     try:
-        check_state_dir(directory)
+        journal.check_directory()
     except StateError as error:
         return str(error)
-    return f"the run lock in {directory} could not be taken"
+    return f"the run lock in {journal.directory} could not be taken"
 
 
 class _Stage:

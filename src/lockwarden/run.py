@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lockwarden import lazylog, sightings
+from lockwarden.bounded import BoundedRun, Unanswered
 from lockwarden.classify import Policy, classify
 from lockwarden.config import Config, LockConfig
 from lockwarden.crashpoints import crash_point
@@ -24,6 +25,7 @@ from lockwarden.journal import (
     RunLock,
     StateError,
     default_state_path,
+    probe_state_dir,
 )
 from lockwarden.model import Claim, Finding, Severity, State, worst
 from lockwarden.sightings import LastSeen, Memory
@@ -68,7 +70,7 @@ def inspect_locks(
 ) -> tuple[Finding, ...]:
     """Read every lock's claim first, so one descriptor scan serves them all, then judge.
     `remembered`: the sighting memory of kernel locks (sightings.py)."""
-    claims = [_read(lock, snapshot) for lock in locks]
+    claims = read_claims(locks, snapshot.pid_max)
     readable = (claim for claim in claims if isinstance(claim, Claim))
     snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
     memory = remembered or {}
@@ -78,12 +80,34 @@ def inspect_locks(
     )
 
 
-def _read(lock: LockConfig, snapshot: Snapshot) -> Claim | Exception:
-    try:
-        return read_claim(lock.path, lock.format, snapshot.pid_max)
-    except Exception as error:  # one unreadable lock must not hide the others: it is unknown
-        log.debug("reading %s failed", lock.path, exc_info=True)
-        return error
+def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Exception]:
+    """Each lock's claim, read within its fs_timeout (see bounded.py): a lock whose file
+    system does not answer is Unanswered, and so is every later lock on that mount; a lock
+    that could not be read is the exception that said why (it becomes unknown: one
+    unreadable lock must not hide the others)."""
+
+    def read(lock: LockConfig) -> tuple[Claim, tuple[LockConfig, ...]]:
+        return read_claim(lock.path, lock.format, pid_max), ()
+
+    reading = BoundedRun(read, lambda lock: lock.path, lambda lock: lock.fs_timeout)
+    return [_claim_or_error(lock, outcome) for lock, outcome in reading.run(locks)]
+
+
+def _claim_or_error(lock: LockConfig, outcome: object) -> Claim | Exception:
+    if isinstance(outcome, Claim):
+        return outcome
+    log.debug("reading %s failed: %r", lock.path, outcome)
+    if isinstance(outcome, Exception):
+        return outcome
+    return RuntimeError(f"reading it ended with {outcome!r}")
+
+
+def _claim_or_none(lock: LockConfig, outcome: object) -> Claim | Unanswered | None:
+    if isinstance(outcome, Claim | Unanswered):
+        return outcome
+    # one unreadable lock must not hide the others: it becomes unknown
+    log.debug("reading %s failed: %r", lock.path, outcome)
+    return None
 
 
 def _judge(
@@ -93,6 +117,8 @@ def _judge(
     now: datetime,
     seen_since: dict[str, datetime] | None = None,
 ) -> Finding:
+    if isinstance(claim, Unanswered):
+        return _unknown(lock, str(claim))
     try:
         if isinstance(claim, PermissionError):
             return _unknown(lock, permission_problem(lock.path))
@@ -145,7 +171,7 @@ def run_once(
     remembered: Memory | None = None,
 ) -> RunResult:
     """`locks_text`: the content of /proc/locks when the caller already read it."""
-    snapshot = Snapshot.capture(proc, locks_text=locks_text)
+    snapshot = Snapshot.capture(proc, locks_text=locks_text, read_timeout=config.fs_timeout)
     findings = inspect_locks(config.locks, snapshot, now, remembered)
     notes: list[str] = []
     if config.builtin:
@@ -196,38 +222,46 @@ def run_and_alert(
     locks_text: str | None = None,
 ) -> AlertedRun:
     """`--once`: inspect, then decide, notify and journal, holding the run lock throughout
-    (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes."""
+    (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes.
+    A state directory whose file system does not answer is not touched at all: the run
+    inspects, alerts and reports without it, and says so."""
     removing = any(lock.remove_stale for lock in config.locks)
+    # Every run reads the sighting memory, so every run first makes sure the state
+    # directory's file system answers.
+    unusable = _state_unusable(config)
     if not (config.notify.configured or removing or dry_run):
         if on_start is not None:
             on_start()
-        sighting = SightingMemory(config, now)
+        sighting = SightingMemory(config, now, unusable)
         result = run_once(config, now, locks_text=locks_text, remembered=sighting.memory)
         result = sighting.remember(result, lock_first=True)
         if all(finding.severity is Severity.OK for finding in result.findings):
             # Alerting is off and nothing is wrong: nothing to decide, count or send, so the
             # alert stage (and its imports) is not paid for on the every-minute quiet path.
             return AlertedRun(result, None)
-        return _alert(config, now, dry_run, result, None)
-    from lockwarden.alerting import state_directory
-
+        return _alert(config, now, dry_run, result, None, unusable)
     writes = (config.notify.configured or removing) and not dry_run
-    run_lock = _take_run_lock(state_directory(config)) if writes else None
+    run_lock = _take_run_lock(config) if writes and unusable is None else None
     try:
         if on_start is not None:
             on_start()
-        sighting = SightingMemory(config, now)
+        sighting = SightingMemory(config, now, unusable)
         result = run_once(config, now, locks_text=locks_text, remembered=sighting.memory)
         if not dry_run:
             result = sighting.remember(result, lock_first=run_lock is None)
-        return _alert(config, now, dry_run, result, run_lock)
+        return _alert(config, now, dry_run, result, run_lock, unusable)
     finally:
         if run_lock is not None:
             run_lock.release()
 
 
 def _alert(
-    config: Config, now: datetime, dry_run: bool, result: RunResult, run_lock: RunLock | None
+    config: Config,
+    now: datetime,
+    dry_run: bool,
+    result: RunResult,
+    run_lock: RunLock | None,
+    state_unusable: str | None,
 ) -> AlertedRun:
     from lockwarden.alerting import alert_stage, with_outcome
 
@@ -238,10 +272,10 @@ def _alert(
         from lockwarden.removal import removal_stage
 
         removal = removal_stage(
-            config, checked, result.hostname, now, dry_run, run_lock is not None
+            config, checked, result.hostname, now, dry_run, run_lock is not None, state_unusable
         )
         checked, removed = removal.findings, tuple(removal.outgoing)
-    outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed)
+    outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed, state_unusable)
     findings, notes = with_outcome(checked, result.notes, outcome)
     return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
 
@@ -251,15 +285,16 @@ class SightingMemory:
     (sightings.py). Only a run that sees an undated kernel-lock hold, or must end a series,
     writes; a state problem becomes a note (the run's findings stand, without memory)."""
 
-    def __init__(self, config: Config, now: datetime) -> None:
+    def __init__(self, config: Config, now: datetime, unusable: str | None) -> None:
+        """`unusable`: why the state directory is not to be touched this run (a hung mount)."""
         self.config = config
         self.now = now
         path = config.state.path or default_state_path()
-        self.journal = Journal(path, config.state.max_bytes)
+        self.journal = Journal(path, config.state.max_bytes, unusable)
         self.latest: LastSeen | None = None
-        self.problem: str | None = None
+        self.problem: str | None = unusable
         try:
-            if os.path.exists(self.journal.path):
+            if unusable is None and os.path.exists(self.journal.path):
                 self.latest = sightings.last_seen(self.journal.load().records)
         except StateError as error:
             self.problem = str(error)
@@ -300,9 +335,18 @@ class SightingMemory:
         return None
 
 
-def _take_run_lock(directory: str) -> RunLock | None:
+def _state_unusable(config: Config) -> str | None:
+    """Why the state directory must not be touched this run (its file system hangs), or None."""
+    from lockwarden.alerting import state_directory
+
+    return probe_state_dir(state_directory(config), config.fs_timeout)
+
+
+def _take_run_lock(config: Config) -> RunLock | None:
     """The run lock; None when the state directory is unusable (the alert stage reports it)."""
+    from lockwarden.alerting import state_directory
+
     try:
-        return RunLock.acquire(directory)
+        return RunLock.acquire(state_directory(config))
     except StateError:
         return None

@@ -1,0 +1,304 @@
+"""File-system access under a deadline: a file system that stops answering costs one lock,
+never the run.
+
+Every read a run makes on a monitored path (lstat, open, read, readdir, readlink) happens in a
+disposable child process that sends each result back over a pipe; the run waits for each one
+at most its deadline. When a deadline passes, the child is killed and abandoned, the item is
+`Unanswered` with the mount named (from /proc/self/mountinfo, read without touching the mount),
+and a new child goes on with the rest, skipping every path on that mount: a mount seen hung is
+never touched again in the run.
+
+Why a child process and not a thread (measured on Linux 6.18, a FUSE file system whose getattr
+never returns): once the server has taken a request, the thread that made it sleeps in
+`request_wait_answer` uninterruptibly, and a process cannot finish exiting while one of its
+threads sleeps there. Its main thread exits, but the parent (systemd, cron, `timeout`) never
+sees an exit status, and SIGKILL changes nothing. A child stuck the same way is left behind:
+the run exits at once, and the child (killed, reparented to init) goes when the mount answers
+or its connection is aborted. The child holds none of the caller's descriptors, so a caller
+reading the run's output to its end is not kept waiting by it either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import select
+import signal
+import struct as binary
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeVar, cast
+
+from lockwarden.structs import struct
+
+# The C pickler itself: `pickle` the module adds ~2 ms of imports to every run for nothing
+# this module uses (the results come from our own fork, so any pickle is trusted).
+try:
+    from _pickle import dumps, loads
+except ImportError:  # an interpreter without the C accelerator
+    from pickle import dumps, loads
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+MOUNTINFO = "/proc/self/mountinfo"
+_HEADER = binary.Struct("!I")
+_WORKER_NAME = b"lockwarden-fs"
+MESSAGE_TAIL_S = 5.0  # the rest of a message already begun: the child is not stuck
+
+
+@struct
+class Mount:
+    """One line of /proc/self/mountinfo: where a file system is mounted, and its type."""
+
+    point: str
+    fstype: str
+
+    def describe(self) -> str:
+        return f"{self.point} ({self.fstype})"
+
+
+class WorkerEnded(Exception):
+    """The child ended without answering (it crashed): not a hang, the item gets this error."""
+
+    def __init__(self) -> None:
+        super().__init__("the process reading it ended without an answer (run with -v)")
+
+
+class Unanswered(Exception):
+    """The file system holding a path did not answer within the deadline."""
+
+    def __init__(self, mount: Mount | None, seconds: float) -> None:
+        self.mount = mount
+        self.seconds = seconds
+        where = mount.describe() if mount is not None else "its mount could not be named"
+        super().__init__(
+            f"its file system did not answer within {format_seconds(seconds)} "
+            f"(a hung mount?): {where}"
+        )
+
+
+def format_seconds(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+def read_mounts(path: str = MOUNTINFO) -> tuple[Mount, ...]:
+    """Every mount this process sees. A procfs read: it never touches the mounts themselves."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return tuple(mount for line in handle if (mount := parse_mount(line)) is not None)
+    except OSError:
+        return ()
+
+
+def parse_mount(line: str) -> Mount | None:
+    """`ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER-OPTIONS`."""
+    fields = line.split()
+    if len(fields) < 7 or "-" not in fields[6:]:
+        return None
+    separator = fields.index("-", 6)
+    if separator + 1 >= len(fields):
+        return None
+    return Mount(_unescape(fields[4]), fields[separator + 1])
+
+
+def _unescape(text: str) -> str:
+    """mountinfo writes space, tab, newline and backslash in a path as octal escapes."""
+    for code in ("040", "011", "012", "134"):
+        text = text.replace("\\" + code, chr(int(code, 8)))
+    return text
+
+
+def mount_of(path: str, mounts: Sequence[Mount]) -> Mount | None:
+    """The mount a path lies on, by its name alone (resolving symlinks would touch the mount);
+    of mounts stacked on one point, the last one listed is the one seen."""
+    normal = os.path.normpath(os.path.join("/", path))
+    best: Mount | None = None
+    for mount in mounts:
+        point = mount.point.rstrip("/") or "/"
+        inside = normal == point or normal.startswith(point + "/") or point == "/"
+        if inside and (best is None or len(point) >= len(best.point.rstrip("/") or "/")):
+            best = mount
+    return best
+
+
+class BoundedRun(Generic[Item, Result]):
+    """Runs `work` on items in disposable child processes, each item within `timeout(item)`.
+
+    `work(item)` returns its result and further items to do after it (a directory walk's
+    subdirectories). Items are done in order; outcomes come back in that order: the result,
+    the exception `work` raised, or `Unanswered`.
+    """
+
+    def __init__(
+        self,
+        work: Callable[[Item], tuple[Result, Sequence[Item]]],
+        path_of: Callable[[Item], str],
+        timeout: Callable[[Item], float],
+        mounts: Sequence[Mount] | None = None,
+    ) -> None:
+        self.work = work
+        self.path_of = path_of
+        self.timeout = timeout
+        self.mounts = tuple(read_mounts() if mounts is None else mounts)
+        self.hung: dict[str, Unanswered] = {}  # by mount point
+        self._children: list[int] = []
+
+    def run(self, items: Sequence[Item]) -> Iterator[tuple[Item, Result | BaseException]]:
+        pending: deque[Item] = deque(items)
+        try:
+            while pending:
+                yield from self._skip_hung(pending)
+                if pending:
+                    yield from self._one_worker(pending)
+        finally:
+            self._reap()
+
+    def on_hung_mount(self, item: Item) -> Unanswered | None:
+        mount = mount_of(self.path_of(item), self.mounts)
+        return self.hung.get(mount.point) if mount is not None else None
+
+    def _skip_hung(self, pending: deque[Item]) -> Iterator[tuple[Item, Result | BaseException]]:
+        while pending and (hung := self.on_hung_mount(pending[0])) is not None:
+            yield pending.popleft(), hung
+
+    def _one_worker(self, pending: deque[Item]) -> Iterator[tuple[Item, Result | BaseException]]:
+        """Start a child on `pending` and take its outcomes until it is done or one hangs."""
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child never returns from here
+            os.close(reader)
+            self._serve(list(pending), writer)
+        os.close(writer)
+        self._children.append(pid)
+        channel = _Channel(reader)
+        try:
+            while pending:
+                item = pending[0]
+                try:
+                    message = channel.receive(self.timeout(item))
+                except WorkerEnded as ended:
+                    yield pending.popleft(), ended
+                    return  # a new child goes on with the rest
+                if message is None:
+                    os.kill(pid, signal.SIGKILL)  # it dies once the file system lets it go
+                    yield pending.popleft(), self._mark_hung(item)
+                    return
+                outcome, more = message
+                pending.popleft()
+                pending.extend(cast("Sequence[Item]", more))
+                yield item, cast("Result | BaseException", outcome)
+                yield from self._skip_hung(pending)  # the child skips them the same way
+        finally:
+            os.close(reader)
+
+    def _mark_hung(self, item: Item) -> Unanswered:
+        mount = mount_of(self.path_of(item), self.mounts)
+        unanswered = Unanswered(mount, self.timeout(item))
+        if mount is not None:
+            self.hung[mount.point] = unanswered
+        return unanswered
+
+    def _serve(self, items: list[Item], writer: int) -> None:
+        """In the child: do the items in order, sending each outcome, then exit."""
+        code = 0
+        try:
+            _detach()
+            pending = deque(items)
+            while pending:
+                item = pending.popleft()
+                if self.on_hung_mount(item) is not None:
+                    continue  # the parent answers these itself
+                try:
+                    result, more = self.work(item)
+                    message: tuple[Result | BaseException, Sequence[Item]] = (result, tuple(more))
+                except Exception as error:
+                    message = (error, ())
+                _send(writer, message)
+                pending.extend(message[1])
+        except BaseException:  # the parent stopped listening, or worse: end here, quietly
+            code = 1
+        finally:
+            os._exit(code)
+
+    def _reap(self) -> None:
+        """Collect the children that have ended, without waiting for the others: waiting for
+        a finished child to exit costs the run a scheduling delay on a busy host. One not yet
+        gone is collected by init once this run exits (a zombie for milliseconds meanwhile);
+        one stuck on a file system is already killed and goes when the mount lets it."""
+        for pid in self._children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        self._children.clear()
+
+
+def _detach() -> None:
+    """The child keeps none of the caller's standard streams (a caller reading the run's
+    output to its end must not wait for an abandoned child) and says what it is in `ps`."""
+    gc.disable()  # a short life: a collection would only copy the parent's pages for nothing
+    null = os.open(os.devnull, os.O_RDWR)
+    for stream in (0, 1, 2):
+        os.dup2(null, stream)
+    os.close(null)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a parent gone away ends it
+    try:
+        with open("/proc/self/comm", "wb") as comm:
+            comm.write(_WORKER_NAME)
+    except OSError:
+        pass  # a name in `ps` is a courtesy
+
+
+def _send(writer: int, message: object) -> None:
+    try:
+        data = dumps(message, -1)
+    except Exception as error:  # an unpicklable result or exception: say what it was
+        data = dumps((RuntimeError(f"{type(error).__name__}: {error}"), ()), -1)
+    payload = _HEADER.pack(len(data)) + data
+    while payload:
+        payload = payload[os.write(writer, payload) :]
+
+
+class _Channel:
+    """The parent's end of the pipe: messages taken from a buffer filled by large reads, so a
+    child that answers quickly costs one wakeup per burst, not one per item."""
+
+    def __init__(self, reader: int) -> None:
+        self.reader = reader
+        self.buffer = bytearray()
+        self.poller = select.poll()
+        self.poller.register(reader, select.POLLIN)
+
+    def receive(self, timeout: float) -> tuple[object, Sequence[object]] | None:
+        """The next message; None when it did not come in time; WorkerEnded if the child
+        died. A message already begun gets extra time: the child is not stuck then."""
+        deadline = _now() + timeout
+        while True:
+            message = self._take()
+            if message is not None:
+                return message
+            left = deadline - _now()
+            if left <= 0 and self.buffer:
+                left, deadline = MESSAGE_TAIL_S, _now() + MESSAGE_TAIL_S
+            if left <= 0 or not self.poller.poll(left * 1000):
+                return None
+            chunk = os.read(self.reader, 1 << 16)
+            if not chunk:
+                raise WorkerEnded
+            self.buffer += chunk
+
+    def _take(self) -> tuple[object, Sequence[object]] | None:
+        if len(self.buffer) < _HEADER.size:
+            return None
+        (length,) = _HEADER.unpack_from(self.buffer)
+        end = _HEADER.size + length
+        if len(self.buffer) < end:
+            return None
+        outcome, more = loads(bytes(self.buffer[_HEADER.size : end]))  # from our own fork
+        del self.buffer[:end]
+        return outcome, more
+
+
+def _now() -> float:
+    return time.monotonic()
