@@ -55,11 +55,32 @@ def inspect_locks(
     locks: Sequence[LockConfig], snapshot: Snapshot, now: datetime
 ) -> tuple[Finding, ...]:
     """Read every lock's claim first, so one descriptor scan serves them all, then judge."""
-    claims = [_read(lock, snapshot) for lock in locks]
+    claims = [None if lock.database else _read(lock, snapshot) for lock in locks]
     snapshot.scan_descriptors(keys_to_scan((c for c in claims if c is not None), snapshot))
     return tuple(
-        _judge(lock, claim, snapshot, now) for lock, claim in zip(locks, claims, strict=True)
+        _judge_database(lock, snapshot, now)
+        if lock.database
+        else _judge(lock, claim, snapshot, now)
+        for lock, claim in zip(locks, claims, strict=True)
     )
+
+
+def _judge_database(lock: LockConfig, snapshot: Snapshot, now: datetime) -> Finding:
+    """A lock inside a database server (databases/): its driver loads only when one is set."""
+    try:
+        from lockwarden.databases.check import inspect_database
+
+        return inspect_database(lock, policy_for(lock), snapshot, now)
+    except Exception as error:
+        log.debug("checking %s failed", lock.name, exc_info=True)
+        return Finding(
+            name=lock.name,
+            path=lock.path,
+            format=lock.format,
+            state=State.UNKNOWN,
+            severity=Severity.UNKNOWN,
+            reason=f"internal error while inspecting it: {error} (run with -v for details)",
+        )
 
 
 def _read(lock: LockConfig, snapshot: Snapshot) -> Claim | None:
