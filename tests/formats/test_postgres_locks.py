@@ -341,3 +341,70 @@ def test_server_down_is_unknown_within_the_connect_timeout(tmp_path: Path) -> No
     assert (code, finding["state"]) == (3, "unknown")
     assert "cannot connect to PostgreSQL" in finding["reason"]
     assert "refused" in finding["reason"]
+
+
+@contextlib.contextmanager
+def in_unit(pid: int, unit: str) -> Iterator[None]:
+    """Put a process in a cgroup named like a systemd service (what systemd itself does), so
+    its unit is read from /proc/PID/cgroup as on a systemd host; moved back afterwards."""
+    root = Path("/sys/fs/cgroup/unified")
+    group = root / unit
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "cgroup.procs").write_text(str(pid))
+    except OSError as error:
+        message = f"cannot create a cgroup v2 group to stand for a unit: {error}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            (root / "cgroup.procs").write_text(str(pid))
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+def test_once_alerts_once_naming_backend_and_client_then_resolves(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    from alerts.helpers import Receiver
+
+    receiver = Receiver()
+    receiver.start()
+    try:
+        _alert_lifecycle(server, sessions, tmp_path, receiver)
+    finally:
+        receiver.release.set()
+        receiver.stop()
+
+
+def _alert_lifecycle(server: Server, sessions: list[Psql], tmp_path: Path, receiver: Any) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    config = write_config(
+        tmp_path / "alerting.toml",
+        f'[state]\npath = "{state}/state.jsonl"\n[notify]\nurls = ["{receiver.url()}"]\n'
+        f'timeout = "5s"\n[[lock]]\n{lock_text(server, "advisory_key = 72707369")}',
+    )
+    holder = psql(server, sessions, tcp=False)
+    holder.run("SELECT pg_advisory_lock(72707369);")
+    later = (datetime.now(UTC) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    with in_unit(holder.pid, "lockwarden-test-deploy.service"):
+        first = run_cli("--once", "--config", config, "--now", later, timeout=40)
+    assert first.returncode == 2, first.stdout + first.stderr
+    assert len(receiver.payloads) == 1
+    alert = json.dumps(receiver.payloads[0])
+    assert f"PID {holder.pid}" in alert and "backend " in alert and "prisma" in alert
+    assert "systemctl stop lockwarden-test-deploy.service" in alert
+
+    again = run_cli("--once", "--config", config, "--now", later, timeout=40)
+    assert again.returncode == 2 and len(receiver.payloads) == 1  # the same incident: quiet
+
+    holder.run("SELECT pg_advisory_unlock(72707369);")
+    resolved = run_cli("--once", "--config", config, "--now", later, timeout=40)
+    assert resolved.returncode == 0, resolved.stdout
+    assert len(receiver.payloads) == 2
+    assert "resolved" in json.dumps(receiver.payloads[1]).lower()
