@@ -182,8 +182,8 @@ LOCK_OPTIONS = (
         "stale_after",
         _duration,
         "10m",
-        "for locks whose holder is found by its working directory (git): a lock with no such "
-        "process is stale once older than this",
+        "for locks whose holder is found by its working directory (git), and Liquibase's lock "
+        "row naming this host: a lock with no such process is stale once older than this",
         "30m",
     ),
     Option(
@@ -708,6 +708,8 @@ def _database_watch(
         return
     if "path" in table:
         report(f"{prefix}path", "a database lock has no path; remove it (or remove database)")
+    if values["remove_stale"]:
+        report(f"{prefix}remove_stale", "a database lock is never removed by lockwarden")
     if settings["connection"] is None and "connection" not in table:
         report(f"{prefix}connection", "is required with database (e.g. 'service=app-db')")
     watched = [key for key in WATCH_KEYS if key in table]
