@@ -41,8 +41,8 @@ def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) ->
         if hold.transaction_scoped
         else (backend.backend_start, "backend_start")
     )
-    if start is not None and start <= now:
-        return HoldBound((now - start).total_seconds(), "at most", since)
+    if start is not None:  # the server's clock may run ahead of ours: then it is just taken
+        return HoldBound(max((now - start).total_seconds(), 0.0), "at most", since)
     if first_seen is not None and first_seen <= now:
         return HoldBound((now - first_seen).total_seconds(), "at least", "first seen")
     return HoldBound(None, "unknown")
