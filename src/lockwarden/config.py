@@ -793,7 +793,7 @@ def effective(config: Config) -> dict[str, Any]:
             entry["notify_tags"] = list(lock.notify_tags)
         if lock.database is not None:
             del entry["path"], entry["format"]  # its description, not a key one may write
-            entry.update(_database_document(lock.database))
+            entry.update(database_document(lock.database))
         entry["stale_after"] = _seconds(lock.stale_after)
         entry["remove_stale"] = lock.remove_stale
         entry["stale_confirm"] = _seconds(lock.stale_confirm)
@@ -812,7 +812,7 @@ def effective(config: Config) -> dict[str, Any]:
     return document
 
 
-def _database_document(watch: DatabaseWatch) -> dict[str, Any]:
+def database_document(watch: DatabaseWatch) -> dict[str, Any]:
     target = list(watch.target) if isinstance(watch.target, tuple) else watch.target
     document: dict[str, Any] = {
         "database": watch.engine,

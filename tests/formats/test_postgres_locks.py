@@ -409,3 +409,37 @@ def _alert_lifecycle(server: Server, sessions: list[Psql], tmp_path: Path, recei
     assert resolved.returncode == 0, resolved.stdout
     assert len(receiver.payloads) == 2
     assert "resolved" in json.dumps(receiver.payloads[1]).lower()
+
+
+def test_discover_offers_the_locks_the_server_shows_and_writes_a_valid_config(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    with server.admin() as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS _prisma_migrations (id text)")
+    holder = psql(server, sessions, tcp=False)
+    holder.run("SELECT pg_advisory_lock(5150);")
+    written = tmp_path / "discovered.toml"
+    completed = run_cli(
+        "discover",
+        "--json",
+        "--database",
+        server.socket_dsn(),
+        "--write",
+        str(written),
+        timeout=40,
+    )
+    assert completed.returncode == 0, completed.stderr
+    locks = {lock["name"]: lock for lock in json.loads(completed.stdout)["locks"]}
+    assert locks["postgres-advisory-5150"]["state"] == "held"
+    assert locks["postgres-advisory-5150"]["holder"]["pid"] == holder.pid
+    assert locks["postgres-prisma"]["found_by"].startswith("prisma's table _prisma_migrations")
+    checked = run_cli("check-config", "--config", str(written))
+    assert checked.returncode == 0, checked.stderr
+    assert "advisory_key = 5150" in written.read_text()
+
+
+def test_discover_with_an_unreachable_server_says_why(tmp_path: Path) -> None:
+    dsn = f"host=127.0.0.1 port={free_port()} dbname=app user=app connect_timeout=2"
+    completed = run_cli("discover", "--database", dsn, timeout=40)
+    assert completed.returncode == 0
+    assert "cannot connect to PostgreSQL" in completed.stdout

@@ -61,7 +61,7 @@ def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
     except ImportError:
         return Observation(target, problem=INSTALL_HINT)
     try:
-        with _connect(watch, environ) as connection:
+        with connect(watch, environ) as connection:
             return _read(connection, watch, target)
     except CheckProblem as problem:
         return Observation(target, problem=str(problem))
@@ -82,7 +82,7 @@ def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
         return Observation(target, problem=f"PostgreSQL: {one_line(error)}")
 
 
-def _connect(watch: DatabaseWatch, environ: Mapping[str, str]) -> psycopg.Connection[Any]:
+def connect(watch: DatabaseWatch, environ: Mapping[str, str]) -> psycopg.Connection[Any]:
     import psycopg
 
     timeout_ms = statement_timeout_ms(watch)
