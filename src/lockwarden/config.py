@@ -204,16 +204,25 @@ LOCK_OPTIONS = (
     ),
 )
 
-DATABASE_ENGINES = {"postgresql": "postgresql", "postgres": "postgresql"}
+DATABASE_ENGINES = {
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+}
 ADVISORY_TOOLS = ("prisma", "flyway", "rails", "golang-migrate")
-WATCH_KEYS = ("advisory_key", "table", "liquibase_table")
+WATCH_KEYS = ("advisory_key", "table", "liquibase_table", "lock_name")
+# What each engine can watch: MySQL's user-level locks (GET_LOCK) only, by name or by tool.
+ENGINE_WATCHES = {
+    "postgresql": ("advisory_key", "table", "liquibase_table"),
+    "mysql": ("advisory_key", "lock_name"),
+}
 
 
 def _engine(value: Any) -> str:
     text = _string(value)
     if text not in DATABASE_ENGINES:
-        hint = " (MySQL/MariaDB is not supported yet)" if text in ("mysql", "mariadb") else ""
-        raise ValueError(f"{text!r} is not a database engine: 'postgresql'{hint}")
+        raise ValueError(f"{text!r} is not a database engine: 'postgresql' or 'mysql'")
     return DATABASE_ENGINES[text]
 
 
@@ -256,8 +265,9 @@ DATABASE_OPTIONS = (
         "database",
         _engine,
         None,
-        "watch a lock inside a database server instead of a file: 'postgresql'; such a lock has "
-        "no path, and watches exactly one of advisory_key, table and liquibase_table",
+        "watch a lock inside a database server instead of a file: 'postgresql' or 'mysql' "
+        "(MariaDB too); such a lock has no path, and watches exactly one of advisory_key, table "
+        "and liquibase_table (PostgreSQL), or advisory_key (a tool's name) and lock_name (MySQL)",
         "postgresql",
     ),
     Option(
@@ -265,7 +275,8 @@ DATABASE_OPTIONS = (
         _connection,
         None,
         "with database: a libpq service name ('app-db' or 'service=app-db') or a DSN without a "
-        "password ('host=db1 dbname=app user=monitor', 'postgresql://monitor@db1/app')",
+        "password ('host=db1 dbname=app user=monitor', 'postgresql://monitor@db1/app'); for "
+        "MySQL 'mysql://monitor@127.0.0.1:3306/app' (add ?unix_socket=PATH for a socket)",
         "service=app-db",
     ),
     Option(
@@ -298,6 +309,13 @@ DATABASE_OPTIONS = (
         None,
         "with database: Liquibase's lock row, in this table ([SCHEMA.]databasechangeloglock)",
         "public.databasechangeloglock",
+    ),
+    Option(
+        "lock_name",
+        _string,
+        None,
+        "with database = 'mysql': the user-level lock (GET_LOCK) to watch, by its name",
+        "deploy-lock",
     ),
     Option(
         "connect_timeout",
@@ -704,21 +722,10 @@ def _database_watch(
     given = [key for key in ("connection", "password_file", *WATCH_KEYS) if key in table]
     if settings["database"] is None:
         for key in given:
-            report(f"{prefix}{key}", "needs database = 'postgresql' in the same lock")
+            report(f"{prefix}{key}", "needs database = 'postgresql' or 'mysql' in the same lock")
         return
-    if "path" in table:
-        report(f"{prefix}path", "a database lock has no path; remove it (or remove database)")
-    if values["remove_stale"]:
-        report(f"{prefix}remove_stale", "a database lock is never removed by lockwarden")
-    if settings["connection"] is None and "connection" not in table:
-        report(f"{prefix}connection", "is required with database (e.g. 'service=app-db')")
     watched = [key for key in WATCH_KEYS if key in table]
-    if len(watched) != 1:
-        report(
-            f"{prefix}database",
-            f"a database lock watches exactly one of {', '.join(WATCH_KEYS)} "
-            f"({len(watched)} given); write one [[lock]] per thing to watch",
-        )
+    _check_database_keys(table, values, settings, watched, prefix, report)
     if not watched or settings["connection"] is None or settings[watched[0]] is None:
         return
     watch = DatabaseWatch(
@@ -733,6 +740,43 @@ def _database_watch(
     values["database"] = watch
     values["path"] = watch.describe()
     values["format"] = watch.engine
+
+
+def _check_database_keys(
+    table: dict[str, Any],
+    values: dict[str, Any],
+    settings: dict[str, Any],
+    watched: list[str],
+    prefix: str,
+    report: Callable[[str, str], None],
+) -> None:
+    """What a database lock must and must not hold, each problem at its own key."""
+    engine = settings["database"]
+    if "path" in table:
+        report(f"{prefix}path", "a database lock has no path; remove it (or remove database)")
+    if values["remove_stale"]:
+        report(f"{prefix}remove_stale", "a database lock is never removed by lockwarden")
+    if settings["connection"] is None and "connection" not in table:
+        report(f"{prefix}connection", "is required with database (e.g. 'service=app-db')")
+    if len(watched) != 1:
+        report(
+            f"{prefix}database",
+            f"a database lock watches exactly one of {', '.join(ENGINE_WATCHES[engine])} "
+            f"({len(watched)} given); write one [[lock]] per thing to watch",
+        )
+    for key in watched:
+        if key not in ENGINE_WATCHES[engine]:
+            report(f"{prefix}{key}", f"is not watched on {engine}: {_watches(engine)}")
+    tool_only = engine == "mysql" and "advisory_key" in watched
+    if tool_only and not isinstance(settings["advisory_key"], str):
+        report(f"{prefix}advisory_key", "on mysql names a tool; a GET_LOCK name is lock_name")
+    connection = str(settings["connection"] or "mysql://")
+    if engine == "mysql" and not connection.startswith("mysql://"):
+        report(f"{prefix}connection", "on mysql is a URI: mysql://USER@HOST:PORT/DATABASE")
+
+
+def _watches(engine: str) -> str:
+    return "watch " + " or ".join(ENGINE_WATCHES[engine])
 
 
 def _lock_alerts(values: dict[str, Any], alerts: AlertSettings) -> None:

@@ -28,11 +28,17 @@ def format_name(watch: DatabaseWatch) -> str:
     """How reports name what a database lock is: `postgresql-advisory`, `liquibase`, ..."""
     if watch.watch == "liquibase_table":
         return "liquibase"
+    if watch.engine == "mysql":
+        return "mysql-user-lock"
     return "postgresql-advisory" if watch.watch == "advisory_key" else "postgresql-table"
 
 
 def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
-    from lockwarden.databases import postgres  # the only engine config.py accepts so far
+    if watch.engine == "mysql":
+        from lockwarden.databases import mysql
+
+        return mysql.observe(watch, environ)
+    from lockwarden.databases import postgres
 
     return postgres.observe(watch, environ)
 
@@ -52,7 +58,7 @@ def inspect_database(
         empty = LiquibaseHost((snapshot.hostname,), ())
         return judge_liquibase(lock.name, lock.path, observation, host or empty, policy, now)
     sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
-    clients = find_clients(sessions, snapshot, "client of backend") if sessions else {}
+    clients = find_clients(sessions, snapshot, "client") if sessions else {}
     return judge_holds(lock.name, lock.path, format_name(watch), observation, clients, policy, now)
 
 

@@ -34,7 +34,8 @@ def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) ->
     """pg_locks records no grant time. A lock of the holder's transaction (every table lock)
     was taken at or after xact_start; any other lock at or after backend_start: so `now` minus
     that is an upper bound. A lower bound needs memory: held at least since a run first saw
-    it (`first_seen`, from the journal's first sighting of the incident)."""
+    it (`first_seen`, from the journal's first sighting of the incident), or, on MySQL, since
+    an idle session's last command ended (a lock is taken by a command, so before that)."""
     backend = hold.holder
     start, since = (
         (backend.xact_start, "xact_start")
@@ -43,8 +44,12 @@ def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) ->
     )
     if start is not None:  # the server's clock may run ahead of ours: then it is just taken
         return HoldBound(max((now - start).total_seconds(), 0.0), "at most", since)
+    lower = [(backend.idle_for_s, "last command")] if backend.idle_for_s is not None else []
     if first_seen is not None and first_seen <= now:
-        return HoldBound((now - first_seen).total_seconds(), "at least", "first seen")
+        lower.append(((now - first_seen).total_seconds(), "first sighting"))
+    if lower:
+        seconds, since = max(lower)
+        return HoldBound(seconds, "at least", since)
     return HoldBound(None, "unknown")
 
 
@@ -90,7 +95,7 @@ def judge_holds(
             _backend_holder(other.holder) for other in observation.holds if other is not hold
         ),
         action=backend_action(hold.holder, client),
-        identity=f"pg-backend:{hold.holder.pid}:{_stamp(hold.holder.backend_start)}",
+        identity=_session_identity(hold.holder),
         note=_session_note(hold.holder, client),
     )
 
@@ -99,6 +104,14 @@ def _blank(name: str, path: str, format_name: str) -> Finding:
     return Finding(
         name=name, path=path, format=format_name, state=State.FREE, severity=Severity.OK, reason=""
     )
+
+
+def _session_identity(backend: Backend) -> str:
+    """A new session is a new incident. MySQL records no session start: the connection id,
+    which the server never reuses while it runs, stands alone."""
+    if backend.server == "MySQL":
+        return f"mysql-connection:{backend.pid}"
+    return f"pg-backend:{backend.pid}:{_stamp(backend.backend_start)}"
 
 
 def _free_words(format_name: str) -> str:
@@ -136,7 +149,7 @@ def _backend_holder(backend: Backend) -> Holder:
     return Holder(
         pid=None,
         alive=True,
-        role=f"PostgreSQL backend {backend.pid}",
+        role=f"{backend.server} {backend.kind} {backend.pid}",
         host=backend.client_addr,
         user=backend.user,
         cmdline=tuple(text for text in (backend.query_text(),) if text),
@@ -148,7 +161,7 @@ def _waiter(backend: Backend, clients: Mapping[int, Client]) -> Waiter:
     """A waiting session: its local client's PID when there is one, else the backend's."""
     client = clients.get(backend.pid, Client(None))
     since = f" since {format_time(backend.waiting_since)}" if backend.waiting_since else ""
-    text = f"backend {backend.pid}{since}: {backend.query_text() or '?'}"
+    text = f"{backend.kind} {backend.pid}{since}: {backend.query_text() or '?'}"
     if client.holder is not None and client.holder.pid is not None:
         return Waiter(client.holder.pid, (*client.holder.cmdline[:3], f"[{text}]"))
     return Waiter(backend.pid, (f"[{text}]",))
@@ -157,14 +170,19 @@ def _waiter(backend: Backend, clients: Mapping[int, Client]) -> Waiter:
 def backend_action(backend: Backend, client: Client) -> str:
     """Stop the client (its unit, else its PID) first: a killed session's client may just
     reconnect and take the lock again. Otherwise end the session on the server."""
-    terminate = f"SELECT pg_terminate_backend({backend.pid})"
+    # MySQL's KILL ends the connection (KILL QUERY, like pg_cancel_backend, would not).
+    terminate = (
+        f"KILL {backend.pid}"
+        if backend.server == "MySQL"
+        else f"SELECT pg_terminate_backend({backend.pid})"
+    )
     if client.holder is not None and client.holder.pid is not None:
         return f"{stop_command(client.holder)} (else, on the server: {terminate})"
     return terminate
 
 
 def _session_note(backend: Backend, client: Client) -> str:
-    facts = [f"backend_start {_stamp(backend.backend_start)}"]
+    facts = [f"backend_start {_stamp(backend.backend_start)}"] if backend.backend_start else []
     if backend.xact_start is not None:
         facts.append(f"xact_start {_stamp(backend.xact_start)}")
     if backend.query_text():

@@ -51,6 +51,30 @@ def golang_migrate_keys(database: str, schemas: Iterable[str]) -> set[int]:
     }
 
 
+PRISMA_MYSQL_NAME = "prisma_migrate"
+FLYWAY_MYSQL_PREFIX = "Flyway-"
+
+
+def golang_migrate_mysql_name(database: str) -> str:
+    """golang-migrate's GET_LOCK name on MySQL: its key of `DATABASE:schema_migrations`."""
+    text = f"{database}:{GOLANG_MIGRATE_TABLE}"
+    return str((zlib.crc32(text.encode()) * GOLANG_MIGRATE_SALT) % (1 << 32))
+
+
+def mysql_tool_of(name: str, golang_migrate: str | None = None) -> str | None:
+    """The migration tool whose GET_LOCK name this is: Prisma's fixed name, Flyway's prefix,
+    Rails' number (its PostgreSQL key as text), golang-migrate's computed number."""
+    if name == PRISMA_MYSQL_NAME:
+        return "prisma"
+    if name.startswith(FLYWAY_MYSQL_PREFIX):
+        return "flyway"
+    if name == golang_migrate:
+        return "golang-migrate"
+    if name.isdigit() and tool_of(int(name)) == "rails":
+        return "rails"
+    return None
+
+
 def tool_of(key: AdvisoryKey, golang_migrate: Collection[int] = frozenset()) -> str | None:
     """The migration tool whose well-known lock this is, or None. Only the 64-bit form is
     theirs; `golang_migrate` holds the keys computed for this database."""

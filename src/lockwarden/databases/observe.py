@@ -25,6 +25,10 @@ class Backend:
     state: str | None = None
     query: str | None = None
     waiting_since: datetime | None = None
+    idle_for_s: float | None = None  # MySQL: idle since its last command (a lower bound)
+    server: str = "PostgreSQL"
+    kind: str = "backend"  # what the server calls a session: "backend", "connection"
+    client_note: str | None = None  # why the client address is not there, when it is not
 
     def describe(self) -> str:
         """`backend 9911 (user app, application_name 'prisma', client 127.0.0.1:40112,
@@ -36,7 +40,7 @@ class Backend:
         if self.state:
             facts.append(self.state.upper() if self.state == IDLE_IN_TRANSACTION else self.state)
         details = ", ".join(fact for fact in facts if fact)
-        return f"backend {self.pid} ({details})"
+        return f"{self.kind} {self.pid} ({details})"
 
     def client_text(self) -> str:
         if self.client_addr is None:

@@ -88,7 +88,9 @@ def _client_socket(
             )
         return found
     if not backend.unix_socket:
-        return "the session's client address is not visible (grant pg_read_all_stats)"
+        return backend.client_note or (
+            "the session's client address is not visible (grant pg_read_all_stats)"
+        )
     return _unix_client_socket(backend, snapshot, peers)
 
 
