@@ -146,15 +146,28 @@ def render_example() -> str:
     blocks.append(
         "# A lock inside a database server: no path, one thing to watch.\n"
         + "\n".join(table_lines("[[lock]]", _database_example_options(), example_of))
+        + "\n# ... or, instead of advisory_key, one of these:\n"
+        + "\n".join(
+            line
+            for option in config.DATABASE_OPTIONS
+            if option.key in OTHER_WATCHES
+            for line in documented(option, option.example, commented=True)
+        )
     )
     return "\n\n".join(blocks) + "\n"
 
 
+# What a database lock may watch instead of advisory_key (shown commented out in the example).
+OTHER_WATCHES = ("table", "liquibase_table", "lock_name")
+
+
 def _database_example_options() -> list[config.Option]:
     """A database lock's keys: its name, one watch (advisory_key), the connection settings."""
-    others = ("table", "liquibase_table")
     name = replace(config.LOCK_OPTIONS[0], example="app-db-migrations")
-    return [name, *(option for option in config.DATABASE_OPTIONS if option.key not in others)]
+    return [
+        name,
+        *(option for option in config.DATABASE_OPTIONS if option.key not in OTHER_WATCHES),
+    ]
 
 
 def starter_defaults() -> list[str]:
