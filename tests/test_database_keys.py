@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from conftest import run_cli, write_config
 from lockwarden.databases.judge import hold_bound
 from lockwarden.databases.keys import golang_migrate_keys, key_from_pg_locks, tool_of
 from lockwarden.databases.observe import Backend, Hold
@@ -81,3 +82,59 @@ def test_without_session_times_only_the_first_sighting_bounds_it_from_below():
     assert hold_bound(Hold("x", backend), NOW).kind == "unknown"
     bound = hold_bound(Hold("x", backend), NOW, first_seen=NOW - timedelta(minutes=5))
     assert (bound.seconds, bound.kind) == (300, "at least")
+
+
+@pytest.mark.parametrize(
+    ("lock", "expected"),
+    [
+        (
+            'database = "postgresql"\nconnection = "host=db password=hunter2"\nadvisory_key = 1',
+            "lock[1].connection: holds a password (value not shown)",
+        ),
+        (
+            'database = "postgresql"\nconnection = "postgresql://u:hunter2@db/app"\ntable = "t"',
+            "lock[1].connection: holds a password (value not shown)",
+        ),
+        (
+            'database = "postgresql"\nconnection = "app"\npath = "/x"\nadvisory_key = 1',
+            "lock[1].path: a database lock has no path",
+        ),
+        (
+            'database = "postgresql"\nconnection = "app"\nadvisory_key = 1\ntable = "t"',
+            "lock[1].database: a database lock watches exactly one of",
+        ),
+        (
+            'database = "mysql"\nconnection = "mysql://m@h/app"\ntable = "t"',
+            "lock[1].table: is not watched on mysql",
+        ),
+        (
+            'database = "postgresql"\nconnection = "app"\nlock_name = "x"',
+            "lock[1].lock_name: is not watched on postgresql",
+        ),
+        (
+            'database = "postgresql"\nconnection = "app"\nadvisory_key = "liquibase"',
+            "lock[1].advisory_key: 'liquibase' is not an advisory lock key",
+        ),
+        ('database = "oracle"\nconnection = "x"\nadvisory_key = 1', "lock[1].database: 'oracle'"),
+        ('path = "/x"\nadvisory_key = 1', "lock[1].advisory_key: needs database ="),
+    ],
+)
+def test_database_lock_config_errors_name_the_key(tmp_path, lock, expected):
+    path = write_config(tmp_path / "config.toml", f'[[lock]]\nname = "db"\n{lock}\n')
+    completed = run_cli("check-config", "--config", path)
+    assert completed.returncode == 78
+    assert expected in completed.stderr, completed.stderr
+    assert "hunter2" not in completed.stderr + completed.stdout
+
+
+def test_check_config_shows_a_database_lock_without_a_path(tmp_path):
+    path = write_config(
+        tmp_path / "config.toml",
+        '[[lock]]\nname = "db"\ndatabase = "postgres"\nconnection = "app-db"\n'
+        'advisory_key = [1, 2]\npassword_file = "app-db-password"\n',
+    )
+    completed = run_cli("check-config", "--config", path)
+    assert completed.returncode == 0, completed.stderr
+    assert 'database = "postgresql"' in completed.stdout
+    assert "advisory_key = [" in completed.stdout
+    assert "path =" not in completed.stdout.split("[[lock]]", 1)[1]
