@@ -72,6 +72,7 @@ Maintainer: lockwarden maintainers <lockwarden@localhost>
 Section: admin
 Priority: optional
 Depends: python3 (>= 3.11), python3-psutil, python3-requests, python3-tomli-w, apprise
+Suggests: python3-psycopg, python3-pymysql
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 Description: health check for exclusive store locks
  lockwarden inspects configured exclusive locks (session stores, databases,

@@ -37,7 +37,9 @@ def schema_keys() -> list[tuple[str, config.Option]]:
 
 def test_the_example_config_loads() -> None:
     loaded = config.load(str(EXAMPLE))
-    assert len(loaded.locks) == 1
+    file_lock, database_lock = loaded.locks  # a store lock, and a lock inside a database
+    assert file_lock.database is None
+    assert database_lock.database is not None and database_lock.database.watch == "advisory_key"
 
 
 def test_the_example_config_passes_check_config(tmp_path: Path) -> None:
@@ -56,7 +58,7 @@ def test_the_example_config_passes_check_config(tmp_path: Path) -> None:
     example.chmod(0o600)
     completed = run_cli("check-config", "--config", str(example))
     assert completed.returncode == 0, completed.stderr
-    assert "valid, 1 locks" in completed.stdout
+    assert "valid, 2 locks" in completed.stdout
 
 
 def test_every_key_the_schema_accepts_is_set_in_the_example() -> None:

@@ -10,6 +10,8 @@ Only a plain process outside any unit gets `kill PID` (SIGTERM, which lets it cl
 
 from __future__ import annotations
 
+import shlex
+
 from lockwarden.model import Holder, State
 
 # Process names (the kernel's 15-character comm) of package managers and their front ends.
@@ -34,13 +36,30 @@ DATABASE_SERVERS = frozenset({"postgres", "postmaster", "mysqld", "mariadbd", "m
 PACKAGE_MANAGER_FORMATS = frozenset({"dpkg", "pacman"})
 
 
+# An SQL statement to run on a database server, not a shell command.
+SQL_ADVICE = "on the server: "
 # Advice in words rather than a command to copy starts with one of these.
-PROSE_ADVICE = ("wait for ", "shut ")
+PROSE_ADVICE = ("wait for ", "shut ", SQL_ADVICE)
 
 
 def is_command(action: str) -> bool:
     """A command to run (shown as code), or advice in words."""
     return not action.startswith(PROSE_ADVICE)
+
+
+def shell_argv(action: str) -> list[str] | None:
+    """The action as the argv of one shell command, or None when it is not one: advice in
+    words, SQL for a server, or a command followed by a note in parentheses
+    (`systemctl stop deploy.service (else, on the server: ...)`)."""
+    if not is_command(action):
+        return None
+    try:
+        argv = shlex.split(action)
+    except ValueError:
+        return None
+    if not argv or any(word.startswith("(") for word in argv):
+        return None
+    return argv
 
 
 def needs_action(state: State) -> bool:

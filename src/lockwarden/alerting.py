@@ -26,7 +26,13 @@ from lockwarden.history import (
     keep_for_removal,
     timestamp,
 )
-from lockwarden.journal import Journal, Record, StateError, default_state_path
+from lockwarden.journal import (
+    Journal,
+    Record,
+    StateError,
+    default_state_path,
+    state_directory_of,
+)
 from lockwarden.messages import Message, render_state_degraded, render_state_healthy
 from lockwarden.model import Finding, Severity, State
 from lockwarden.sightings import keep_latest_seen
@@ -532,7 +538,7 @@ def with_outcome(
 
 
 def state_directory(config: Config) -> str:
-    return os.path.dirname(state_path(config)) or "."
+    return state_directory_of(config.state.path)
 
 
 def delivery_problems(outcome: AlertOutcome) -> list[str]:

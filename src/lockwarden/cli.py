@@ -227,6 +227,15 @@ def _discover_parser(commands: Any) -> None:
     discover.add_argument(
         "--max-depth", type=_non_negative_int, default=6, metavar="N", help="walk depth (6)"
     )
+    discover.add_argument(
+        "--database",
+        action="append",
+        default=[],
+        metavar="CONNECTION",
+        help="also list the locks this PostgreSQL server shows (a libpq service name or DSN; "
+        "the password from ~/.pgpass or PGPASSFILE): advisory locks held or awaited, the "
+        "migration tools' locks, Liquibase's lock table, tables with a blocked writer",
+    )
     _output(discover)
     _verbosity(discover)
 
@@ -602,7 +611,13 @@ def command_discover(arguments: argparse.Namespace) -> int:
     from lockwarden.host import Snapshot
 
     now = now_of(arguments)
-    discovery = discover_locks(arguments.directories, Snapshot.capture(), now, arguments.max_depth)
+    discovery = discover_locks(
+        arguments.directories,
+        Snapshot.capture(),
+        now,
+        arguments.max_depth,
+        databases=arguments.database,
+    )
     if arguments.json:
         import json
 

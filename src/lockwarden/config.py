@@ -185,7 +185,7 @@ LOCK_OPTIONS = (
     Option(
         "path",
         _absolute_path,
-        REQUIRED,
+        REQUIRED,  # unless `database` is set (a database lock has no path): see _database_watch
         "the lock's path (or its store directory)",
         "/srv/wa/store/LOCK",
     ),
@@ -205,8 +205,8 @@ LOCK_OPTIONS = (
         "stale_after",
         _duration,
         "10m",
-        "for locks whose holder is found by its working directory (git): a lock with no such "
-        "process is stale once older than this",
+        "for locks whose holder is found by its working directory (git), and Liquibase's lock "
+        "row naming this host: a lock with no such process is stale once older than this",
         "30m",
     ),
     Option(
@@ -224,6 +224,135 @@ LOCK_OPTIONS = (
         "2m",
         "with remove_stale: how long apart the two sightings of the same stale lock must be",
         "5m",
+    ),
+)
+
+DATABASE_ENGINES = {
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+}
+ADVISORY_TOOLS = ("prisma", "flyway", "rails", "golang-migrate")
+WATCH_KEYS = ("advisory_key", "table", "liquibase_table", "lock_name")
+# What each engine can watch: MySQL's user-level locks (GET_LOCK) only, by name or by tool.
+ENGINE_WATCHES = {
+    "postgresql": ("advisory_key", "table", "liquibase_table"),
+    "mysql": ("advisory_key", "lock_name"),
+}
+
+
+def _engine(value: Any) -> str:
+    text = _string(value)
+    if text not in DATABASE_ENGINES:
+        raise ValueError(f"{text!r} is not a database engine: 'postgresql' or 'mysql'")
+    return DATABASE_ENGINES[text]
+
+
+def _connection(value: Any) -> str:
+    """A libpq service name or a DSN without a password: a password in the config would be
+    printed by check-config and read by anyone who can read the file."""
+    text = _string(value)
+    if re.search(r"password\s*=|://[^/@\s]*:[^/@\s]*@", text, re.IGNORECASE):
+        raise ValueError(
+            "holds a password (value not shown); put it in password_file (a file or a systemd "
+            "credential) or in libpq's own password file (~/.pgpass)"
+        )
+    return text
+
+
+def _advisory_key(value: Any) -> int | str | tuple[int, int]:
+    """A 64-bit key, a pair of 32-bit keys, or a migration tool's name."""
+    if isinstance(value, str) and value in ADVISORY_TOOLS:
+        return value
+    if type(value) is int and -(2**63) <= value < 2**63:
+        return value
+    pair = value if isinstance(value, list) and len(value) == 2 else None
+    if pair and all(type(item) is int and -(2**31) <= item < 2**31 for item in pair):
+        return (pair[0], pair[1])
+    raise ValueError(
+        f"{value!r} is not an advisory lock key: a 64-bit integer, a pair of 32-bit integers "
+        f"[k1, k2], or one of {', '.join(ADVISORY_TOOLS)}"
+    )
+
+
+def _table(value: Any) -> str:
+    text = _string(value)
+    if not re.fullmatch(r"[A-Za-z_][\w$]*\.(\*|[A-Za-z_][\w$]*)|[A-Za-z_][\w$]*", text):
+        raise ValueError(f"{text!r} is not a table: write SCHEMA.TABLE, TABLE or SCHEMA.*")
+    return text
+
+
+DATABASE_OPTIONS = (
+    Option(
+        "database",
+        _engine,
+        None,
+        "watch a lock inside a database server instead of a file: 'postgresql' or 'mysql' "
+        "(MariaDB too); such a lock has no path, and watches exactly one of advisory_key, table "
+        "and liquibase_table (PostgreSQL), or advisory_key (a tool's name) and lock_name (MySQL)",
+        "postgresql",
+    ),
+    Option(
+        "connection",
+        _connection,
+        None,
+        "with database: a libpq service name ('app-db' or 'service=app-db') or a DSN without a "
+        "password ('host=db1 dbname=app user=monitor', 'postgresql://monitor@db1/app'); for "
+        "MySQL 'mysql://monitor@127.0.0.1:3306/app' (add ?unix_socket=PATH for a socket)",
+        "service=app-db",
+    ),
+    Option(
+        "password_file",
+        _credential_path,
+        None,
+        "with database: a file holding the password; a bare name is read from "
+        "$CREDENTIALS_DIRECTORY (systemd LoadCredential=); never logged or printed",
+        "app-db-password",
+    ),
+    Option(
+        "advisory_key",
+        _advisory_key,
+        None,
+        "with database: the advisory lock to watch: a 64-bit key, [k1, k2] for the two-int "
+        f"form, or a migration tool's lock by name ({', '.join(ADVISORY_TOOLS)})",
+        "prisma",
+    ),
+    Option(
+        "table",
+        _table,
+        None,
+        "with database: writers to this table (SCHEMA.TABLE, or SCHEMA.* for all of a schema's "
+        "tables) blocked behind another session's lock",
+        "public.orders",
+    ),
+    Option(
+        "liquibase_table",
+        _table,
+        None,
+        "with database: Liquibase's lock row, in this table ([SCHEMA.]databasechangeloglock)",
+        "public.databasechangeloglock",
+    ),
+    Option(
+        "lock_name",
+        _string,
+        None,
+        "with database = 'mysql': the user-level lock (GET_LOCK) to watch, by its name",
+        "deploy-lock",
+    ),
+    Option(
+        "connect_timeout",
+        _duration,
+        "3s",
+        "with database: give up connecting after this long (whole seconds, at least 2s for libpq)",
+        "5s",
+    ),
+    Option(
+        "statement_timeout",
+        _duration,
+        "2s",
+        "with database: the longest one query of the check may run (and wait for a lock)",
+        "2s",
     ),
 )
 
@@ -339,7 +468,11 @@ LOCK_ALERT_OPTIONS = (
     ),
     Option("notify_tags", _tags, [], "send this lock's alerts only to URLs with a tag", ["ops"]),
 )
-ALL_LOCK_OPTIONS = (*LOCK_OPTIONS, *LOCK_ALERT_OPTIONS)  # what a [[lock]] table may hold
+ALL_LOCK_OPTIONS = (*LOCK_OPTIONS, *LOCK_ALERT_OPTIONS, *DATABASE_OPTIONS)
+# A database lock's table: the same keys, but no path (its description stands in for one).
+DATABASE_LOCK_SCHEMA = tuple(
+    replace(option, default=None) if option.key == "path" else option for option in ALL_LOCK_OPTIONS
+)  # what a [[lock]] table may hold
 
 SECTIONS: dict[str, tuple[Option, ...]] = {
     "defaults": DEFAULTS_OPTIONS,
@@ -395,6 +528,24 @@ class HeartbeatSettings:
 
 
 @struct
+class DatabaseWatch:
+    """What a database lock watches, and how lockwarden connects (read-only) to find out."""
+
+    engine: str
+    connection: str
+    watch: str  # one of WATCH_KEYS
+    target: int | str | tuple[int, int]
+    password_file: str | None = None
+    connect_timeout: float = 3.0
+    statement_timeout: float = 2.0
+
+    def describe(self) -> str:
+        """`postgresql service=app-db: advisory_key prisma` (the connection holds no secret)."""
+        target = list(self.target) if isinstance(self.target, tuple) else self.target
+        return f"{self.engine} {self.connection}: {self.watch} {target}"
+
+
+@struct
 class LockConfig:
     """One `[[lock]]` table with every default filled in."""
 
@@ -411,6 +562,7 @@ class LockConfig:
     remove_stale: bool = False
     stale_confirm: float = 120.0
     fs_timeout: float = DEFAULT_FS_TIMEOUT
+    database: DatabaseWatch | None = None
 
 
 @struct
@@ -581,7 +733,9 @@ def _locks(
         if not isinstance(table, dict):
             report(f"lock[{number}]", "must be a table")
             continue
-        values = _apply(table, ALL_LOCK_OPTIONS, prefix, report)
+        schema = DATABASE_LOCK_SCHEMA if "database" in table else ALL_LOCK_OPTIONS
+        values = _apply(table, schema, prefix, report)
+        _database_watch(table, values, prefix, report)
         _lock_alerts(values, alerts)
         for key in ("warn_after", "critical_after", "fs_timeout"):
             if values[key] is None:
@@ -598,6 +752,75 @@ def _locks(
         ):
             locks.append(LockConfig(**values))
     return locks
+
+
+def _database_watch(
+    table: dict[str, Any],
+    values: dict[str, Any],
+    prefix: str,
+    report: Callable[[str, str], None],
+) -> None:
+    """Fold the database keys into one DatabaseWatch (None for a file lock); a database lock's
+    path is its description, since reports, metrics and incidents name every lock by one."""
+    settings = {option.key: values.pop(option.key) for option in DATABASE_OPTIONS}
+    given = [key for key in ("connection", "password_file", *WATCH_KEYS) if key in table]
+    if settings["database"] is None:
+        for key in given:
+            report(f"{prefix}{key}", "needs database = 'postgresql' or 'mysql' in the same lock")
+        return
+    watched = [key for key in WATCH_KEYS if key in table]
+    _check_database_keys(table, values, settings, watched, prefix, report)
+    if not watched or settings["connection"] is None or settings[watched[0]] is None:
+        return
+    watch = DatabaseWatch(
+        engine=settings["database"],
+        connection=settings["connection"],
+        watch=watched[0],
+        target=settings[watched[0]],
+        password_file=settings["password_file"],
+        connect_timeout=settings["connect_timeout"],
+        statement_timeout=settings["statement_timeout"],
+    )
+    values["database"] = watch
+    values["path"] = watch.describe()
+    values["format"] = watch.engine
+
+
+def _check_database_keys(
+    table: dict[str, Any],
+    values: dict[str, Any],
+    settings: dict[str, Any],
+    watched: list[str],
+    prefix: str,
+    report: Callable[[str, str], None],
+) -> None:
+    """What a database lock must and must not hold, each problem at its own key."""
+    engine = settings["database"]
+    if "path" in table:
+        report(f"{prefix}path", "a database lock has no path; remove it (or remove database)")
+    if values["remove_stale"]:
+        report(f"{prefix}remove_stale", "a database lock is never removed by lockwarden")
+    if settings["connection"] is None and "connection" not in table:
+        report(f"{prefix}connection", "is required with database (e.g. 'service=app-db')")
+    if len(watched) != 1:
+        report(
+            f"{prefix}database",
+            f"a database lock watches exactly one of {', '.join(ENGINE_WATCHES[engine])} "
+            f"({len(watched)} given); write one [[lock]] per thing to watch",
+        )
+    for key in watched:
+        if key not in ENGINE_WATCHES[engine]:
+            report(f"{prefix}{key}", f"is not watched on {engine}: {_watches(engine)}")
+    tool_only = engine == "mysql" and "advisory_key" in watched
+    if tool_only and not isinstance(settings["advisory_key"], str):
+        report(f"{prefix}advisory_key", "on mysql names a tool; a GET_LOCK name is lock_name")
+    connection = str(settings["connection"] or "mysql://")
+    if engine == "mysql" and not connection.startswith("mysql://"):
+        report(f"{prefix}connection", "on mysql is a URI: mysql://USER@HOST:PORT/DATABASE")
+
+
+def _watches(engine: str) -> str:
+    return "watch " + " or ".join(ENGINE_WATCHES[engine])
 
 
 def _lock_alerts(values: dict[str, Any], alerts: AlertSettings) -> None:
@@ -658,6 +881,9 @@ def effective(config: Config) -> dict[str, Any]:
         entry.update(_alerts_document(lock.alerts, LOCK_ALERT_KEYS))
         if lock.notify_tags:
             entry["notify_tags"] = list(lock.notify_tags)
+        if lock.database is not None:
+            del entry["path"], entry["format"]  # its description, not a key one may write
+            entry.update(database_document(lock.database))
         entry["stale_after"] = _seconds(lock.stale_after)
         entry["remove_stale"] = lock.remove_stale
         entry["stale_confirm"] = _seconds(lock.stale_confirm)
@@ -673,6 +899,20 @@ def effective(config: Config) -> dict[str, Any]:
     if config.prometheus_textfile:
         document["prometheus"] = {"textfile": config.prometheus_textfile}
     document["lock"] = locks
+    return document
+
+
+def database_document(watch: DatabaseWatch) -> dict[str, Any]:
+    target = list(watch.target) if isinstance(watch.target, tuple) else watch.target
+    document: dict[str, Any] = {
+        "database": watch.engine,
+        "connection": watch.connection,
+        watch.watch: target,
+        "connect_timeout": _seconds(watch.connect_timeout),
+        "statement_timeout": _seconds(watch.statement_timeout),
+    }
+    if watch.password_file:
+        document["password_file"] = watch.password_file
     return document
 
 

@@ -42,6 +42,8 @@ class Candidate:
     path: str
     format: str
     found_by: str
+    database: config_module.DatabaseWatch | None = None  # a lock inside a database server
+    label: str | None = None  # what names it in a config, when its path cannot
 
 
 @struct
@@ -62,20 +64,43 @@ def discover_locks(
     now: datetime,
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_entries: int = DEFAULT_MAX_ENTRIES,
+    databases: Sequence[str] = (),
 ) -> Discovery:
-    """Candidates from the kernel's lock table and from the directories, each judged now."""
+    """Candidates from the kernel's lock table, the directories and the PostgreSQL
+    connections given, each judged now."""
     kernel, kernel_notes = kernel_lock_candidates(snapshot)
     layouts, walk_notes = layout_candidates(directories, max_depth, max_entries)
-    candidates = _unique([*kernel, *layouts])
+    inside, database_notes = database_candidates(databases)
+    candidates = _unique([*kernel, *layouts, *inside])
     findings = inspect_locks(lock_configs(candidates), snapshot, now)
-    return Discovery(
-        tuple(candidates),
-        findings,
-        (*kernel_notes, *walk_notes),
-        snapshot.hostname,
-        snapshot.boot_id,
-        now,
-    )
+    notes = (*kernel_notes, *walk_notes, *database_notes)
+    return Discovery(tuple(candidates), findings, notes, snapshot.hostname, snapshot.boot_id, now)
+
+
+def database_candidates(connections: Sequence[str]) -> tuple[list[Candidate], list[str]]:
+    """The locks each PostgreSQL server shows (databases/discover.py); no driver import
+    unless a connection is given."""
+    if not connections:
+        return [], []
+    from lockwarden.databases.check import format_name
+    from lockwarden.databases.discover import postgres_candidates
+
+    candidates: list[Candidate] = []
+    notes: list[str] = []
+    for connection in connections:
+        found, problems = postgres_candidates(connection, os.environ)
+        notes.extend(problems)
+        candidates.extend(
+            Candidate(
+                path=each.watch.describe(),
+                format=format_name(each.watch),
+                found_by=each.found_by,
+                database=each.watch,
+                label=each.label,
+            )
+            for each in found
+        )
+    return candidates, notes
 
 
 def kernel_lock_candidates(
@@ -274,7 +299,7 @@ def _unique(candidates: Iterable[Candidate]) -> list[Candidate]:
 
 def lock_configs(candidates: Sequence[Candidate]) -> list[config_module.LockConfig]:
     defaults = _default_budgets()
-    names = lock_names([candidate.path for candidate in candidates])
+    names = lock_names([candidate.label or candidate.path for candidate in candidates])
     return [
         config_module.LockConfig(
             name=name,
@@ -282,6 +307,7 @@ def lock_configs(candidates: Sequence[Candidate]) -> list[config_module.LockConf
             format=candidate.format,
             warn_after=defaults["warn_after"],
             critical_after=defaults["critical_after"],
+            database=candidate.database,
         )
         for name, candidate in zip(names, candidates, strict=True)
     ]
@@ -311,11 +337,15 @@ def lock_names(paths: Sequence[str]) -> list[str]:
 def config_document(discovery: Discovery) -> dict[str, Any]:
     """A config listing every candidate, checked with the same parser `check-config` uses."""
     locks = lock_configs(discovery.candidates)
-    document = {
-        "lock": [{"name": lock.name, "path": lock.path, "format": lock.format} for lock in locks]
-    }
+    document = {"lock": [_lock_document(lock) for lock in locks]}
     config_module.parse(document, "<discovered>")  # raises ConfigError if it would not load
     return document
+
+
+def _lock_document(lock: config_module.LockConfig) -> dict[str, Any]:
+    if lock.database is not None:
+        return {"name": lock.name, **config_module.database_document(lock.database)}
+    return {"name": lock.name, "path": lock.path, "format": lock.format}
 
 
 def write_config(path: str, discovery: Discovery, now: datetime, force: bool = False) -> None:

@@ -67,6 +67,11 @@ def default_state_path(
     return os.path.join(base, "lockwarden", JOURNAL_NAME)
 
 
+def state_directory_of(configured: str | None) -> str:
+    """The directory of the state journal: `[state] path`'s, else the default's."""
+    return os.path.dirname(configured or default_state_path()) or "."
+
+
 def check_state_dir(directory: str) -> None:
     """Make the state directory if only its last part is missing; refuse an unsafe one."""
     try:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from lockwarden import __version__
-from lockwarden.advice import is_command
+from lockwarden.advice import shell_argv
 from lockwarden.durations import format_duration, format_time
 from lockwarden.model import (
     Bound,
@@ -73,10 +72,11 @@ def process_document(process: Holder | Waiter) -> dict[str, Any]:
 def action_document(line: str | None) -> dict[str, Any] | None:
     """The action as argv (to run without a shell) and as the line a person reads; the line
     is built with shlex.quote, so splitting it gives the argv back. Advice in words (wait for a
-    package manager, shut a database down its own way) has no argv: there is nothing to run."""
+    package manager, shut a database down its own way), SQL, or a command with a note has no
+    argv: there is no one command to run."""
     if line is None:
         return None
-    return {"argv": shlex.split(line) if is_command(line) else None, "line": line}
+    return {"argv": shell_argv(line), "line": line}
 
 
 def file_document(key: InodeKey | None) -> dict[str, Any] | None:

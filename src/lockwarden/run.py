@@ -26,6 +26,7 @@ from lockwarden.journal import (
     StateError,
     default_state_path,
     probe_state_dir,
+    state_directory_of,
 )
 from lockwarden.model import Claim, Finding, Severity, State, worst
 from lockwarden.sightings import LastSeen, Memory
@@ -69,13 +70,18 @@ def inspect_locks(
     remembered: Memory | None = None,
 ) -> tuple[Finding, ...]:
     """Read every lock's claim first, so one descriptor scan serves them all, then judge.
-    `remembered`: the sighting memory of kernel locks (sightings.py)."""
-    claims = read_claims(locks, snapshot.pid_max)
+    `remembered`: the sighting memory of kernel locks (sightings.py). A lock inside a database
+    has no claim to read: its server is asked when it is judged."""
+    on_files = [lock for lock in locks if not lock.database]
+    read = iter(read_claims(on_files, snapshot.pid_max))
+    claims = [None if lock.database else next(read) for lock in locks]
     readable = (claim for claim in claims if isinstance(claim, Claim))
     snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
     memory = remembered or {}
     return tuple(
         _judge(lock, claim, snapshot, now, memory.get(lock.name))
+        if claim is not None
+        else _judge_database(lock, snapshot, now)
         for lock, claim in zip(locks, claims, strict=True)
     )
 
@@ -93,6 +99,19 @@ def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Excep
     return [_claim_or_error(lock, outcome) for lock, outcome in reading.run(locks)]
 
 
+def _judge_database(lock: LockConfig, snapshot: Snapshot, now: datetime) -> Finding:
+    """A lock inside a database server (databases/): its driver loads only when one is set."""
+    try:
+        from lockwarden.databases.check import inspect_database
+
+        return inspect_database(lock, policy_for(lock), snapshot, now)
+    except Exception as error:
+        log.debug("checking %s failed", lock.name, exc_info=True)
+        return _unknown(
+            lock, f"internal error while inspecting it: {error} (run with -v for details)"
+        )
+
+
 def _claim_or_error(lock: LockConfig, outcome: object) -> Claim | Exception:
     if isinstance(outcome, Claim):
         return outcome
@@ -100,14 +119,6 @@ def _claim_or_error(lock: LockConfig, outcome: object) -> Claim | Exception:
     if isinstance(outcome, Exception):
         return outcome
     return RuntimeError(f"reading it ended with {outcome!r}")
-
-
-def _claim_or_none(lock: LockConfig, outcome: object) -> Claim | Unanswered | None:
-    if isinstance(outcome, Claim | Unanswered):
-        return outcome
-    # one unreadable lock must not hide the others: it becomes unknown
-    log.debug("reading %s failed: %r", lock.path, outcome)
-    return None
 
 
 def _judge(
@@ -337,16 +348,12 @@ class SightingMemory:
 
 def _state_unusable(config: Config) -> str | None:
     """Why the state directory must not be touched this run (its file system hangs), or None."""
-    from lockwarden.alerting import state_directory
-
-    return probe_state_dir(state_directory(config), config.fs_timeout)
+    return probe_state_dir(state_directory_of(config.state.path), config.fs_timeout)
 
 
 def _take_run_lock(config: Config) -> RunLock | None:
     """The run lock; None when the state directory is unusable (the alert stage reports it)."""
-    from lockwarden.alerting import state_directory
-
     try:
-        return RunLock.acquire(state_directory(config))
+        return RunLock.acquire(state_directory_of(config.state.path))
     except StateError:
         return None

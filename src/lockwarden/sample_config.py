@@ -20,7 +20,7 @@ from typing import Any
 import tomli_w
 
 from lockwarden import config
-from lockwarden.structs import struct
+from lockwarden.structs import replace, struct
 
 EXAMPLE_HEADER = """\
 # lockwarden configuration: every key, with its default and an example value.
@@ -143,7 +143,31 @@ def render_example() -> str:
         "# One [[lock]] table per lock to watch.\n"
         + "\n".join(table_lines("[[lock]]", config.LOCK_OPTIONS, example_of))
     )
+    blocks.append(
+        "# A lock inside a database server: no path, one thing to watch.\n"
+        + "\n".join(table_lines("[[lock]]", _database_example_options(), example_of))
+        + "\n# ... or, instead of advisory_key, one of these:\n"
+        + "\n".join(
+            line
+            for option in config.DATABASE_OPTIONS
+            if option.key in OTHER_WATCHES
+            for line in documented(option, option.example, commented=True)
+        )
+    )
     return "\n\n".join(blocks) + "\n"
+
+
+# What a database lock may watch instead of advisory_key (shown commented out in the example).
+OTHER_WATCHES = ("table", "liquibase_table", "lock_name")
+
+
+def _database_example_options() -> list[config.Option]:
+    """A database lock's keys: its name, one watch (advisory_key), the connection settings."""
+    name = replace(config.LOCK_OPTIONS[0], example="app-db-migrations")
+    return [
+        name,
+        *(option for option in config.DATABASE_OPTIONS if option.key not in OTHER_WATCHES),
+    ]
 
 
 def starter_defaults() -> list[str]:

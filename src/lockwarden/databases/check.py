@@ -1,0 +1,88 @@
+"""One database lock, checked: ask the server, find the clients here, judge."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import datetime
+
+from lockwarden.classify import Policy
+from lockwarden.config import DatabaseWatch, LockConfig
+from lockwarden.databases.judge import LiquibaseHost, judge_holds, judge_liquibase
+from lockwarden.databases.observe import Observation
+from lockwarden.databases.peers import find_clients
+from lockwarden.host import Snapshot
+from lockwarden.identify import holder_from_process
+from lockwarden.model import Finding, Holder
+
+# What a running Liquibase looks like: its launcher script, its jar, or its Java main class
+# (a path that merely contains the word, such as a config file's, is not Liquibase).
+LIQUIBASE_COMMAND = re.compile(
+    rb"(?:^|\0)(?:[^\0]*/)?liquibase(?:\.sh|\.bat)?(?:\0|$)"
+    rb"|liquibase[^\0/]*\.jar(?:\0|$)|(?:^|\0)liquibase\.integration\."
+)
+
+
+def format_name(watch: DatabaseWatch) -> str:
+    """How reports name what a database lock is: `postgresql-advisory`, `liquibase`, ..."""
+    if watch.watch == "liquibase_table":
+        return "liquibase"
+    if watch.engine == "mysql":
+        return "mysql-user-lock"
+    return "postgresql-advisory" if watch.watch == "advisory_key" else "postgresql-table"
+
+
+def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
+    if watch.engine == "mysql":
+        from lockwarden.databases import mysql
+
+        return mysql.observe(watch, environ)
+    from lockwarden.databases import postgres
+
+    return postgres.observe(watch, environ)
+
+
+def inspect_database(
+    lock: LockConfig,
+    policy: Policy,
+    snapshot: Snapshot,
+    now: datetime,
+    environ: Mapping[str, str] | None = None,
+) -> Finding:
+    watch = lock.database
+    assert watch is not None, "inspect_database is for database locks"
+    observation = observe(watch, os.environ if environ is None else environ)
+    if watch.watch == "liquibase_table":
+        host = liquibase_host(snapshot, lock.host_aliases) if _locked(observation) else None
+        empty = LiquibaseHost((snapshot.hostname,), ())
+        return judge_liquibase(lock.name, lock.path, observation, host or empty, policy, now)
+    sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
+    clients = find_clients(sessions, snapshot, "client") if sessions else {}
+    return judge_holds(lock.name, lock.path, format_name(watch), observation, clients, policy, now)
+
+
+def _locked(observation: Observation) -> bool:
+    return observation.liquibase is not None and observation.liquibase.locked
+
+
+def liquibase_host(snapshot: Snapshot, aliases: tuple[str, ...]) -> LiquibaseHost:
+    """This host's names, and the Liquibase processes running here (None when a process's
+    command line could not be read, or the host's processes are not all visible)."""
+    names = (snapshot.hostname, *aliases)
+    if snapshot.nested_pid_namespace:
+        return LiquibaseHost(names, None)
+    found: list[Holder] = []
+    for entry in snapshot.pid_entries():
+        try:
+            with open(f"{snapshot.proc}/{entry}/cmdline", "rb") as handle:
+                command = handle.read(1 << 16).lower()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return LiquibaseHost(names, None)
+        if LIQUIBASE_COMMAND.search(command) and int(entry) != os.getpid():
+            process = snapshot.process(int(entry))
+            if process is not None and process.alive:
+                found.append(holder_from_process(process))
+    return LiquibaseHost(names, tuple(found))

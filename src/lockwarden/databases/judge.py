@@ -1,0 +1,339 @@
+"""Observation + clients + policy + now -> Finding. Pure: no server, no /proc, no clock.
+
+States as for every lock: `free`, `held` within budget, `held_too_long`, `stale` (only for
+Liquibase's row, and only with proof), `unknown` with the reason. The action stops the client
+first (its unit, else its PID), and only otherwise ends the session on the server with
+`pg_terminate_backend` (never `pg_cancel_backend`, which cancels a query and keeps a session's
+locks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from lockwarden.advice import SQL_ADVICE, advise_holder, needs_action
+from lockwarden.classify import Policy, grade
+from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation
+from lockwarden.durations import format_duration, format_time
+from lockwarden.model import Finding, Holder, Severity, State, Waiter
+from lockwarden.structs import replace, struct
+
+LIQUIBASE_RELEASE = "liquibase release-locks"
+
+
+@struct
+class HoldBound:
+    """How long a lock has been held, and what kind of bound that figure is."""
+
+    seconds: float | None
+    kind: str  # "exact", "at least", "at most" or "unknown"
+    since: str | None = None  # what the figure counts from, for the report
+
+
+def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) -> HoldBound:
+    """pg_locks records no grant time. A lock of the holder's transaction (every table lock)
+    was taken at or after xact_start; any other lock at or after backend_start: so `now` minus
+    that is an upper bound. A lower bound needs memory: held at least since a run first saw
+    it (`first_seen`, from the journal's first sighting of the incident), or, on MySQL, since
+    an idle session's last command ended (a lock is taken by a command, so before that)."""
+    backend = hold.holder
+    start, since = (
+        (backend.xact_start, "xact_start")
+        if hold.transaction_scoped
+        else (backend.backend_start, "backend_start")
+    )
+    if start is not None:  # the server's clock may run ahead of ours: then it is just taken
+        return HoldBound(max((now - start).total_seconds(), 0.0), "at most", since)
+    lower = [(backend.idle_for_s, "last command")] if backend.idle_for_s is not None else []
+    if first_seen is not None and first_seen <= now:
+        lower.append(((now - first_seen).total_seconds(), "first sighting"))
+    if lower:
+        seconds, since = max(lower)
+        return HoldBound(seconds, "at least", since)
+    return HoldBound(None, "unknown")
+
+
+def judge_holds(
+    name: str,
+    path: str,
+    format_name: str,
+    observation: Observation,
+    clients: Mapping[int, Client],
+    policy: Policy,
+    now: datetime,
+) -> Finding:
+    """An advisory lock or a table's blocked writers."""
+    base = _blank(name, path, format_name)
+    if observation.problem:
+        return replace(
+            base,
+            state=State.UNKNOWN,
+            severity=Severity.UNKNOWN,
+            reason=f"cannot check {observation.target}: {observation.problem}",
+        )
+    if not observation.holds:
+        return replace(
+            base,
+            state=State.FREE,
+            severity=Severity.OK,
+            reason=f"free: {_free_words(format_name)}",
+        )
+    hold = max(observation.holds, key=lambda each: (len(each.waiters), _age(each, now)))
+    bound = hold_bound(hold, now)
+    state, severity = grade(State.HELD, bound.seconds, policy)
+    client = clients.get(hold.holder.pid, Client(None))
+    holder = client.holder or _backend_holder(hold.holder)
+    return replace(
+        base,
+        state=state,
+        severity=severity,
+        reason=_reason(name, hold, client, bound, state, policy),
+        held_for_s=bound.seconds,
+        holder=holder,
+        waiters=tuple(_waiter(waiter, clients) for waiter in hold.waiters),
+        sharers=tuple(
+            _backend_holder(other.holder) for other in observation.holds if other is not hold
+        ),
+        action=backend_action(hold.holder, client) if needs_action(state) else None,
+        identity=_session_identity(hold.holder),
+        note=_session_note(hold.holder, client),
+    )
+
+
+def _blank(name: str, path: str, format_name: str) -> Finding:
+    return Finding(
+        name=name, path=path, format=format_name, state=State.FREE, severity=Severity.OK, reason=""
+    )
+
+
+def _session_identity(backend: Backend) -> str:
+    """A new session is a new incident. MySQL records no session start: the connection id,
+    which the server never reuses while it runs, stands alone."""
+    if backend.server == "MySQL":
+        return f"mysql-connection:{backend.pid}"
+    return f"pg-backend:{backend.pid}:{_stamp(backend.backend_start)}"
+
+
+def _free_words(format_name: str) -> str:
+    if format_name.endswith("table"):
+        return "no writer is blocked behind another session's lock"
+    return "no session holds it"
+
+
+def _age(hold: Hold, now: datetime) -> float:
+    return hold_bound(hold, now).seconds or 0.0
+
+
+def _reason(
+    name: str, hold: Hold, client: Client, bound: HoldBound, state: State, policy: Policy
+) -> str:
+    who = hold.holder.describe()
+    if client.holder is not None:
+        who += f" for {client.holder.describe()} on this host"
+    duration = (
+        f" for {bound.kind} {format_duration(bound.seconds)} (since its {bound.since})"
+        if bound.seconds is not None
+        else ""
+    )
+    waiting = f"; {len(hold.waiters)} waiting" if hold.waiters else ""
+    if state is State.HELD_TOO_LONG:
+        return (
+            f"writes to {name} blocked: {hold.what} is held by {who}{duration}{waiting} — stop it"
+        )
+    budget = format_duration(policy.warn_after)
+    return f"held: {hold.what} by {who}{duration}{waiting}, within its {budget} budget"
+
+
+def _backend_holder(backend: Backend) -> Holder:
+    """The session itself, when its client is not a process of this host."""
+    return Holder(
+        pid=None,
+        alive=True,
+        role=f"{backend.server} {backend.kind} {backend.pid}",
+        host=backend.client_addr,
+        user=backend.user,
+        cmdline=tuple(text for text in (backend.query_text(),) if text),
+        started_at=backend.backend_start,
+    )
+
+
+def _waiter(backend: Backend, clients: Mapping[int, Client]) -> Waiter:
+    """A waiting session: its local client's PID when there is one, else the backend's."""
+    client = clients.get(backend.pid, Client(None))
+    since = f" since {format_time(backend.waiting_since)}" if backend.waiting_since else ""
+    text = f"{backend.kind} {backend.pid}{since}: {backend.query_text() or '?'}"
+    if client.holder is not None and client.holder.pid is not None:
+        return Waiter(client.holder.pid, (*client.holder.cmdline[:3], f"[{text}]"))
+    return Waiter(backend.pid, (f"[{text}]",))
+
+
+def backend_action(backend: Backend, client: Client) -> str:
+    """Stop the client (its unit, else its PID) first: a killed session's client may just
+    reconnect and take the lock again. Otherwise end the session on the server."""
+    # MySQL's KILL ends the connection (KILL QUERY, like pg_cancel_backend, would not).
+    terminate = (
+        f"KILL {backend.pid}"
+        if backend.server == "MySQL"
+        else f"SELECT pg_terminate_backend({backend.pid})"
+    )
+    if client.holder is not None and client.holder.pid is not None:
+        return f"{advise_holder(client.holder, (), '')} (else, on the server: {terminate})"
+    return f"{SQL_ADVICE}{terminate}"
+
+
+def _session_note(backend: Backend, client: Client) -> str:
+    facts = [f"backend_start {_stamp(backend.backend_start)}"] if backend.backend_start else []
+    if backend.xact_start is not None:
+        facts.append(f"xact_start {_stamp(backend.xact_start)}")
+    if backend.query_text():
+        facts.append(f"query {backend.query_text()!r}")
+    if client.why_not:
+        facts.append(f"client not named: {client.why_not}")
+    return "; ".join(facts)
+
+
+def _stamp(moment: datetime | None) -> str:
+    return format_time(moment) if moment is not None else "unknown"
+
+
+@struct
+class LiquibaseHost:
+    """What this host says about a Liquibase row: its names, and Liquibase processes here
+    (None when not every process could be read)."""
+
+    names: tuple[str, ...]
+    processes: tuple[Holder, ...] | None
+
+
+def judge_liquibase(
+    name: str,
+    path: str,
+    observation: Observation,
+    host: LiquibaseHost,
+    policy: Policy,
+    now: datetime,
+) -> Finding:
+    base = _blank(name, path, "liquibase")
+    row = observation.liquibase
+    if observation.problem:
+        return replace(
+            base,
+            state=State.UNKNOWN,
+            severity=Severity.UNKNOWN,
+            reason=f"cannot check {observation.target}: {observation.problem}",
+        )
+    if row is None or not row.locked:
+        return replace(
+            base,
+            state=State.FREE,
+            severity=Severity.OK,
+            reason="free: Liquibase's lock row is not locked",
+        )
+    identity = f"liquibase:{row.locked_by}:{_stamp(row.granted_server_zone)}"
+    locked_by = row.locked_by or "nobody named"
+    if not names_this_host(row.locked_by, host.names):
+        return _liquibase_held(
+            base,
+            row,
+            None,
+            policy,
+            now,
+            identity,
+            row.granted_server_zone,
+            f"locked by {locked_by}, another host: is its migration running?",
+        )
+    if host.processes:
+        return _liquibase_held(
+            base,
+            row,
+            host.processes[0],
+            policy,
+            now,
+            identity,
+            row.granted,
+            f"locked by {locked_by} (this host)",
+        )
+    return _liquibase_left_over(base, row, host, policy, now, identity)
+
+
+def names_this_host(locked_by: str | None, names: tuple[str, ...]) -> bool:
+    """LOCKEDBY is `hostname (ip)` (sometimes with more after it)."""
+    if not locked_by:
+        return False
+    recorded = locked_by.split(" (", 1)[0].strip()
+    shorts = {each.split(".")[0] for each in names}
+    return recorded in names or recorded.split(".")[0] in shorts
+
+
+def _liquibase_held(
+    base: Finding,
+    row: LiquibaseRow,
+    process: Holder | None,
+    policy: Policy,
+    now: datetime,
+    identity: str,
+    granted: datetime | None,
+    who: str,
+) -> Finding:
+    held_for = None if granted is None else max((now - granted).total_seconds(), 0.0)
+    state, severity = grade(State.HELD, held_for, policy)
+    since = f" for {format_duration(held_for)}" if held_for is not None else ""
+    running = f", {process.describe()} runs Liquibase here" if process else ""
+    lead = f"writes to {base.name} blocked: " if state is State.HELD_TOO_LONG else "held: "
+    return replace(
+        base,
+        state=state,
+        severity=severity,
+        reason=f"{lead}Liquibase's lock row is {who}{running}{since}",
+        held_for_s=held_for,
+        holder=process,
+        action=(
+            advise_holder(process, (), "") if process is not None and needs_action(state) else None
+        ),
+        identity=identity,
+        note=f"LOCKGRANTED {_stamp(granted)}",
+    )
+
+
+def _liquibase_left_over(
+    base: Finding,
+    row: LiquibaseRow,
+    host: LiquibaseHost,
+    policy: Policy,
+    now: datetime,
+    identity: str,
+) -> Finding:
+    """The row names this host and no Liquibase runs here: stale once older than stale_after."""
+    age = None if row.granted is None else (now - row.granted).total_seconds()
+    threshold = policy.stale_after
+    if host.processes is None:
+        why = "not every process of this host could be read, so a Liquibase run may be hidden"
+    elif age is None or threshold is None or age < threshold:
+        old = "of unknown age" if age is None else f"only {format_duration(max(age, 0.0))} old"
+        why = f"no Liquibase process runs here, but the lock is {old}: it may be just starting"
+    else:
+        proof = (
+            f"the row names this host ({row.locked_by}), no Liquibase process runs here, and it "
+            f"was locked {format_duration(age)} ago (stale_after {format_duration(threshold)}); "
+            "the row is tied to no session, so a crashed run leaves it locked"
+        )
+        return replace(
+            base,
+            state=State.STALE,
+            severity=policy.stale_severity,
+            reason="stale: Liquibase's lock row is left over from a run that is gone",
+            held_for_s=age,
+            proof=proof,
+            action=f"{LIQUIBASE_RELEASE} (with this database's connection settings)",
+            identity=identity,
+            note=f"LOCKGRANTED {_stamp(row.granted)}",
+        )
+    return replace(
+        base,
+        state=State.UNKNOWN,
+        severity=Severity.UNKNOWN,
+        reason=f"Liquibase's lock row is locked by {row.locked_by} (this host): {why}",
+        identity=identity,
+        note=f"LOCKGRANTED {_stamp(row.granted)}",
+    )

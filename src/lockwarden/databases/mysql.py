@@ -1,0 +1,186 @@
+"""Read MySQL/MariaDB user-level locks (GET_LOCK) through PyMySQL (Debian's python3-pymysql).
+
+performance_schema.metadata_locks lists each user-level lock granted or pending, with the
+thread that owns it (MySQL 5.7+, MariaDB 10.5.2+); information_schema.PROCESSLIST gives that
+connection's user, `host:port`, command and time. The metadata-lock instrument must be on
+(MySQL 8 has it on; MariaDB needs `performance_schema=ON` and
+`performance-schema-instrument='wait/lock/metadata/sql/mdl=ON'`): with it off the table is
+empty, so the check says `unknown` rather than a false `free`. The session is read-only
+(`SET SESSION TRANSACTION READ ONLY`, autocommit), with short connect and read timeouts; it
+never calls GET_LOCK, IS_FREE_LOCK's siblings that take locks, or anything that writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from lockwarden.config import DatabaseWatch
+from lockwarden.databases.keys import golang_migrate_mysql_name, mysql_tool_of
+from lockwarden.databases.observe import Backend, Hold, Observation
+from lockwarden.databases.session import (
+    APPLICATION_NAME,
+    CheckProblem,
+    connect_timeout_s,
+    one_line,
+    read_password,
+)
+
+INSTALL_HINT = (
+    "the MySQL driver PyMySQL is not installed: apt install python3-pymysql, "
+    "or pip install 'lockwarden[mysql]'"
+)
+MDL_INSTRUMENT = "wait/lock/metadata/sql/mdl"
+LOCKS = """SELECT m.OBJECT_NAME, m.LOCK_STATUS, p.ID, p.USER, p.HOST, p.COMMAND, p.TIME,
+    LEFT(p.INFO, 400)
+FROM performance_schema.metadata_locks m
+JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID
+JOIN information_schema.PROCESSLIST p ON p.ID = t.PROCESSLIST_ID
+WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND p.ID <> CONNECTION_ID()
+ORDER BY m.LOCK_STATUS = 'GRANTED' DESC, p.ID"""
+
+
+def connect_arguments(connection: str) -> dict[str, Any]:
+    """`mysql://USER@HOST:PORT/DATABASE[?unix_socket=PATH]` as PyMySQL's arguments."""
+    parts = urlsplit(connection)
+    if parts.scheme != "mysql":
+        raise CheckProblem("the connection is not a mysql:// URI")
+    arguments: dict[str, Any] = {
+        "host": parts.hostname or "localhost",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username) if parts.username else None,
+        "database": parts.path.lstrip("/") or None,
+    }
+    socket = parse_qs(parts.query).get("unix_socket")
+    if socket:
+        arguments["unix_socket"] = socket[0]
+    return arguments
+
+
+def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
+    target = watch.describe()
+    try:
+        import pymysql
+    except ImportError:
+        return Observation(target, problem=INSTALL_HINT)
+    try:
+        session = connect(watch, environ)
+        try:
+            return Observation(target, holds=_holds(session, watch))
+        finally:
+            session.close()
+    except CheckProblem as problem:
+        return Observation(target, problem=str(problem))
+    except pymysql.Error as error:
+        return Observation(target, problem=f"MySQL: {one_line(error)}")
+
+
+def connect(watch: DatabaseWatch, environ: Mapping[str, str]) -> Any:
+    import pymysql
+
+    read_timeout = max(1, math.ceil(watch.statement_timeout))
+    arguments = connect_arguments(watch.connection)
+    password = read_password(watch, environ)
+    try:
+        return pymysql.connect(
+            **arguments,
+            password=password or "",
+            connect_timeout=connect_timeout_s(watch),
+            read_timeout=read_timeout,
+            write_timeout=read_timeout,
+            autocommit=True,
+            program_name=APPLICATION_NAME,
+            init_command="SET SESSION TRANSACTION READ ONLY",
+        )
+    except pymysql.OperationalError as error:
+        raise CheckProblem(f"cannot connect to MySQL: {one_line(error)}") from None
+
+
+def _rows(session: Any, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    with session.cursor() as cursor:
+        cursor.execute(query, params)
+        return list(cursor.fetchall())
+
+
+def _check_instrument(session: Any) -> None:
+    """An instrument that is off leaves metadata_locks empty: that must not read as free."""
+    enabled = _rows(session, "SELECT @@performance_schema")[0][0]
+    instrument = _rows(
+        session,
+        "SELECT ENABLED FROM performance_schema.setup_instruments WHERE NAME = %s",
+        (MDL_INSTRUMENT,),
+    )
+    if not enabled or not instrument or instrument[0][0] != "YES":
+        raise CheckProblem(
+            "the server does not record metadata locks: start it with performance_schema=ON "
+            f"and performance-schema-instrument='{MDL_INSTRUMENT}=ON' (MariaDB's default is off)"
+        )
+
+
+def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
+    _check_instrument(session)
+    database = _rows(session, "SELECT DATABASE()")[0][0]
+    golang = golang_migrate_mysql_name(database) if database else None
+    holders: dict[str, list[Backend]] = {}
+    waiters: dict[str, list[Backend]] = {}
+    for name, status, *session_row in _rows(session, LOCKS):
+        tool = mysql_tool_of(name, golang)
+        wanted = tool == watch.target if watch.watch == "advisory_key" else name == watch.target
+        if wanted:
+            granted = status == "GRANTED"
+            (holders if granted else waiters).setdefault(name, []).append(_backend(session_row))
+    return tuple(
+        Hold(
+            what=f"user lock {name!r}" + _tool_suffix(name, golang),
+            holder=holder,
+            waiters=tuple(waiters.get(name, ())),
+            session_scoped=True,
+        )
+        for name, found in holders.items()
+        for holder in found
+    )
+
+
+def _tool_suffix(name: str, golang: str | None) -> str:
+    tool = mysql_tool_of(name, golang)
+    return f" ({tool})" if tool else ""
+
+
+def _backend(row: Sequence[Any]) -> Backend:
+    """PROCESSLIST's ID, USER, HOST (`host:port`, or `localhost` on the unix socket), COMMAND,
+    TIME (seconds in that command or idle) and INFO."""
+    connection_id, user, host, command, seconds, query = row
+    address, port, note = _client(host or "")
+    return Backend(
+        pid=int(connection_id),
+        user=user,
+        client_addr=address,
+        client_port=port,
+        state="idle" if command == "Sleep" else (command or "").lower() or None,
+        query=query,
+        idle_for_s=float(seconds) if command == "Sleep" and seconds is not None else None,
+        server="MySQL",
+        kind="connection",
+        client_note=note,
+    )
+
+
+def _client(host: str) -> tuple[str | None, int | None, str | None]:
+    """The client's address and port; a name is resolved only as far as `localhost`."""
+    name, _, port = host.rpartition(":") if ":" in host else (host, "", "")
+    if not port.isdigit():
+        return (
+            None,
+            None,
+            (
+                f"the client connects as {host!r} (the unix socket): MySQL serves sessions as "
+                "threads, so the client process cannot be found through the server's socket"
+            ),
+        )
+    if name == "localhost":
+        name = "127.0.0.1"
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    return name, int(port), None

@@ -1,0 +1,98 @@
+"""The typed facts one database check saw: sessions (backends), who holds, who waits."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from lockwarden.model import Holder
+from lockwarden.structs import struct
+
+QUERY_LIMIT = 200
+IDLE_IN_TRANSACTION = "idle in transaction"
+
+
+@struct
+class Backend:
+    """One server session as pg_stat_activity (or MySQL's processlist) shows it."""
+
+    pid: int
+    user: str | None = None
+    application_name: str | None = None
+    client_addr: str | None = None  # None: a unix socket (or not visible to this role)
+    client_port: int | None = None  # -1: a unix socket (PostgreSQL's convention)
+    backend_start: datetime | None = None
+    xact_start: datetime | None = None
+    state: str | None = None
+    query: str | None = None
+    waiting_since: datetime | None = None
+    idle_for_s: float | None = None  # MySQL: idle since its last command (a lower bound)
+    server: str = "PostgreSQL"
+    kind: str = "backend"  # what the server calls a session: "backend", "connection"
+    client_note: str | None = None  # why the client address is not there, when it is not
+
+    def describe(self) -> str:
+        """`backend 9911 (user app, application_name 'prisma', client 127.0.0.1:40112,
+        idle in transaction)`."""
+        facts = [f"user {self.user}" if self.user else ""]
+        if self.application_name:
+            facts.append(f"application_name {self.application_name!r}")
+        facts.append(self.client_text())
+        if self.state:
+            facts.append(self.state.upper() if self.state == IDLE_IN_TRANSACTION else self.state)
+        details = ", ".join(fact for fact in facts if fact)
+        return f"{self.kind} {self.pid} ({details})"
+
+    def client_text(self) -> str:
+        if self.client_addr is None:
+            return "client on the server's unix socket" if self.unix_socket else ""
+        return f"client {self.client_addr}:{self.client_port}"
+
+    @property
+    def unix_socket(self) -> bool:
+        return self.client_addr is None and self.client_port == -1
+
+    def query_text(self) -> str | None:
+        if not self.query:
+            return None
+        flat = " ".join(self.query.split())
+        return flat if len(flat) <= QUERY_LIMIT else flat[: QUERY_LIMIT - 1] + "…"
+
+
+@struct
+class Client:
+    """A backend's client process, when it runs on this host."""
+
+    holder: Holder | None
+    why_not: str | None = None  # why the process could not be named
+
+
+@struct
+class Hold:
+    """One lock a watch found held: the holding backend, its waiters, what it is."""
+
+    what: str  # "advisory lock 72707369 (prisma)", "table public.orders"
+    holder: Backend
+    waiters: tuple[Backend, ...] = ()
+    transaction_scoped: bool = False  # a table lock: taken inside the holder's transaction
+    session_scoped: bool = False  # no transaction open: certainly a session-level lock
+
+
+@struct
+class LiquibaseRow:
+    """Liquibase's DATABASECHANGELOGLOCK row (ID 1): tied to no session."""
+
+    locked: bool
+    granted: datetime | None  # LOCKGRANTED, read in this host's time zone when it names us
+    locked_by: str | None
+    granted_server_zone: datetime | None = None  # the same, read in the server's time zone
+
+
+@struct
+class Observation:
+    """What one check of one watch saw; `problem` when it could not look."""
+
+    target: str  # what is watched, for the report ("app-db: advisory lock prisma")
+    holds: tuple[Hold, ...] = ()
+    liquibase: LiquibaseRow | None = None
+    problem: str | None = None
+    server_version: str | None = None

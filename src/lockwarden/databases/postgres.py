@@ -1,0 +1,299 @@
+"""Read a PostgreSQL server's locks through psycopg 3 (Debian 12's python3-psycopg is 3.1).
+
+The session is read-only (`default_transaction_read_only`), has short `statement_timeout` and
+`lock_timeout` (reading the Liquibase table waits behind an ACCESS EXCLUSIVE lock otherwise),
+names itself `application_name=lockwarden`, and runs in autocommit, so it holds nothing between
+statements. It reads pg_locks and pg_stat_activity and, for Liquibase, one row: it never takes
+an advisory lock, never calls pg_try_advisory_lock, never writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from lockwarden.config import DatabaseWatch
+from lockwarden.databases.keys import (
+    golang_migrate_keys,
+    key_from_pg_locks,
+    key_text,
+    matches,
+    tool_of,
+)
+from lockwarden.databases.observe import Backend, Hold, LiquibaseRow, Observation
+from lockwarden.databases.session import (
+    APPLICATION_NAME,
+    CheckProblem,
+    connect_timeout_s,
+    one_line,
+    read_password,
+    statement_timeout_ms,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+WAITSTART_VERSION = 140000  # pg_locks.waitstart is PostgreSQL 14's
+INSTALL_HINT = (
+    "the PostgreSQL driver psycopg 3 is not installed: apt install python3-psycopg, "
+    "or pip install 'lockwarden[postgres]'"
+)
+# Modes a writer (INSERT/UPDATE/DELETE and stronger) asks for on a table.
+READER_MODES = ("AccessShareLock", "RowShareLock")
+
+ACTIVITY = """a.pid, a.usename, a.application_name, host(a.client_addr), a.client_port,
+    a.backend_start, a.xact_start, a.state, left(a.query, 400)"""
+
+
+def conninfo(connection: str) -> str:
+    """A bare word is a libpq service name (pg_service.conf); anything else a DSN or URI."""
+    if "=" in connection or "://" in connection:
+        return connection
+    return f"service={connection}"
+
+
+def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
+    """What the server says about this watch now, or the reason it could not be asked."""
+    target = watch.describe()
+    try:
+        import psycopg
+    except ImportError:
+        return Observation(target, problem=INSTALL_HINT)
+    try:
+        with connect(watch, environ) as connection:
+            return _read(connection, watch, target)
+    except CheckProblem as problem:
+        return Observation(target, problem=str(problem))
+    except psycopg.errors.QueryCanceled:
+        return Observation(
+            target,
+            problem=f"a query of the check ran past statement_timeout "
+            f"({watch.statement_timeout:g}s): another session holds a lock that the read "
+            "waits for (an ACCESS EXCLUSIVE lock on the table?), or the server is overloaded",
+        )
+    except psycopg.errors.LockNotAvailable:
+        return Observation(
+            target,
+            problem="the check's read waited past lock_timeout: another session holds an "
+            "ACCESS EXCLUSIVE lock on the table it reads",
+        )
+    except psycopg.Error as error:
+        return Observation(target, problem=f"PostgreSQL: {one_line(error)}")
+
+
+def connect(watch: DatabaseWatch, environ: Mapping[str, str]) -> psycopg.Connection[Any]:
+    import psycopg
+
+    timeout_ms = statement_timeout_ms(watch)
+    options = (
+        f"-c default_transaction_read_only=on -c statement_timeout={timeout_ms} "
+        f"-c lock_timeout={timeout_ms} -c idle_in_transaction_session_timeout={timeout_ms * 5}"
+    )
+    settings: dict[str, Any] = {
+        "connect_timeout": connect_timeout_s(watch),
+        "application_name": APPLICATION_NAME,
+        "options": options,
+        "autocommit": True,
+    }
+    password = read_password(watch, environ)
+    if password is not None:
+        settings["password"] = password
+    try:
+        connection = psycopg.connect(conninfo(watch.connection), **settings)
+    except psycopg.OperationalError as error:
+        raise CheckProblem(f"cannot connect to PostgreSQL: {one_line(error)}") from None
+    return connection
+
+
+def _read(connection: psycopg.Connection[Any], watch: DatabaseWatch, target: str) -> Observation:
+    version = int(_one(connection, "SHOW server_version_num")[0])
+    if watch.watch == "advisory_key":
+        holds = _advisory_holds(connection, watch, version)
+        return Observation(target, holds=holds, server_version=str(version))
+    if watch.watch == "table":
+        holds = _table_holds(connection, str(watch.target), version)
+        return Observation(target, holds=holds, server_version=str(version))
+    row = _liquibase_row(connection, str(watch.target))
+    return Observation(target, liquibase=row, server_version=str(version))
+
+
+def _one(connection: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute(query, params)
+        return cursor.fetchone()
+
+
+def _all(connection: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()) -> list[Any]:
+    with connection.cursor() as cursor:
+        cursor.execute(query, params)
+        return cursor.fetchall()
+
+
+def _waitstart(version: int, alias: str) -> str:
+    return f"{alias}.waitstart" if version >= WAITSTART_VERSION else "NULL::timestamptz"
+
+
+def _backend(row: Sequence[Any]) -> Backend:
+    """ACTIVITY's nine columns, then the wait's start."""
+    pid, user, application, address, port, started, xact, state, query, waiting = row[:10]
+    return Backend(
+        pid=pid,
+        user=user,
+        application_name=application or None,
+        client_addr=address,
+        client_port=port,
+        backend_start=started,
+        xact_start=xact,
+        state=state,
+        query=query,
+        waiting_since=waiting,
+    )
+
+
+def advisory_locks(connection: psycopg.Connection[Any], version: int) -> list[tuple[Any, ...]]:
+    """Every advisory lock of the connected database, granted or awaited, with its session
+    (`l.pid` stands in when the role may not see the session's details)."""
+    return _all(
+        connection,
+        f"""SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.granted,
+            l.pid, a.usename, a.application_name, host(a.client_addr), a.client_port,
+            a.backend_start, a.xact_start, a.state, left(a.query, 400), {_waitstart(version, "l")}
+        FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory'
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        ORDER BY l.granted DESC, l.pid""",
+    )
+
+
+def migration_keys(connection: psycopg.Connection[Any]) -> set[int]:
+    database, schemas = _one(connection, "SELECT current_database(), current_schemas(false)")
+    return golang_migrate_keys(database, {*schemas, "public"})
+
+
+def _advisory_holds(
+    connection: psycopg.Connection[Any], watch: DatabaseWatch, version: int
+) -> tuple[Hold, ...]:
+    golang = migration_keys(connection)
+    holders: dict[Any, list[Backend]] = {}
+    waiters: dict[Any, list[Backend]] = {}
+    labels: dict[Any, str] = {}
+    for row in advisory_locks(connection, version):
+        key = key_from_pg_locks(row[0], row[1], row[2])
+        tool = tool_of(key, golang)
+        if not matches(key, watch.target, tool):
+            continue
+        labels[key] = f"advisory lock {key_text(key)}" + (f" ({tool})" if tool else "")
+        (holders if row[3] else waiters).setdefault(key, []).append(_backend(row[4:]))
+    return tuple(
+        Hold(
+            what=labels[key],
+            holder=holder,
+            waiters=tuple(waiters.get(key, ())),
+            session_scoped=holder.xact_start is None,
+        )
+        for key, found in holders.items()
+        for holder in found
+    )
+
+
+def watched_tables(connection: psycopg.Connection[Any], table: str) -> list[int]:
+    """The oids a `table` target names: one table (search_path applies), or a schema's tables."""
+    if table.endswith(".*"):
+        rows = _all(
+            connection,
+            """SELECT c.oid::int8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = %s AND c.relkind IN ('r', 'p')""",
+            (table[:-2],),
+        )
+        return [row[0] for row in rows]
+    found = _one(connection, "SELECT to_regclass(%s)::oid::int8", (table,))[0]
+    return [] if found is None else [found]
+
+
+def _table_holds(connection: psycopg.Connection[Any], table: str, version: int) -> tuple[Hold, ...]:
+    oids = watched_tables(connection, table)
+    if not oids:
+        raise CheckProblem(f"no table {table} in this database (is the name or schema right?)")
+    blocked = _all(
+        connection,
+        """SELECT l.pid, string_agg(DISTINCT l.relation::regclass::text, ', '),
+            pg_blocking_pids(l.pid)
+        FROM pg_locks l
+        WHERE l.locktype = 'relation' AND l.relation = ANY(%s::oid[]) AND l.mode <> ALL(%s)
+          AND l.pid <> pg_backend_pid() AND cardinality(pg_blocking_pids(l.pid)) > 0
+        GROUP BY l.pid""",
+        (oids, list(READER_MODES)),
+    )
+    if not blocked:
+        return ()
+    waiting = {pid for pid, _tables, _blockers in blocked}
+    pids = sorted(waiting | {pid for row in blocked for pid in row[2]})
+    sessions = {
+        row[0]: _backend(row)
+        for row in _all(
+            connection,
+            f"""SELECT {ACTIVITY},
+                (SELECT min({_waitstart(version, "w")}) FROM pg_locks w
+                 WHERE w.pid = a.pid AND NOT w.granted)
+            FROM pg_stat_activity a WHERE a.pid = ANY(%s)""",
+            (pids,),
+        )
+    }
+    return _group_by_blocker(blocked, waiting, sessions)
+
+
+def _group_by_blocker(
+    blocked: list[Any], waiting: set[int], sessions: dict[int, Backend]
+) -> tuple[Hold, ...]:
+    """One Hold per session that blocks a writer without itself waiting (a waiter ahead in
+    the queue also shows in pg_blocking_pids, but it holds nothing)."""
+    by_holder: dict[int, list[tuple[Backend, str]]] = {}
+    for pid, tables, blockers in blocked:
+        roots = [blocker for blocker in blockers if blocker not in waiting] or list(blockers)
+        for root in roots:
+            by_holder.setdefault(root, []).append((sessions.get(pid, Backend(pid)), tables))
+    return tuple(
+        Hold(
+            what="table " + ", ".join(sorted({tables for _waiter, tables in found})),
+            holder=sessions.get(holder, Backend(holder)),
+            waiters=tuple(waiter for waiter, _tables in found),
+            transaction_scoped=True,
+        )
+        for holder, found in by_holder.items()
+    )
+
+
+def _liquibase_row(connection: psycopg.Connection[Any], table: str) -> LiquibaseRow | None:
+    from psycopg import sql
+
+    found = _one(
+        connection,
+        """SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n
+        ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)""",
+        (table,),
+    )
+    if found is None:
+        raise CheckProblem(f"no table {table} in this database (has Liquibase run here?)")
+    query = sql.SQL(
+        "SELECT locked, lockgranted, lockedby, lockgranted::timestamptz FROM {} WHERE id = 1"
+    ).format(sql.Identifier(found[0], found[1]))
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    locked, granted, locked_by, server_zone = row
+    return LiquibaseRow(
+        locked=bool(locked),
+        granted=_local(granted),
+        locked_by=locked_by,
+        granted_server_zone=server_zone,
+    )
+
+
+def _local(moment: datetime | None) -> datetime | None:
+    """A `timestamp without time zone` as Liquibase on this host wrote it: local time here."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.astimezone()

@@ -1,0 +1,55 @@
+"""What every database check shares: the password's source and the check's time limits."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+from lockwarden.config import DatabaseWatch
+
+APPLICATION_NAME = "lockwarden"
+PASSWORD_LIMIT = 4096
+# libpq counts connect_timeout in whole seconds and treats 1 as 2.
+MIN_CONNECT_TIMEOUT_S = 2
+
+
+class CheckProblem(Exception):
+    """The check could not look: the finding is `unknown`, with this as the reason."""
+
+
+def read_password(watch: DatabaseWatch, environ: Mapping[str, str]) -> str | None:
+    """The password from `password_file` (a bare name is a systemd credential). Errors name the
+    file, never its content."""
+    if watch.password_file is None:
+        return None
+    path = watch.password_file
+    if not os.path.isabs(path):
+        directory = environ.get("CREDENTIALS_DIRECTORY")
+        if not directory:
+            raise CheckProblem(
+                f"password_file {path!r} is a credential name but $CREDENTIALS_DIRECTORY is not "
+                "set (use LoadCredential= in the service, or an absolute path)"
+            )
+        path = os.path.join(directory, path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(PASSWORD_LIMIT)
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "not UTF-8"
+        raise CheckProblem(f"cannot read password_file {path}: {reason}") from None
+    return text.rstrip("\r\n")
+
+
+def connect_timeout_s(watch: DatabaseWatch) -> int:
+    return max(MIN_CONNECT_TIMEOUT_S, math.ceil(watch.connect_timeout))
+
+
+def statement_timeout_ms(watch: DatabaseWatch) -> int:
+    return max(1, round(watch.statement_timeout * 1000))
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """A driver's error on one line, cut: it goes into a report and an alert."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,447 @@
+"""Locks inside a real PostgreSQL server (Debian's postgresql, initdb in a temporary directory,
+listening on 127.0.0.1 at a free port and on a private unix socket), held by real `psql`
+clients, checked through the real CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_postgres import postgres_program, server_user
+
+from conftest import require_tool, run_cli, wait_until, write_config
+
+psycopg = (
+    pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else __import__("psycopg")
+)
+
+PASSWORD = "right-horse-battery"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Server:
+    """One real server for the module; each test makes its own sessions and tables."""
+
+    def __init__(self) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="lockwarden-pgdb-"))
+        self.data = self.base / "data"
+        self.port = free_port()
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.base, "postgres", "postgres")
+        options = ["--auth-local=trust", "--auth-host=scram-sha-256", "-U", "postgres"]
+        subprocess.run(
+            [postgres_program("initdb"), "-D", str(self.data), *options, "--no-sync", "-E", "UTF8"],
+            check=True,
+            capture_output=True,
+            **server_user(),  # type: ignore[arg-type]
+        )
+        argv = [postgres_program("postgres"), "-D", str(self.data), "-k", str(self.base)]
+        argv += ["-c", "listen_addresses=127.0.0.1", "-p", str(self.port), "-c", "fsync=off"]
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **server_user()
+        )
+        assert wait_until(self._ready, timeout=30), "postgres did not start"
+        with self.admin() as connection:
+            connection.execute(f"CREATE ROLE app LOGIN PASSWORD '{PASSWORD}'")
+            connection.execute("GRANT pg_read_all_stats TO app")
+
+    def _ready(self) -> bool:
+        try:
+            with self.admin():
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def admin(self) -> Any:
+        return psycopg.connect(self.socket_dsn(), autocommit=True, connect_timeout=3)
+
+    def socket_dsn(self) -> str:
+        return f"host={self.base} port={self.port} dbname=postgres user=postgres"
+
+    def tcp_dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.port} dbname=postgres user=app"
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGINT)  # fast shutdown: ends every session
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    require_tool("psql")
+    running = Server()
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+
+
+class Psql:
+    """A real psql session: statements go in on stdin; `ready` echoes once they have run."""
+
+    def __init__(self, server: Server, tcp: bool) -> None:
+        host = "127.0.0.1" if tcp else str(server.base)
+        user = "app" if tcp else "postgres"
+        argv = [require_tool("psql"), "-X", "-q", "-A", "-t", "-h", host, "-p", str(server.port)]
+        argv += ["-U", user, "-d", "postgres", "-v", "ON_ERROR_STOP=1"]
+        env = {**os.environ, "PGPASSWORD": PASSWORD, "PGAPPNAME": "deploy-migrate"}
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def run(self, statements: str, wait: bool = True) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(statements + "\n" + ("\\echo ready\n" if wait else ""))
+        self.process.stdin.flush()
+        if wait:
+            for line in self.process.stdout:
+                if line.strip() == "ready":
+                    return
+            raise AssertionError(self.process.stderr.read() if self.process.stderr else "")
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            self.process.wait(timeout=10)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+@pytest.fixture
+def sessions() -> Iterator[list[Psql]]:
+    started: list[Psql] = []
+    try:
+        yield started
+    finally:
+        for session in started:
+            session.kill()
+
+
+def psql(server: Server, sessions: list[Psql], tcp: bool = True) -> Psql:
+    session = Psql(server, tcp)
+    sessions.append(session)
+    return session
+
+
+def check(tmp_path: Path, lock: str, minutes: float = 0, **env: str) -> tuple[int, dict[str, Any]]:
+    config = write_config(tmp_path / "config.toml", "[[lock]]\n" + lock)
+    moment = (datetime.now(UTC) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    completed = run_cli("--once", "--json", "--config", config, "--now", moment, timeout=40, **env)
+    assert completed.stdout, completed.stderr
+    document = json.loads(completed.stdout)
+    return completed.returncode, document["locks"][0]
+
+
+def lock_text(server: Server, watch: str, tcp: bool = False, extra: str = "") -> str:
+    dsn = server.tcp_dsn() if tcp else server.socket_dsn()
+    return (
+        f'name = "app-db"\ndatabase = "postgresql"\nconnection = "{dsn}"\n{watch}\n'
+        f'warn_after = "30m"\ncritical_after = "1h"\n{extra}'
+    )
+
+
+def password_file(tmp_path: Path, password: str = PASSWORD) -> str:
+    path = tmp_path / "db-password"
+    path.write_text(password + "\n")
+    path.chmod(0o600)
+    return f'password_file = "{path}"'
+
+
+def test_prisma_lock_held_over_tcp_names_the_backend_and_the_local_psql(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    holder = psql(server, sessions, tcp=True)
+    holder.run("SELECT pg_advisory_lock(72707369);")
+    lock = lock_text(server, 'advisory_key = "prisma"', tcp=True, extra=password_file(tmp_path))
+
+    code, finding = check(tmp_path, lock)
+    assert finding["state"] == "held", finding
+    assert code == 0
+    assert finding["holders"][0]["pid"] == holder.pid
+    assert f"for PID {holder.pid} (psql) on this host" in finding["reason"]
+    assert "advisory lock 72707369 (prisma)" in finding["reason"]
+    assert "user app" in finding["reason"] and "'deploy-migrate'" in finding["reason"]
+    assert finding["action"] is None  # within its budget: nothing to do
+    assert "pg_cancel_backend" not in json.dumps(finding)
+
+    code, finding = check(tmp_path, lock, minutes=120)
+    assert (code, finding["state"]) == (2, "held_too_long")
+    assert "SELECT pg_terminate_backend(" in finding["action"]["line"]
+    assert finding["action"]["line"].startswith(f"kill {holder.pid}")
+    assert finding["action"]["argv"] is None  # a command and a fallback: not one argv
+    assert "writes to app-db blocked" in finding["reason"] and re.search(
+        r"for at most (1h59m|2h00m)", finding["reason"]
+    )
+
+
+def test_two_int_key_held_over_the_unix_socket_names_the_local_psql(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    holder = psql(server, sessions, tcp=False)
+    holder.run("SELECT pg_advisory_lock(7, -3);")
+    _code, finding = check(tmp_path, lock_text(server, "advisory_key = [7, -3]"))
+    assert finding["state"] == "held", finding
+    assert finding["holders"][0]["pid"] == holder.pid
+    assert "advisory lock (7, -3)" in finding["reason"]
+    assert "unix socket" in finding["reason"]
+
+
+def test_idle_in_transaction_table_lock_with_a_blocked_writer(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    with server.admin() as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS orders (id int)")
+        connection.execute("GRANT ALL ON orders TO app")
+    holder = psql(server, sessions, tcp=False)
+    holder.run("BEGIN; LOCK TABLE orders IN SHARE MODE;")
+    lock = lock_text(server, 'table = "public.orders"')
+    assert check(tmp_path, lock)[1]["state"] == "free"  # a lock nobody waits for blocks no one
+
+    writer = psql(server, sessions, tcp=True)
+    writer.run("INSERT INTO orders VALUES (1);", wait=False)
+    assert wait_until(lambda: _waiting(server) > 0, timeout=10)
+    _code, finding = check(tmp_path, lock)
+    assert finding["state"] == "held", finding
+    assert finding["holders"][0]["pid"] == holder.pid
+    assert "IDLE IN TRANSACTION" in finding["reason"] and "1 waiting" in finding["reason"]
+    assert [waiter["pid"] for waiter in finding["waiters"]] == [writer.pid]
+    assert "INSERT INTO orders" in json.dumps(finding["waiters"])
+    assert "since its xact_start" in finding["reason"]
+
+    _code, schema_wide = check(tmp_path, lock_text(server, 'table = "public.*"'))
+    assert schema_wide["holders"][0]["pid"] == holder.pid
+
+
+def _waiting(server: Server) -> int:
+    with server.admin() as connection:
+        row = connection.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        return int(row[0])
+
+
+def _liquibase_row(server: Server, locked_by: str, age: timedelta) -> None:
+    granted = (datetime.now() - age).strftime("%Y-%m-%d %H:%M:%S")  # local time, as Liquibase
+    with server.admin() as connection:
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS databasechangeloglock (id int PRIMARY KEY, locked "
+            "boolean NOT NULL, lockgranted timestamp, lockedby varchar(255))"
+        )
+        connection.execute("DELETE FROM databasechangeloglock")
+        connection.execute(
+            "INSERT INTO databasechangeloglock VALUES (1, true, %s, %s)", (granted, locked_by)
+        )
+
+
+def test_liquibase_row_is_stale_only_with_proof(server: Server, tmp_path: Path) -> None:
+    lock = lock_text(server, 'liquibase_table = "databasechangeloglock"')
+    here = os.uname().nodename
+    _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(hours=2))
+    code, finding = check(tmp_path, lock)
+    assert (code, finding["state"]) == (2, "stale"), finding
+    assert "no Liquibase process runs here" in finding["proof"]
+    assert finding["action"]["line"].startswith("liquibase release-locks")
+
+    _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(minutes=1))
+    assert check(tmp_path, lock)[1]["state"] == "unknown"
+
+    _liquibase_row(server, "build-7.example.net (10.0.0.7)", timedelta(hours=2))
+    _code, finding = check(tmp_path, lock, minutes=0)
+    assert finding["state"] in ("held", "held_too_long") and "another host" in finding["reason"]
+
+    with server.admin() as connection:
+        connection.execute("UPDATE databasechangeloglock SET locked = false")
+    assert check(tmp_path, lock)[1]["state"] == "free"
+
+
+def test_statement_that_would_block_is_unknown_not_a_hang(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    _liquibase_row(server, "elsewhere (10.0.0.7)", timedelta(minutes=1))
+    blocker = psql(server, sessions, tcp=False)
+    blocker.run("BEGIN; LOCK TABLE databasechangeloglock IN ACCESS EXCLUSIVE MODE;")
+    lock = lock_text(server, 'liquibase_table = "databasechangeloglock"')
+    code, finding = check(tmp_path, lock + 'statement_timeout = "500ms"\n')
+    assert (code, finding["state"]) == (3, "unknown"), finding
+    assert "lock_timeout" in finding["reason"] or "statement_timeout" in finding["reason"]
+    with server.admin() as connection:  # nothing of lockwarden's is left on the server
+        rows = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lockwarden'"
+        ).fetchone()
+        assert rows[0] == 0
+
+
+def test_killed_client_frees_the_session_lock(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    holder = psql(server, sessions, tcp=False)
+    holder.run("SELECT pg_advisory_lock(424242);")
+    lock = lock_text(server, "advisory_key = 424242")
+    assert check(tmp_path, lock)[1]["holders"][0]["pid"] == holder.pid
+    holder.kill()
+    assert wait_until(lambda: check(tmp_path, lock)[1]["state"] == "free", timeout=15)
+
+
+def test_wrong_password_is_unknown_and_never_printed(server: Server, tmp_path: Path) -> None:
+    wrong = "not-the-password-1234"
+    lock = lock_text(
+        server, 'advisory_key = "prisma"', tcp=True, extra=password_file(tmp_path, wrong)
+    )
+    config = write_config(tmp_path / "config.toml", "[[lock]]\n" + lock)
+    completed = run_cli("--once", "-v", "--config", config, timeout=40)
+    assert completed.returncode == 3, completed.stdout
+    assert "password authentication failed" in completed.stdout
+    assert wrong not in completed.stdout + completed.stderr
+    checked = run_cli("check-config", "--config", config)
+    assert wrong not in checked.stdout + checked.stderr
+
+
+def test_server_down_is_unknown_within_the_connect_timeout(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    lock = (
+        f'name = "app-db"\ndatabase = "postgresql"\n'
+        f'connection = "host=127.0.0.1 port={port} dbname=app user=app"\n'
+        'advisory_key = "flyway"\nconnect_timeout = "2s"\n'
+    )
+    code, finding = check(tmp_path, lock)
+    assert (code, finding["state"]) == (3, "unknown")
+    assert "cannot connect to PostgreSQL" in finding["reason"]
+    assert "refused" in finding["reason"]
+
+
+@contextlib.contextmanager
+def in_unit(pid: int, unit: str) -> Iterator[None]:
+    """Put a process in a cgroup named like a systemd service (what systemd itself does), so
+    its unit is read from /proc/PID/cgroup as on a systemd host; moved back afterwards."""
+    root = Path("/sys/fs/cgroup/unified")
+    group = root / unit
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "cgroup.procs").write_text(str(pid))
+    except OSError as error:
+        message = f"cannot create a cgroup v2 group to stand for a unit: {error}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            (root / "cgroup.procs").write_text(str(pid))
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+def test_once_alerts_once_naming_backend_and_client_then_resolves(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    from alerts.helpers import Receiver
+
+    receiver = Receiver()
+    receiver.start()
+    try:
+        _alert_lifecycle(server, sessions, tmp_path, receiver)
+    finally:
+        receiver.release.set()
+        receiver.stop()
+
+
+def _alert_lifecycle(server: Server, sessions: list[Psql], tmp_path: Path, receiver: Any) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    config = write_config(
+        tmp_path / "alerting.toml",
+        f'[state]\npath = "{state}/state.jsonl"\n[notify]\nurls = ["{receiver.url()}"]\n'
+        f'timeout = "5s"\n[[lock]]\n{lock_text(server, "advisory_key = 72707369")}',
+    )
+    holder = psql(server, sessions, tcp=False)
+    holder.run("SELECT pg_advisory_lock(72707369);")
+    later = (datetime.now(UTC) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    with in_unit(holder.pid, "lockwarden-test-deploy.service"):
+        first = run_cli("--once", "--config", config, "--now", later, timeout=40)
+    assert first.returncode == 2, first.stdout + first.stderr
+    assert len(receiver.payloads) == 1
+    alert = json.dumps(receiver.payloads[0])
+    assert f"PID {holder.pid}" in alert and "backend " in alert and "prisma" in alert
+    assert "systemctl stop lockwarden-test-deploy.service" in alert
+
+    again = run_cli("--once", "--config", config, "--now", later, timeout=40)
+    assert again.returncode == 2 and len(receiver.payloads) == 1  # the same incident: quiet
+
+    holder.run("SELECT pg_advisory_unlock(72707369);")
+    resolved = run_cli("--once", "--config", config, "--now", later, timeout=40)
+    assert resolved.returncode == 0, resolved.stdout
+    assert len(receiver.payloads) == 2
+    assert "resolved" in json.dumps(receiver.payloads[1]).lower()
+
+
+def test_discover_offers_the_locks_the_server_shows_and_writes_a_valid_config(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    with server.admin() as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS _prisma_migrations (id text)")
+    holder = psql(server, sessions, tcp=False)
+    holder.run("SELECT pg_advisory_lock(5150);")
+    written = tmp_path / "discovered.toml"
+    completed = run_cli(
+        "discover",
+        "--json",
+        "--database",
+        server.socket_dsn(),
+        "--write",
+        str(written),
+        timeout=40,
+    )
+    assert completed.returncode == 0, completed.stderr
+    locks = {lock["name"]: lock for lock in json.loads(completed.stdout)["locks"]}
+    assert locks["postgres-advisory-5150"]["state"] == "held"
+    assert locks["postgres-advisory-5150"]["holders"][0]["pid"] == holder.pid
+    assert locks["postgres-prisma"]["found_by"].startswith("prisma's table _prisma_migrations")
+    checked = run_cli("check-config", "--config", str(written))
+    assert checked.returncode == 0, checked.stderr
+    assert "advisory_key = 5150" in written.read_text()
+
+
+def test_discover_with_an_unreachable_server_says_why(tmp_path: Path) -> None:
+    dsn = f"host=127.0.0.1 port={free_port()} dbname=app user=app connect_timeout=2"
+    completed = run_cli("discover", "--database", dsn, timeout=40)
+    assert completed.returncode == 0
+    assert "cannot connect to PostgreSQL" in completed.stdout

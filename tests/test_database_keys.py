@@ -1,0 +1,140 @@
+"""The pure parts of database locks: advisory keys as pg_locks shows them, the migration tools'
+keys, /proc/net/tcp endpoints, and the bound on how long a session lock has been held."""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from conftest import run_cli, write_config
+from lockwarden.databases.judge import hold_bound
+from lockwarden.databases.keys import golang_migrate_keys, key_from_pg_locks, tool_of
+from lockwarden.databases.observe import Backend, Hold
+from lockwarden.databases.peers import parse_endpoint
+
+
+@pytest.mark.parametrize(
+    ("classid", "objid", "objsubid", "key"),
+    [
+        (0, 72707369, 1, 72707369),
+        (0xFFFFFFFF, 0xFFFFFFFF, 1, -1),
+        (18028, 2208547449, 1, 77431708279161 - 77431708279161 % (1 << 32) + 2208547449),
+        (7, 0xFFFFFFFD, 2, (7, -3)),
+    ],
+)
+def test_pg_locks_columns_become_the_key_the_client_passed(classid, objid, objsubid, key):
+    assert key_from_pg_locks(classid, objid, objsubid) == key
+
+
+def test_golang_migrate_keys_match_its_own_test_vectors():
+    # golang-migrate's database/util_test.go: "database_name" -> 1764327054, with the additional
+    # name "schema_name_1" (joined before it by NUL) -> 2453313553.
+    keys = golang_migrate_keys("database_name", ["schema_name_1"])
+    assert {1764327054, 2453313553} <= keys
+
+
+@pytest.mark.parametrize(
+    ("key", "tool"),
+    [
+        (72707369, "prisma"),
+        (77431708279161, "flyway"),
+        (77431708279161 - 123456789, "flyway"),
+        (2053462845 * zlib.crc32(b"app_production"), "rails"),
+        (1764327054, "golang-migrate"),
+        (42, None),
+        ((0, 72707369), None),  # the two-int form is no tool's
+    ],
+)
+def test_well_known_keys_are_named(key, tool):
+    assert tool_of(key, {1764327054}) == tool
+
+
+def test_tcp_endpoints_read_in_the_kernels_byte_order():
+    assert parse_endpoint("0100007F:1F90") == (ipaddress.ip_address("127.0.0.1"), 8080)
+    v6_loopback = "00000000000000000000000001000000:0016"
+    assert parse_endpoint(v6_loopback) == (ipaddress.ip_address("::1"), 22)
+    mapped = "0000000000000000FFFF00000100007F:0016"
+    assert parse_endpoint(mapped) == (ipaddress.ip_address("127.0.0.1"), 22)
+
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def test_a_session_lock_is_held_at_most_since_its_backend_started():
+    backend = Backend(pid=9, backend_start=NOW - timedelta(hours=3), xact_start=None)
+    bound = hold_bound(Hold("advisory lock 1", backend, session_scoped=True), NOW)
+    assert (bound.seconds, bound.kind, bound.since) == (3 * 3600, "at most", "backend_start")
+
+
+def test_a_table_lock_is_held_at_most_since_its_transaction_started():
+    backend = Backend(
+        pid=9, backend_start=NOW - timedelta(hours=3), xact_start=NOW - timedelta(minutes=20)
+    )
+    bound = hold_bound(Hold("table t", backend, transaction_scoped=True), NOW)
+    assert (bound.seconds, bound.kind) == (20 * 60, "at most")
+
+
+def test_without_session_times_only_the_first_sighting_bounds_it_from_below():
+    backend = Backend(pid=9)
+    assert hold_bound(Hold("x", backend), NOW).kind == "unknown"
+    bound = hold_bound(Hold("x", backend), NOW, first_seen=NOW - timedelta(minutes=5))
+    assert (bound.seconds, bound.kind) == (300, "at least")
+
+
+@pytest.mark.parametrize(
+    ("lock", "expected"),
+    [
+        (
+            'database = "postgresql"\nconnection = "host=db password=hunter2"\nadvisory_key = 1',
+            "lock[1].connection: holds a password (value not shown)",
+        ),
+        (
+            'database = "postgresql"\nconnection = "postgresql://u:hunter2@db/app"\ntable = "t"',
+            "lock[1].connection: holds a password (value not shown)",
+        ),
+        (
+            'database = "postgresql"\nconnection = "app"\npath = "/x"\nadvisory_key = 1',
+            "lock[1].path: a database lock has no path",
+        ),
+        (
+            'database = "postgresql"\nconnection = "app"\nadvisory_key = 1\ntable = "t"',
+            "lock[1].database: a database lock watches exactly one of",
+        ),
+        (
+            'database = "mysql"\nconnection = "mysql://m@h/app"\ntable = "t"',
+            "lock[1].table: is not watched on mysql",
+        ),
+        (
+            'database = "postgresql"\nconnection = "app"\nlock_name = "x"',
+            "lock[1].lock_name: is not watched on postgresql",
+        ),
+        (
+            'database = "postgresql"\nconnection = "app"\nadvisory_key = "liquibase"',
+            "lock[1].advisory_key: 'liquibase' is not an advisory lock key",
+        ),
+        ('database = "oracle"\nconnection = "x"\nadvisory_key = 1', "lock[1].database: 'oracle'"),
+        ('path = "/x"\nadvisory_key = 1', "lock[1].advisory_key: needs database ="),
+    ],
+)
+def test_database_lock_config_errors_name_the_key(tmp_path, lock, expected):
+    path = write_config(tmp_path / "config.toml", f'[[lock]]\nname = "db"\n{lock}\n')
+    completed = run_cli("check-config", "--config", path)
+    assert completed.returncode == 78
+    assert expected in completed.stderr, completed.stderr
+    assert "hunter2" not in completed.stderr + completed.stdout
+
+
+def test_check_config_shows_a_database_lock_without_a_path(tmp_path):
+    path = write_config(
+        tmp_path / "config.toml",
+        '[[lock]]\nname = "db"\ndatabase = "postgres"\nconnection = "app-db"\n'
+        'advisory_key = [1, 2]\npassword_file = "app-db-password"\n',
+    )
+    completed = run_cli("check-config", "--config", path)
+    assert completed.returncode == 0, completed.stderr
+    assert 'database = "postgresql"' in completed.stdout
+    assert "advisory_key = [" in completed.stdout
+    assert "path =" not in completed.stdout.split("[[lock]]", 1)[1]
