@@ -22,6 +22,7 @@ from lockwarden.structs import field, replace, struct
 
 if TYPE_CHECKING:
     from lockwarden.alerting import AlertOutcome
+    from lockwarden.alertmanager import ManagerOutcome
     from lockwarden.decide import Outgoing
 
 log = lazylog.getLogger(__name__)
@@ -130,6 +131,18 @@ class AlertedRun:
 
     result: RunResult
     outcome: AlertOutcome | None  # None: a quiet run with alerting off, nothing to decide
+    alertmanager: ManagerOutcome | None = None  # None: no [alertmanager] configured
+
+    @property
+    def undelivered(self) -> int:
+        """Messages this run could not hand to a service or an Alertmanager (each retried)."""
+        count = 0
+        if self.outcome is not None:
+            count += sum(not delivery.ok for delivery in self.outcome.deliveries)
+            count += self.outcome.unsent if self.outcome.notify_problem else 0
+        if self.alertmanager is not None:
+            count += len(self.alertmanager.failures)
+        return count
 
 
 def run_and_alert(
@@ -142,7 +155,9 @@ def run_and_alert(
     """`--once`: inspect, then decide, notify and journal, holding the run lock throughout
     (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes."""
     removing = any(lock.remove_stale for lock in config.locks)
-    if not (config.notify.configured or removing or dry_run):
+    # Alertmanager is told every run (a firing alert must be renewed, a cleared one ended).
+    stateful = config.notify.configured or removing or config.alertmanager.configured
+    if not (stateful or dry_run):
         if on_start is not None:
             on_start()
         result = run_once(config, now, locks_text=locks_text)
@@ -153,7 +168,7 @@ def run_and_alert(
         return _alert(config, now, dry_run, result, None)
     from lockwarden.alerting import state_directory
 
-    writes = (config.notify.configured or removing) and not dry_run
+    writes = stateful and not dry_run
     run_lock = _take_run_lock(state_directory(config)) if writes else None
     try:
         if on_start is not None:
@@ -181,8 +196,20 @@ def _alert(
         )
         checked, removed = removal.findings, tuple(removal.outgoing)
     outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed)
+    manager = None
+    if config.alertmanager.configured:
+        from lockwarden.alerting import state_directory
+        from lockwarden.alertmanager import alertmanager_stage
+
+        manager = alertmanager_stage(
+            config.alertmanager, checked, state_directory(config), result.hostname, now, dry_run
+        )
+        if not config.notify.configured:
+            outcome.unsent = 0  # alerts do go out, to Alertmanager: "alerting is off" is wrong
     findings, notes = with_outcome(checked, result.notes, outcome)
-    return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
+    if manager is not None:
+        notes = (*notes, *manager.notes())
+    return AlertedRun(replace(result, findings=findings, notes=notes), outcome, manager)
 
 
 def _take_run_lock(directory: str) -> RunLock | None:
