@@ -18,7 +18,7 @@ import pytest
 
 from conftest import FLOCK_HOLDER, Children, run_cli, write_config
 from lockwarden.alertmanager import Alert, Posted, alert_labels, plan
-from lockwarden.config import AlertmanagerSettings, ConfigError, parse
+from lockwarden.config import AlertmanagerSettings, ConfigError, effective, parse
 from lockwarden.model import Finding, Holder, Severity, State
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -116,8 +116,12 @@ def test_config_section_is_checked_and_never_echoes_a_url() -> None:
         parse({"alertmanager": {"urls": ["ftp://user:s3cret@am:9093"]}}, "c.toml")
     assert "alertmanager.urls: URL #1 is not an http:// or https:// URL" in str(error.value)
     assert "s3cret" not in str(error.value)
-    config = parse({"alertmanager": {"urls": ["http://am:9093"], "ends_after": "3m"}}, "c.toml")
+    urls = ["http://am-1:9093", "https://user:s3cret@am-2:9093"]
+    config = parse({"alertmanager": {"urls": urls, "ends_after": "3m"}}, "c.toml")
     assert config.alertmanager.configured and config.alertmanager.ends_after == 180.0
+    shown = effective(config)["alertmanager"]  # what check-config prints
+    assert shown["urls"] == ["http://am-1:9093/(hidden)", "https://(hidden)"]
+    assert shown["ends_after"] == "3m"
 
 
 @dataclass

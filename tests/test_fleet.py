@@ -230,8 +230,9 @@ def release(holder: subprocess.Popen[str]) -> None:
 
 
 def arrives(predicate: Callable[[], bool], what: str, receiver: Receiver) -> None:
-    seen = json.dumps(receiver.received)[-3000:]
-    assert wait_until(predicate, timeout=WAIT_S, interval=0.2), f"no {what}; got {seen}"
+    assert wait_until(predicate, timeout=WAIT_S, interval=0.2), (
+        f"no {what}; got {json.dumps(receiver.received)[-3000:]}"
+    )
 
 
 def silence(alertmanagers: Alertmanagers, lock: str) -> None:
@@ -319,7 +320,11 @@ def run_fleet_cases(
     arrives(lambda: bool(receiver.of("shared", "resolved")), "resolved for shared", receiver)
     time.sleep(SETTLE_S)
     assert len(receiver.of("store", "resolved")) == 1 and len(receiver.of("store")) == 2
-    assert len(receiver.of("shared", "resolved")) == 1 and len(receiver.of("shared")) == 2
+    # Hosts 1 and 3 let go a moment apart, so Alertmanager may send an update in between
+    # (one alert resolved, one firing): still one group, and one "resolved" at the end.
+    assert len(receiver.of("shared", "resolved")) == 1
+    assert receiver.of("shared")[-1]["status"] == "resolved"
+    assert len({payload["groupKey"] for payload in receiver.of("shared")}) == 1
     assert receiver.of("silenced") == []
 
     # One Alertmanager peer killed: the other still notifies, exactly once.
