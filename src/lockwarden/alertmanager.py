@@ -27,6 +27,7 @@ from lockwarden import lazylog
 from lockwarden.atomic import write_atomically
 from lockwarden.config import AlertmanagerSettings, hide_url
 from lockwarden.model import Finding, Severity, State
+from lockwarden.prometheus import holder_labels as textfile_holder_labels
 from lockwarden.structs import field, struct
 
 log = lazylog.getLogger(__name__)
@@ -102,16 +103,9 @@ def timestamp(moment: datetime) -> str:
 
 
 def holder_labels(finding: Finding) -> Labels:
-    holder = finding.holder
-    if holder is None:
-        return {}
-    values = {
-        "holder_pid": "" if holder.pid is None else str(holder.pid),
-        "holder_role": holder.role or holder.name or "",
-        "holder_unit": holder.unit or "",
-        "holder_user": holder.user or "",
-    }
-    return {name: value for name, value in values.items() if value}  # as Prometheus drops ""
+    """The holder labels the rules join in from the textfile, without the empty ones (as
+    Prometheus drops a label whose value is empty)."""
+    return {name: value for name, value in textfile_holder_labels(finding).items() if value}
 
 
 def alert_labels(finding: Finding, host: str) -> Labels | None:
