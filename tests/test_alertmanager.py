@@ -191,6 +191,7 @@ def test_an_outage_costs_one_post_per_run_and_the_resolve_is_delivered_after(
         completed = run_cli("--once", "--config", config)
         assert completed.returncode == 2, completed.stderr  # the lock's verdict, not the outage
         assert "alertmanager: NOT delivered to http://127.0.0.1" in completed.stdout
+        assert "warning: alertmanager: NOT delivered" in completed.stderr
         assert "lockwarden_alerts_undelivered 1" in textfile.read_text()
     assert len(alertmanager.posts) == 3  # one request per run, no burst
     assert all(post[0]["labels"]["holder_pid"] == str(holder.pid) for post in alertmanager.posts)
@@ -208,3 +209,26 @@ def test_an_outage_costs_one_post_per_run_and_the_resolve_is_delivered_after(
     posts = len(alertmanager.posts)
     assert run_cli("--once", "--config", config).returncode == 0
     assert len(alertmanager.posts) == posts  # nothing owed, nothing firing: nothing posted
+
+
+def test_a_damaged_memory_of_what_was_posted_is_said_and_posting_goes_on(
+    tmp_path: Path, children: Children, alertmanager: FakeAlertmanager
+) -> None:
+    lock = tmp_path / "store.lock"
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "alertmanager.json").write_text('{"firing": [')
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[state]\npath = "{state}/state.jsonl"\n'
+        f'[alertmanager]\nurls = ["{alertmanager.url}"]\n'
+        f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
+        'warn_after = "0"\ncritical_after = "0"\n',
+    )
+    children.python(FLOCK_HOLDER, str(lock))
+    completed = run_cli("--once", "--config", config)
+    assert completed.returncode == 2
+    assert "alertmanager.json unreadable (JSONDecodeError); starting afresh" in completed.stderr
+    [[alert]] = alertmanager.posts
+    assert alert["labels"]["lock"] == "store"
+    assert json.loads((state / "alertmanager.json").read_text())["firing"]  # rewritten whole

@@ -244,6 +244,8 @@ def alertmanager_stage(
     ]
     if alerts:
         outcome.failures = post_everywhere(settings, alerts)
+    for failure in outcome.failures:  # a person may not be told: say so at warning priority
+        log.warning("alertmanager: %s", failure)
     if not outcome.failures:  # every Alertmanager took the resolves: none is owed any more
         now_posted = Posted(now_posted.firing, {})
     if now_posted != before:
@@ -251,4 +253,6 @@ def alertmanager_stage(
             save_posted(path, now_posted)
         except OSError as error:
             outcome.problem = f"cannot write {path}: {error.strerror}"
+    if outcome.problem:
+        log.warning("alertmanager: %s", outcome.problem)
     return outcome
