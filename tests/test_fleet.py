@@ -32,10 +32,16 @@ from conftest import FLOCK_HOLDER, Children, require_tool, run_cli, wait_until, 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "packaging" / "prometheus" / "lockwarden.rules.yml"
 HOSTS = ("host1", "host2", "host3")
-PEER_TIMEOUT_S = 2  # the second peer waits this long for the first one's notification log
+# The second peer waits this long for the first one's notification log to reach it by gossip
+# before it notifies itself.
+PEER_TIMEOUT_S = 2
+# Longer than the peer's wait with room to spare, as in any real setup (5m against 15s): the
+# second peer decides on what it saw when its wait began, so a group interval shorter than the
+# wait lets it send a stale "firing" just after the first peer's "resolved".
+GROUP_INTERVAL_S = 6
 GROUP_WAIT_S = 5  # long enough for two hosts' alerts to land in one first notification
 # After a notification, how long a duplicate could still take to appear: the second peer's
-# wait plus a group interval, with room for a loaded machine.
+# wait, with room for a loaded machine.
 SETTLE_S = PEER_TIMEOUT_S + 4
 WAIT_S = 60  # the longest any one expected notification may take
 
@@ -128,7 +134,7 @@ def alertmanager_cluster(children: Children, tmp_path: Path, receiver: Receiver)
                     "receiver": "webhook",
                     "group_by": ["alertname", "lock"],
                     "group_wait": f"{GROUP_WAIT_S}s",
-                    "group_interval": "2s",
+                    "group_interval": f"{GROUP_INTERVAL_S}s",
                     "repeat_interval": "1h",
                 },
                 "receivers": [
@@ -274,6 +280,18 @@ def suppressed_on(url: str, lock: str) -> bool:
     return any(alert["status"]["state"] == "suppressed" for alert in alerts)
 
 
+def only(receiver: Receiver, lock: str) -> list[dict[str, Any]]:
+    """The one notification of a lock's group, or a failure that says what came instead."""
+    got = receiver.of(lock)
+    assert len(got) == 1, f"{lock}: expected one notification, got {summary(got)}"
+    return got
+
+
+def summary(payloads: list[dict[str, Any]]) -> list[tuple[str, list[str], str]]:
+    """(status, hosts, the peer that sent it) of each notification: what a failure shows."""
+    return [(p["status"], sorted(alert_hosts(p)), p["externalURL"]) for p in payloads]
+
+
 def alert_hosts(payload: dict[str, Any]) -> set[str]:
     return {alert["labels"].get("host", "") for alert in payload["alerts"]}
 
@@ -302,13 +320,13 @@ def run_fleet_cases(
     )
     assert all(suppressed_on(url, "silenced") for url in alertmanagers.urls)
     time.sleep(SETTLE_S)
-    [store] = receiver.of("store")
+    [store] = only(receiver, "store")
     [alert] = store["alerts"]
     assert alert["labels"]["host"] == "host2" and alert["labels"]["lock"] == "store"
     assert alert["labels"]["holder_pid"] == str(holders[0].pid)
     assert alert["labels"]["severity"] == "critical"
     assert "host2" in alert["annotations"]["summary"]
-    [shared] = receiver.of("shared")  # one group, one notification, both hosts
+    [shared] = only(receiver, "shared")  # one group, one notification, both hosts
     assert {a["labels"]["holder_pid"] for a in shared["alerts"]} == {str(holders[2].pid)}
     assert receiver.of("silenced") == []
 
@@ -319,10 +337,11 @@ def run_fleet_cases(
     arrives(lambda: bool(receiver.of("store", "resolved")), "resolved for host2", receiver)
     arrives(lambda: bool(receiver.of("shared", "resolved")), "resolved for shared", receiver)
     time.sleep(SETTLE_S)
-    assert len(receiver.of("store", "resolved")) == 1 and len(receiver.of("store")) == 2
+    store_statuses = [payload["status"] for payload in receiver.of("store")]
+    assert store_statuses == ["firing", "resolved"], summary(receiver.of("store"))
     # Hosts 1 and 3 let go a moment apart, so Alertmanager may send an update in between
     # (one alert resolved, one firing): still one group, and one "resolved" at the end.
-    assert len(receiver.of("shared", "resolved")) == 1
+    assert len(receiver.of("shared", "resolved")) == 1, summary(receiver.of("shared"))
     assert receiver.of("shared")[-1]["status"] == "resolved"
     assert len({payload["groupKey"] for payload in receiver.of("shared")}) == 1
     assert receiver.of("silenced") == []
@@ -335,7 +354,7 @@ def run_fleet_cases(
     delivered()
     arrives(lambda: bool(receiver.of("after-kill")), "alert with one peer down", receiver)
     time.sleep(SETTLE_S)
-    [after] = receiver.of("after-kill")
+    [after] = only(receiver, "after-kill")
     assert [a["labels"]["holder_pid"] for a in after["alerts"]] == [str(holder.pid)]
 
 
