@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lockwarden.classify import Policy, classify
+from lockwarden.classify import Policy, classify, grade
 from lockwarden.identify import Evidence, holder_from_process
 from lockwarden.model import (
     Bound,
@@ -309,3 +309,23 @@ def test_a_kernel_lock_duration_has_its_bound_and_only_a_lower_bound_pages(
     assert finding.held_for_s == seconds
     if seconds is not None:
         assert finding.held_since == NOW - timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("bound", list(Bound))
+def test_a_zero_budget_is_past_for_any_held_lock_whatever_its_bound(bound: Bound) -> None:
+    """0 is a lower bound of every hold: `critical_after = "0"` means any hold pages, even
+    when only the holder's running time (an upper bound) or nothing is known."""
+    zero = Policy(warn_after=0, critical_after=0)
+    for held_for in (None, 0.0, 5.0):
+        assert grade(State.HELD, held_for, zero, bound) == (
+            State.HELD_TOO_LONG,
+            Severity.CRITICAL,
+        )
+
+
+def test_a_running_time_never_reaches_a_positive_budget() -> None:
+    assert grade(State.HELD, 10_000.0, POLICY, Bound.AT_MOST) == (State.HELD, Severity.OK)
+    assert grade(State.HELD, 10_000.0, POLICY, Bound.AT_LEAST) == (
+        State.HELD_TOO_LONG,
+        Severity.CRITICAL,
+    )

@@ -10,6 +10,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import (
@@ -22,13 +23,13 @@ from conftest import (
     write_config,
 )
 from lockwarden.atomic import write_atomically
-from lockwarden.model import Finding, Holder, Severity, State
-from lockwarden.prometheus import render_metrics
-from lockwarden.run import RunResult
+from lockwarden.model import Bound, Finding, Holder, Severity, State
+from lockwarden.prometheus import METRICS, RunFacts, render_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "packaging" / "prometheus" / "lockwarden.rules.yml"
 RULE_TESTS = ROOT / "packaging" / "prometheus" / "lockwarden.rules.test.yml"
+HOLD_STARTED = "lockwarden_lock_hold_started_timestamp_seconds"
 NASTY = 'role "quoted" \\ back\nslash }'
 # Owner records refuse control characters in a role, so a real holder's role has no newline.
 QUOTED = 'role "quoted" \\ back }'
@@ -56,37 +57,84 @@ def finding(name: str, state: State, severity: Severity, **extra: object) -> Fin
     )
 
 
+def one_hot(parsed: dict[str, list[tuple[dict[str, str], float]]], lock: str) -> dict[str, float]:
+    return {
+        labels["state"]: value
+        for labels, value in parsed["lockwarden_lock_state"]
+        if labels["lock"] == lock
+    }
+
+
+def by_lock(parsed: dict[str, list[tuple[dict[str, str], float]]], name: str) -> dict[str, float]:
+    return {labels["lock"]: value for labels, value in parsed[name]}
+
+
 def test_metrics_parse_and_carry_every_label_escaped() -> None:
-    holder = Holder(pid=42, alive=True, role=NASTY, unit="wa-resync.service")
-    result = RunResult(
-        hostname="h",
-        boot_id="b",
-        checked_at=datetime(2026, 12, 2, 12, 0, tzinfo=UTC),
-        findings=(
-            finding("free-one", State.FREE, Severity.OK),
-            finding(
-                "held-one", State.HELD_TOO_LONG, Severity.CRITICAL, holder=holder, held_for_s=7260.5
-            ),
-            finding("unknown-one", State.UNKNOWN, Severity.UNKNOWN),
+    holder = Holder(pid=42, alive=True, role=NASTY, unit="wa-resync.service", user="wa")
+    checked_at = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    findings = (
+        finding("free-one", State.FREE, Severity.OK),
+        finding(
+            "held-one", State.HELD_TOO_LONG, Severity.CRITICAL, holder=holder, held_for_s=7260.5
         ),
+        finding("unknown-one", State.UNKNOWN, Severity.UNKNOWN),
     )
-    parsed = samples(render_metrics(result, duration_s=0.25))
-    states = {labels["lock"]: (labels, value) for labels, value in parsed["lockwarden_lock_state"]}
-    labels, value = states["held-one"]
-    assert value == 2
-    assert labels == {
+    text = render_metrics(findings, RunFacts(checked_at, duration_s=0.25, undelivered=2))
+    parsed = samples(text)
+    assert one_hot(parsed, "held-one") == {
+        "free": 0,
+        "held": 0,
+        "held_too_long": 1,
+        "stale": 0,
+        "unknown": 0,
+    }
+    assert one_hot(parsed, "free-one")["free"] == 1 and one_hot(parsed, "unknown-one")["unknown"]
+    assert {labels["path"] for labels, _ in parsed["lockwarden_lock_state"]} == {
+        "/srv/free-one/LOCK",
+        "/srv/held-one/LOCK",
+        "/srv/unknown-one/LOCK",
+    }
+    assert by_lock(parsed, "lockwarden_lock_severity") == {
+        "free-one": 0,
+        "held-one": 2,
+        "unknown-one": 3,
+    }
+    assert by_lock(parsed, "lockwarden_lock_holder_pid") == {"held-one": 42}
+    info = {labels["lock"]: labels for labels, _ in parsed["lockwarden_lock_holder_info"]}
+    assert info["held-one"] == {
         "lock": "held-one",
         "path": "/srv/held-one/LOCK",
-        "state": "held_too_long",
+        "holder_pid": "42",
         "holder_role": NASTY,
         "holder_unit": "wa-resync.service",
+        "holder_user": "wa",
     }
-    assert states["free-one"][1] == 0 and states["unknown-one"][1] == 3
-    held = {labels["lock"]: value for labels, value in parsed["lockwarden_lock_held_seconds"]}
+    assert info["free-one"]["holder_pid"] == ""  # every lock has one, so the rules' join works
+    held = by_lock(parsed, "lockwarden_lock_held_seconds")
     assert held["held-one"] == 7260.5 and held["free-one"] == 0
     assert held["unknown-one"] != held["unknown-one"]  # NaN: not known, not zero
-    assert parsed["lockwarden_last_run_timestamp_seconds"] == [({}, result.checked_at.timestamp())]
+    started = {labels["lock"]: (labels["bound"], value) for labels, value in parsed[HOLD_STARTED]}
+    assert started["held-one"] == ("unknown", checked_at.timestamp() - 7260.5)
+    assert "free-one" not in started and started["unknown-one"][1] != started["unknown-one"][1]
+    assert parsed["lockwarden_last_run_timestamp_seconds"] == [({}, checked_at.timestamp())]
     assert parsed["lockwarden_run_duration_seconds"] == [({}, 0.25)]
+    assert parsed["lockwarden_alerts_undelivered"] == [({}, 2)]
+    # No sample carries a timestamp (the scrape time is the truth).
+    stamped = [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.timestamp is not None
+    ]
+    assert stamped == []
+
+
+def test_every_metric_in_the_textfile_is_in_the_one_table() -> None:
+    findings = (finding("a", State.HELD, Severity.OK, holder=Holder(pid=7, alive=True)),)
+    now = datetime.now(UTC)
+    text = render_metrics(findings, RunFacts(now, 0.1, last_delivered_at=now))
+    written = {family.name for family in text_string_to_metric_families(text)}
+    assert written == {metric.name for metric in METRICS}
 
 
 def prometheus_config(tmp_path: Path, lock: Path, textfile: Path) -> str:
@@ -116,9 +164,12 @@ def test_a_run_writes_the_textfile_for_a_real_held_lock(tmp_path: Path, children
     completed = run_cli("--once", "--config", config, "--now", later)
     assert completed.returncode == 0, completed.stdout
     parsed = samples(textfile.read_text())
-    [(labels, value)] = parsed["lockwarden_lock_state"]
-    assert labels["state"] == "held" and labels["holder_role"] == QUOTED and value == 0
-    assert labels["path"] == str(lock)
+    assert one_hot(parsed, "store")["held"] == 1
+    assert parsed["lockwarden_lock_severity"] == [({"lock": "store", "path": str(lock)}, 0)]
+    [(labels, _)] = parsed["lockwarden_lock_holder_info"]
+    assert labels["holder_role"] == QUOTED and labels["holder_pid"] == str(holder.pid)
+    assert parsed["lockwarden_lock_holder_pid"][0][1] == holder.pid
+    assert parsed["lockwarden_alerts_undelivered"] == [({}, 0)]
     # Held since the record's time or the holder's start, whichever is later: about 300 s.
     assert 290 <= parsed["lockwarden_lock_held_seconds"][0][1] <= 300
     assert parsed["lockwarden_lock_waiters"][0][1] == 0
@@ -202,14 +253,34 @@ def test_alert_rules_pass_promtool_check() -> None:
         [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 3 rules found" in checked.stdout
+    assert "SUCCESS: 5 rules found" in checked.stdout
 
 
 def test_alert_rules_fire_on_the_right_series() -> None:
-    """promtool's rule unit tests: held too long, stale and agent silent fire (and only then)."""
+    """promtool's rule unit tests: held too long (naming the holder, a new holder a new alert),
+    stale, unknown, agent silent and undelivered alerts fire, and only then."""
     promtool = require_tool("promtool")
     tested = subprocess.run(
         [promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, timeout=60
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "SUCCESS" in tested.stdout
+
+
+@pytest.mark.parametrize(
+    ("bound", "since_s", "held_s"),
+    [(Bound.EXACT, 7200.0, 7200.0), (Bound.AT_LEAST, 600.0, 600.0), (Bound.AT_MOST, None, 30.0)],
+)
+def test_the_hold_start_carries_the_findings_bound(
+    bound: Bound, since_s: float | None, held_s: float
+) -> None:
+    """A dated record or the sighting memory gives the start itself (held_since); a running
+    time only the duration it is at most."""
+    checked_at = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    since = None if since_s is None else checked_at - timedelta(seconds=since_s)
+    held = finding(
+        "one", State.HELD, Severity.OK, held_for_s=held_s, held_bound=bound, held_since=since
+    )
+    parsed = samples(render_metrics((held,), RunFacts(checked_at, 0.1)))
+    [(labels, value)] = parsed[HOLD_STARTED]
+    assert (labels["bound"], value) == (bound.value, checked_at.timestamp() - held_s)

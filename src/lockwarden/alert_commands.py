@@ -47,7 +47,9 @@ def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = 
 
         report_failures(alerted.outcome)
     if beat:
-        failed = alerted.outcome is not None and alerted.outcome.failed
+        failed = (alerted.outcome is not None and alerted.outcome.failed) or (
+            alerted.alertmanager is not None and alerted.alertmanager.failed
+        )
         heartbeat.ping(config.heartbeat, heartbeat.FAIL if failed else None)
     return alerted
 

@@ -666,18 +666,20 @@ def grade(
     state: State, held_for: float | None, policy: Policy, bound: Bound = Bound.EXACT
 ) -> tuple[State, Severity]:
     """Only an exact or an at-least duration can put a lock past its budget: a holder's
-    running time (at most) or nothing known never pages (ARCHITECTURE.md, "Never" 7)."""
+    running time (at most) or nothing known never pages (ARCHITECTURE.md, "Never" 7). What is
+    graded is the duration's lower bound, which for those is 0: a budget of 0 ("any hold is too
+    long") is past for every held lock, whatever is known of how long."""
     if state is State.FREE:
         return state, Severity.OK
     if state is State.UNKNOWN:
         return state, Severity.UNKNOWN
     if state is State.STALE:
         return state, policy.stale_severity
-    if held_for is None or bound not in (Bound.EXACT, Bound.AT_LEAST):
-        return State.HELD, Severity.OK
-    if held_for >= policy.critical_after:
+    known = held_for is not None and bound in (Bound.EXACT, Bound.AT_LEAST)
+    at_least = held_for if known and held_for is not None else 0.0
+    if at_least >= policy.critical_after:
         return State.HELD_TOO_LONG, Severity.CRITICAL
-    if held_for is not None and held_for >= policy.warn_after:
+    if at_least >= policy.warn_after:
         return State.HELD_TOO_LONG, Severity.WARNING
     return State.HELD, Severity.OK
 

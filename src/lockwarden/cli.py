@@ -17,10 +17,10 @@ from lockwarden.entry import LocksPrefetch
 from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
 from lockwarden.report import render_json, render_text
-from lockwarden.run import RunResult, inspect_path
+from lockwarden.run import AlertedRun, RunResult, inspect_path
 
 if TYPE_CHECKING:
-    from lockwarden.alerting import AlertOutcome
+    pass
 
 log = lazylog.getLogger("lockwarden")
 
@@ -504,7 +504,7 @@ def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = No
         emit(result, arguments.json)
     sys.stdout.flush()
     if config.prometheus_textfile and not arguments.dry_run:
-        write_metrics(config.prometheus_textfile, result, duration, alerted.outcome)
+        write_metrics(config.prometheus_textfile, alerted, duration)
     if not config.locks and not config.builtin:
         # A check that watches nothing must not read as OK to a monitor.
         log.warning("%s lists no [[lock]]: nothing was checked", config.source)
@@ -512,22 +512,21 @@ def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = No
     return int(result.status)
 
 
-def write_metrics(
-    path: str, result: RunResult, duration: float, outcome: AlertOutcome | None = None
-) -> None:
+def write_metrics(path: str, alerted: AlertedRun, duration: float) -> None:
     """A metrics file that cannot be written must not hide the locks' status (the exit code):
     it is logged, and Prometheus' "agent silent" alert sees the file go stale."""
-    from lockwarden.prometheus import DeliveryMetrics, write_textfile
+    from lockwarden.prometheus import RunFacts, write_textfile
 
-    delivery = (
-        None
-        if outcome is None
-        else DeliveryMetrics(
-            outcome.undelivered, len(outcome.invalid_services), outcome.last_delivered_at
-        )
+    outcome = alerted.outcome
+    run = RunFacts(
+        alerted.result.checked_at,
+        duration,
+        alerted.undelivered,
+        len(outcome.invalid_services) if outcome is not None else 0,
+        outcome.last_delivered_at if outcome is not None else None,
     )
     try:
-        write_textfile(path, result, duration, delivery)
+        write_textfile(path, alerted.result.findings, run)
     except OSError as error:
         log.error("could not write the Prometheus textfile %s: %s", path, error)
 

@@ -161,6 +161,17 @@ def _secret_http_url(value: Any) -> str:
     return value
 
 
+def _secret_http_urls(value: Any) -> tuple[str, ...]:
+    urls = _secret_strings(value)
+    for number, url in enumerate(urls, start=1):
+        if not re.match(r"https?://[^/\s]+", url):
+            raise ValueError(
+                f"URL #{number} is not an http:// or https:// URL "
+                "(value not shown: it may hold secrets)"
+            )
+    return urls
+
+
 DEFAULTS_OPTIONS = (
     Option("warn_after", _duration, "15m", "a lock held this long is a warning", "30m"),
     Option("critical_after", _duration, "1h", "a lock held this long is critical", "2h"),
@@ -452,6 +463,33 @@ HEARTBEAT_OPTIONS = (
     Option("timeout", _duration, "5s", "the longest a ping may take", "5s"),
 )
 
+ALERTMANAGER_OPTIONS = (
+    Option(
+        "urls",
+        _secret_http_urls,
+        [],
+        "Alertmanager base URLs, each sent every alert (list every peer of a cluster; "
+        "Alertmanager dedupes): firing alerts are re-posted every run, resolved ones get endsAt",
+        ["http://alertmanager-1.example.net:9093", "http://alertmanager-2.example.net:9093"],
+    ),
+    Option(
+        "host",
+        _string,
+        None,
+        "the host label of this host's alerts instead of its host name",
+        "db1.example.net",
+    ),
+    Option(
+        "ends_after",
+        _duration,
+        "5m",
+        "a firing alert not re-posted within this long ends in Alertmanager by itself (if "
+        "lockwarden stops running); keep it a few times the timer's interval",
+        "5m",
+    ),
+    Option("timeout", _duration, "5s", "the longest one post to one Alertmanager may take", "5s"),
+)
+
 LOCK_ALERT_KEYS = (
     "repeat_interval",
     "resolve_after",
@@ -481,6 +519,7 @@ SECTIONS: dict[str, tuple[Option, ...]] = {
     "state": STATE_OPTIONS,
     "notify": NOTIFY_OPTIONS,
     "heartbeat": HEARTBEAT_OPTIONS,
+    "alertmanager": ALERTMANAGER_OPTIONS,
 }
 
 
@@ -546,6 +585,20 @@ class DatabaseWatch:
 
 
 @struct
+class AlertmanagerSettings:
+    """The [alertmanager] table: Alertmanagers that get this host's alerts directly."""
+
+    urls: tuple[str, ...] = ()
+    host: str | None = None
+    ends_after: float = 300.0
+    timeout: float = 5.0
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.urls)
+
+
+@struct
 class LockConfig:
     """One `[[lock]]` table with every default filled in."""
 
@@ -578,6 +631,7 @@ class Config:
     notify: NotifySettings = NotifySettings()
     state: StateSettings = StateSettings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
+    alertmanager: AlertmanagerSettings = AlertmanagerSettings()
 
     @property
     def fs_timeout(self) -> float:
@@ -629,6 +683,7 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
         notify=NotifySettings(**_with_unit_credential(sections["notify"], os.environ)),
         state=StateSettings(**sections["state"]),
         heartbeat=HeartbeatSettings(**sections["heartbeat"]),
+        alertmanager=AlertmanagerSettings(**sections["alertmanager"]),
     )
 
 
@@ -896,6 +951,8 @@ def effective(config: Config) -> dict[str, Any]:
         "notify": _notify_document(config.notify),
         "heartbeat": _heartbeat_document(config.heartbeat),
     }
+    if config.alertmanager.configured:
+        document["alertmanager"] = _alertmanager_document(config.alertmanager)
     if config.prometheus_textfile:
         document["prometheus"] = {"textfile": config.prometheus_textfile}
     document["lock"] = locks
@@ -949,6 +1006,17 @@ def _heartbeat_document(heartbeat: HeartbeatSettings) -> dict[str, Any]:
     }
     if heartbeat.url:
         document["url"] = hide_url(heartbeat.url)
+    return document
+
+
+def _alertmanager_document(settings: AlertmanagerSettings) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "urls": [hide_url(url) for url in settings.urls],
+        "ends_after": _seconds(settings.ends_after),
+        "timeout": _seconds(settings.timeout),
+    }
+    if settings.host:
+        document["host"] = settings.host
     return document
 
 

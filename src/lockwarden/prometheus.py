@@ -1,62 +1,126 @@
-"""The Prometheus textfile: per-lock gauges for node-exporter's textfile collector.
+"""The Prometheus textfile: per-lock and per-run gauges for node-exporter's textfile collector.
 
 Written after every run to a temporary file in the same directory, flushed to disk, then
 renamed over the old one, so the collector (and anyone else) sees either the previous complete
 file or the new complete file, never half of one. The temporary name does not end in `.prom`,
-so the collector never reads it.
+so the collector never reads it. Samples carry no timestamps: the scrape time is the truth, and
+an old file is caught by the age of `lockwarden_last_run_timestamp_seconds`.
+
+Labels: every per-lock series is keyed by `lock` and `path` only, never by anything about this
+host, so the same lock on shared storage seen by several hosts differs only in the labels
+Prometheus adds per target (`instance`, and a `host` label by relabelling); Alertmanager's
+`group_by: [alertname, lock]` then makes them one notification. What changes while a lock is
+held (the holder) lives on its own info series, so a new holder does not break the state's
+history.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from lockwarden.atomic import write_atomically
-from lockwarden.model import Finding, State
-from lockwarden.run import RunResult
+from lockwarden.model import Bound, Finding, State
 from lockwarden.structs import struct
-
-LOCK_LABELS = ("lock", "path", "state", "holder_role", "holder_unit")
-
-# Each metric: (name, help text); all are gauges.
-LOCK_STATE = (
-    "lockwarden_lock_state",
-    "Severity of the lock's state (0 ok, 1 warning, 2 critical, 3 unknown); "
-    "the state itself is the state label",
-)
-LOCK_HELD_SECONDS = (
-    "lockwarden_lock_held_seconds",
-    "How long the current holder has held the lock (0 when free, NaN when not known)",
-)
-LOCK_WAITERS = ("lockwarden_lock_waiters", "Processes blocked waiting for the lock")
-LAST_RUN = (
-    "lockwarden_last_run_timestamp_seconds",
-    "Unix time of the last completed lockwarden run",
-)
-RUN_DURATION = ("lockwarden_run_duration_seconds", "How long the last lockwarden run took")
-ALERTS_UNDELIVERED = (
-    "lockwarden_alerts_undelivered",
-    "Alert messages the last run could not deliver to every service (retried, given up, or "
-    "unsent for a broken [notify]); above 0 means a person may not have been told",
-)
-NOTIFY_UNUSABLE = (
-    "lockwarden_notify_services_unusable",
-    "Configured notify URLs (or apprise config files) that apprise cannot use",
-)
-LAST_DELIVERY = (
-    "lockwarden_last_delivery_timestamp_seconds",
-    "Unix time of the last alert a service confirmed (from the state journal)",
-)
 
 
 @struct
-class DeliveryMetrics:
-    """What the alert stage of a run could not deliver, for the textfile."""
+class Metric:
+    """One metric family of the textfile: its name and help; all are gauges."""
 
-    undelivered: int
-    unusable_services: int
-    last_delivered_at: datetime | None
+    name: str
+    help: str
+
+
+# The one table of metric names: add a row here (and to the README's table) for a new metric.
+LOCK_STATE = Metric(
+    "lockwarden_lock_state",
+    "1 for the lock's current state (the state label), 0 for the others",
+)
+LOCK_SEVERITY = Metric(
+    "lockwarden_lock_severity", "Severity of the lock (0 ok, 1 warning, 2 critical, 3 unknown)"
+)
+LOCK_HOLDER_PID = Metric(
+    "lockwarden_lock_holder_pid", "PID of the process holding the lock (absent when none is named)"
+)
+LOCK_HOLDER_INFO = Metric(
+    "lockwarden_lock_holder_info",
+    "Always 1; the labels name the holder (empty when the lock has none or it cannot be named)",
+)
+LOCK_HELD_SECONDS = Metric(
+    "lockwarden_lock_held_seconds",
+    "How long the current holder has held the lock (0 when free, NaN when not known)",
+)
+LOCK_HOLD_STARTED = Metric(
+    "lockwarden_lock_hold_started_timestamp_seconds",
+    "Unix time the current hold began (NaN when not known); the bound label says whether the "
+    "hold's duration is exact, at_least or at_most that, or unknown",
+)
+LOCK_WAITERS = Metric("lockwarden_lock_waiters", "Processes blocked waiting for the lock")
+LAST_RUN = Metric(
+    "lockwarden_last_run_timestamp_seconds", "Unix time of the last completed lockwarden run"
+)
+RUN_DURATION = Metric("lockwarden_run_duration_seconds", "How long the last lockwarden run took")
+ALERTS_UNDELIVERED = Metric(
+    "lockwarden_alerts_undelivered",
+    "Alert messages the last run could not deliver to every service or Alertmanager (retried, "
+    "given up, or unsent for a broken [notify]); above 0 means a person may not have been told",
+)
+NOTIFY_UNUSABLE = Metric(
+    "lockwarden_notify_services_unusable",
+    "Configured notify URLs (or apprise config files) that apprise cannot use",
+)
+LAST_DELIVERY = Metric(
+    "lockwarden_last_delivery_timestamp_seconds",
+    "Unix time of the last alert a service confirmed, from the state journal (absent: never)",
+)
+
+METRICS = (
+    LOCK_STATE,
+    LOCK_SEVERITY,
+    LOCK_HOLDER_PID,
+    LOCK_HOLDER_INFO,
+    LOCK_HELD_SECONDS,
+    LOCK_HOLD_STARTED,
+    LOCK_WAITERS,
+    LAST_RUN,
+    RUN_DURATION,
+    ALERTS_UNDELIVERED,
+    NOTIFY_UNUSABLE,
+    LAST_DELIVERY,
+)
+
+Sample = tuple[dict[str, str], float]
+
+
+@struct
+class RunFacts:
+    """What the textfile says about the run itself, beside its findings."""
+
+    checked_at: datetime
+    duration_s: float
+    undelivered: int = 0
+    unusable_services: int = 0
+    last_delivered_at: datetime | None = None
+
+
+@struct
+class HoldStart:
+    """When the current hold began, and how sure that is."""
+
+    at: float  # Unix time; NaN when not known
+    bound: str  # exact, at_least, at_most or unknown: how the held duration is known
+
+
+def hold_start(finding: Finding, checked_at: float) -> HoldStart:
+    """The start of the hold as of `checked_at`, with the bound its duration has (model.Bound):
+    exact from a record, at_least from the sighting memory, at_most from a running time."""
+    if finding.held_since is not None:
+        return HoldStart(finding.held_since.timestamp(), finding.held_bound.value)
+    if finding.held_for_s is None:
+        return HoldStart(math.nan, Bound.UNKNOWN.value)
+    return HoldStart(checked_at - finding.held_for_s, finding.held_bound.value)
 
 
 def escape_label_value(value: str) -> str:
@@ -76,20 +140,28 @@ def number(value: float) -> str:
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
-def lock_labels(finding: Finding) -> str:
-    holder = finding.holder
-    values = (
-        finding.name,
-        finding.path,
-        finding.state.value,
-        (holder.role or "") if holder else "",
-        (holder.unit or "") if holder else "",
-    )
-    pairs = (
-        f'{name}="{escape_label_value(value)}"'
-        for name, value in zip(LOCK_LABELS, values, strict=True)
-    )
+def labels_text(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    pairs = (f'{name}="{escape_label_value(value)}"' for name, value in labels.items())
     return "{" + ",".join(pairs) + "}"
+
+
+def lock_labels(finding: Finding, **extra: str) -> dict[str, str]:
+    return {"lock": finding.name, "path": finding.path, **extra}
+
+
+def holder_labels(finding: Finding) -> dict[str, str]:
+    """The holder as the alert rules carry it into a notification (empty when none)."""
+    holder = finding.holder
+    if holder is None:
+        return dict.fromkeys(("holder_pid", "holder_role", "holder_unit", "holder_user"), "")
+    return {
+        "holder_pid": "" if holder.pid is None else str(holder.pid),
+        "holder_role": holder.role or holder.name or "",
+        "holder_unit": holder.unit or "",
+        "holder_user": holder.user or "",
+    }
 
 
 def held_seconds(finding: Finding) -> float:
@@ -98,42 +170,57 @@ def held_seconds(finding: Finding) -> float:
     return math.nan if finding.held_for_s is None else finding.held_for_s
 
 
-def gauge(metric: tuple[str, str], samples: Iterable[tuple[str, float]]) -> list[str]:
-    name, help_text = metric
-    lines = [f"# HELP {name} {escape_help(help_text)}", f"# TYPE {name} gauge"]
-    lines.extend(f"{name}{labels} {number(value)}" for labels, value in samples)
+def state_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
+    for finding in findings:
+        for state in State:
+            yield lock_labels(finding, state=state.value), float(finding.state is state)
+
+
+def holder_pid_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
+    for finding in findings:
+        if finding.holder is not None and finding.holder.pid is not None:
+            yield lock_labels(finding), float(finding.holder.pid)
+
+
+def hold_start_samples(findings: Sequence[Finding], checked_at: float) -> Iterable[Sample]:
+    for finding in findings:
+        if finding.state is not State.FREE:
+            start = hold_start(finding, checked_at)
+            yield lock_labels(finding, bound=start.bound), start.at
+
+
+def per_lock(findings: Sequence[Finding], checked_at: float) -> list[str]:
+    return [
+        *family(LOCK_STATE, state_samples(findings)),
+        *family(LOCK_SEVERITY, ((lock_labels(f), float(f.severity)) for f in findings)),
+        *family(LOCK_HOLDER_PID, holder_pid_samples(findings)),
+        *family(LOCK_HOLDER_INFO, ((lock_labels(f, **holder_labels(f)), 1.0) for f in findings)),
+        *family(LOCK_HELD_SECONDS, ((lock_labels(f), held_seconds(f)) for f in findings)),
+        *family(LOCK_HOLD_STARTED, hold_start_samples(findings, checked_at)),
+        *family(LOCK_WAITERS, ((lock_labels(f), float(len(f.waiters))) for f in findings)),
+    ]
+
+
+def family(metric: Metric, samples: Iterable[Sample]) -> list[str]:
+    lines = [f"# HELP {metric.name} {escape_help(metric.help)}", f"# TYPE {metric.name} gauge"]
+    lines.extend(f"{metric.name}{labels_text(labels)} {number(value)}" for labels, value in samples)
     return lines
 
 
-def render_metrics(
-    result: RunResult, duration_s: float, delivery: DeliveryMetrics | None = None
-) -> str:
+def render_metrics(findings: Sequence[Finding], run: RunFacts) -> str:
     """The whole textfile for one run, in the Prometheus text exposition format."""
-    findings = result.findings
     lines = [
-        *gauge(LOCK_STATE, ((lock_labels(f), float(f.severity)) for f in findings)),
-        *gauge(LOCK_HELD_SECONDS, ((lock_labels(f), held_seconds(f)) for f in findings)),
-        *gauge(LOCK_WAITERS, ((lock_labels(f), float(len(f.waiters))) for f in findings)),
-        *gauge(LAST_RUN, [("", result.checked_at.timestamp())]),
-        *gauge(RUN_DURATION, [("", duration_s)]),
+        *per_lock(findings, run.checked_at.timestamp()),
+        *family(LAST_RUN, [({}, run.checked_at.timestamp())]),
+        *family(RUN_DURATION, [({}, run.duration_s)]),
+        *family(ALERTS_UNDELIVERED, [({}, float(run.undelivered))]),
+        *family(NOTIFY_UNUSABLE, [({}, float(run.unusable_services))]),
     ]
-    if delivery is not None:
-        lines.extend(delivery_lines(delivery))
+    if run.last_delivered_at is not None:  # never delivered: absent, not a fake 0
+        lines.extend(family(LAST_DELIVERY, [({}, run.last_delivered_at.timestamp())]))
     return "\n".join(lines) + "\n"
 
 
-def delivery_lines(delivery: DeliveryMetrics) -> list[str]:
-    lines = [
-        *gauge(ALERTS_UNDELIVERED, [("", float(delivery.undelivered))]),
-        *gauge(NOTIFY_UNUSABLE, [("", float(delivery.unusable_services))]),
-    ]
-    if delivery.last_delivered_at is not None:  # never delivered: absent, not a fake 0
-        lines.extend(gauge(LAST_DELIVERY, [("", delivery.last_delivered_at.timestamp())]))
-    return lines
-
-
-def write_textfile(
-    path: str, result: RunResult, duration_s: float, delivery: DeliveryMetrics | None = None
-) -> None:
+def write_textfile(path: str, findings: Sequence[Finding], run: RunFacts) -> None:
     """Mode 0644: node-exporter runs as another user and must read it."""
-    write_atomically(path, render_metrics(result, duration_s, delivery), mode=0o644)
+    write_atomically(path, render_metrics(findings, run), mode=0o644)

@@ -34,6 +34,7 @@ from lockwarden.structs import field, replace, struct
 
 if TYPE_CHECKING:
     from lockwarden.alerting import AlertOutcome
+    from lockwarden.alertmanager import ManagerOutcome
     from lockwarden.decide import Outgoing
 
 log = lazylog.getLogger(__name__)
@@ -223,6 +224,15 @@ class AlertedRun:
 
     result: RunResult
     outcome: AlertOutcome | None  # None: a quiet run with alerting off, nothing to decide
+    alertmanager: ManagerOutcome | None = None  # None: no [alertmanager] configured
+
+    @property
+    def undelivered(self) -> int:
+        """Messages this run could not hand to a service or an Alertmanager (each retried)."""
+        count = self.outcome.undelivered if self.outcome is not None else 0
+        if self.alertmanager is not None:
+            count += len(self.alertmanager.failures)
+        return count
 
 
 def run_and_alert(
@@ -240,7 +250,9 @@ def run_and_alert(
     # Every run reads the sighting memory, so every run first makes sure the state
     # directory's file system answers.
     unusable = _state_unusable(config)
-    if not (config.notify.configured or removing or dry_run):
+    # Alertmanager is told every run (a firing alert must be renewed, a cleared one ended).
+    stateful = config.notify.configured or removing or config.alertmanager.configured
+    if not (stateful or dry_run):
         if on_start is not None:
             on_start()
         sighting = SightingMemory(config, now, unusable)
@@ -251,7 +263,7 @@ def run_and_alert(
             # alert stage (and its imports) is not paid for on the every-minute quiet path.
             return AlertedRun(result, None)
         return _alert(config, now, dry_run, result, None, unusable)
-    writes = (config.notify.configured or removing) and not dry_run
+    writes = stateful and not dry_run
     run_lock = _take_run_lock(config) if writes and unusable is None else None
     try:
         if on_start is not None:
@@ -287,8 +299,25 @@ def _alert(
         )
         checked, removed = removal.findings, tuple(removal.outgoing)
     outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed, state_unusable)
+    manager = None
+    if config.alertmanager.configured:
+        from lockwarden.alertmanager import alertmanager_stage
+
+        manager = alertmanager_stage(
+            config.alertmanager,
+            checked,
+            state_directory_of(config.state.path),
+            result.hostname,
+            now,
+            dry_run,
+            state_unusable,
+        )
+        if not config.notify.configured:
+            outcome.unsent = 0  # alerts do go out, to Alertmanager: "alerting is off" is wrong
     findings, notes = with_outcome(checked, result.notes, outcome)
-    return AlertedRun(replace(result, findings=findings, notes=notes), outcome)
+    if manager is not None:
+        notes = (*notes, *manager.notes())
+    return AlertedRun(replace(result, findings=findings, notes=notes), outcome, manager)
 
 
 class SightingMemory:

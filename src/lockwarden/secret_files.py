@@ -16,7 +16,8 @@ from lockwarden.config import Config
 
 def holds_secrets(config: Config) -> bool:
     """Secrets written in the file itself (urls_file and urls_env keep them elsewhere)."""
-    return bool(config.notify.urls or config.heartbeat.url)
+    alertmanager_credentials = any("@" in url for url in config.alertmanager.urls)
+    return bool(config.notify.urls or config.heartbeat.url or alertmanager_credentials)
 
 
 def readable_secrets_warning(config: Config) -> str | None:

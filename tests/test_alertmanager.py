@@ -1,0 +1,234 @@
+"""The direct Alertmanager target: what each run posts (a pure table), and the real CLI
+against a real HTTP server on 127.0.0.1 that answers as Alertmanager's v2 API does (the real
+Alertmanager cluster is driven in test_fleet.py): re-posting while firing, endsAt when
+resolved, a resolve owed through an outage, one request per URL per run while it is down."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FLOCK_HOLDER, Children, run_cli, write_config
+from lockwarden.alertmanager import Alert, Posted, alert_labels, plan
+from lockwarden.config import AlertmanagerSettings, ConfigError, effective, parse
+from lockwarden.model import Finding, Holder, Severity, State
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+SETTINGS = AlertmanagerSettings(urls=("http://127.0.0.1:1",), ends_after=300.0)
+
+
+def finding(state: State, severity: Severity, pid: int | None = 42) -> Finding:
+    holder = Holder(pid=pid, alive=True, role="re-sync", unit="wa-resync.service")
+    return Finding(
+        name="wa-store",
+        path="/srv/wa/LOCK",
+        format="owner-record",
+        state=state,
+        severity=severity,
+        reason="writes to wa-store blocked",
+        holder=holder if state is not State.FREE else None,
+        action="systemctl stop wa-resync.service",
+    )
+
+
+def later(seconds: float) -> datetime:
+    return NOW + timedelta(seconds=seconds)
+
+
+def test_a_held_too_long_lock_fires_with_the_rules_labels() -> None:
+    posted = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
+    [alert] = posted.firing.values()
+    assert alert.labels == {
+        "alertname": "LockwardenLockHeldTooLong",
+        "lock": "wa-store",
+        "path": "/srv/wa/LOCK",
+        "host": "db1",
+        "severity": "critical",
+        "holder_pid": "42",
+        "holder_role": "re-sync",
+        "holder_unit": "wa-resync.service",
+    }
+    assert alert.annotations["summary"] == "wa-store on db1 held too long"
+    assert alert.annotations["action"] == "systemctl stop wa-resync.service"
+    assert alert.starts_at == "2026-12-02T12:00:00Z" and alert.ends_at == "2026-12-02T12:05:00Z"
+    assert posted.resolving == {}
+
+
+@pytest.mark.parametrize(
+    ("state", "severity", "fires"),
+    [
+        (State.FREE, Severity.OK, None),
+        (State.HELD, Severity.OK, None),
+        (State.HELD_TOO_LONG, Severity.WARNING, "warning"),
+        (State.STALE, Severity.CRITICAL, "critical"),
+        (State.UNKNOWN, Severity.UNKNOWN, None),  # as the rules: only after `for:`, not here
+    ],
+)
+def test_which_states_fire(state: State, severity: Severity, fires: str | None) -> None:
+    labels = alert_labels(finding(state, severity), "db1")
+    assert (labels or {}).get("severity") == fires
+
+
+def test_a_firing_alert_is_renewed_each_run_and_keeps_its_start() -> None:
+    held = [finding(State.HELD_TOO_LONG, Severity.CRITICAL)]
+    first = plan(held, Posted(), "db1", NOW, SETTINGS)
+    second = plan(held, first, "db1", later(60), SETTINGS)
+    [alert] = second.firing.values()
+    assert alert.starts_at == "2026-12-02T12:00:00Z" and alert.ends_at == "2026-12-02T12:06:00Z"
+
+
+def test_released_is_posted_once_more_with_ends_at_now() -> None:
+    first = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
+    released = plan([finding(State.FREE, Severity.OK)], first, "db1", later(60), SETTINGS)
+    assert released.firing == {}
+    [alert] = released.resolving.values()
+    assert alert.labels == next(iter(first.firing.values())).labels  # the same alert
+    assert alert.ends_at == "2026-12-02T12:01:00Z"
+
+
+def test_a_new_holder_resolves_the_old_alert_and_fires_a_new_one() -> None:
+    first = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
+    other = [finding(State.HELD_TOO_LONG, Severity.CRITICAL, pid=43)]
+    second = plan(other, first, "db1", later(60), SETTINGS)
+    [new] = second.firing.values()
+    [old] = second.resolving.values()
+    assert new.labels["holder_pid"] == "43" and old.labels["holder_pid"] == "42"
+    assert new.starts_at == "2026-12-02T12:01:00Z"
+
+
+def test_an_owed_resolve_is_kept_until_the_last_firing_post_ran_out() -> None:
+    owed = Alert({"alertname": "x"}, {}, "2026-12-02T11:00:00Z", "2026-12-02T12:00:00Z")
+    before = Posted({}, {"k": owed})
+    assert plan([], before, "db1", later(299), SETTINGS).resolving == {"k": owed}
+    assert plan([], before, "db1", later(300), SETTINGS).resolving == {}
+
+
+def test_config_section_is_checked_and_never_echoes_a_url() -> None:
+    with pytest.raises(ConfigError) as error:
+        parse({"alertmanager": {"urls": ["ftp://user:s3cret@am:9093"]}}, "c.toml")
+    assert "alertmanager.urls: URL #1 is not an http:// or https:// URL" in str(error.value)
+    assert "s3cret" not in str(error.value)
+    urls = ["http://am-1:9093", "https://user:s3cret@am-2:9093"]
+    config = parse({"alertmanager": {"urls": urls, "ends_after": "3m"}}, "c.toml")
+    assert config.alertmanager.configured and config.alertmanager.ends_after == 180.0
+    shown = effective(config)["alertmanager"]  # what check-config prints
+    assert shown["urls"] == ["http://am-1:9093/(hidden)", "https://(hidden)"]
+    assert shown["ends_after"] == "3m"
+
+
+@dataclass
+class FakeAlertmanager:
+    """A real HTTP server answering POST /api/v2/alerts with `status` (200, or 503 when down)."""
+
+    server: ThreadingHTTPServer
+    posts: list[list[dict[str, Any]]] = field(default_factory=list)
+    status: int = 200
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def alertmanager() -> Iterator[FakeAlertmanager]:
+    fake: FakeAlertmanager
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            assert self.path == "/api/v2/alerts"
+            fake.posts.append(json.loads(body))
+            self.send_response(fake.status)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    fake = FakeAlertmanager(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
+    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+
+
+def test_an_outage_costs_one_post_per_run_and_the_resolve_is_delivered_after(
+    tmp_path: Path, children: Children, alertmanager: FakeAlertmanager
+) -> None:
+    lock = tmp_path / "store.lock"
+    textfile = tmp_path / "lockwarden.prom"
+    config = write_config(
+        tmp_path / "config.toml",
+        f"""
+        [state]
+        path = "{tmp_path}/state/state.jsonl"
+        [prometheus]
+        textfile = "{textfile}"
+        [alertmanager]
+        urls = ["{alertmanager.url}"]
+        host = "db1"
+        [[lock]]
+        name = "store"
+        path = "{lock}"
+        format = "kernel"
+        warn_after = "0"
+        critical_after = "0"
+        """,
+    )
+    holder = children.python(FLOCK_HOLDER, str(lock))
+    alertmanager.status = 503
+    for _ in range(3):
+        completed = run_cli("--once", "--config", config)
+        assert completed.returncode == 2, completed.stderr  # the lock's verdict, not the outage
+        assert "alertmanager: NOT delivered to http://127.0.0.1" in completed.stdout
+        assert "warning: alertmanager: NOT delivered" in completed.stderr
+        assert "lockwarden_alerts_undelivered 1" in textfile.read_text()
+    assert len(alertmanager.posts) == 3  # one request per run, no burst
+    assert all(post[0]["labels"]["holder_pid"] == str(holder.pid) for post in alertmanager.posts)
+    holder.kill()
+    holder.wait(timeout=10)
+    run_cli("--once", "--config", config)  # released while Alertmanager is still down
+    alertmanager.status = 200
+    completed = run_cli("--once", "--config", config)
+    assert completed.returncode == 0, completed.stderr
+    [resolve] = alertmanager.posts[-1]
+    assert resolve["labels"]["lock"] == "store"
+    ends = datetime.fromisoformat(resolve["endsAt"].replace("Z", "+00:00"))
+    assert ends <= datetime.now(UTC)  # ended, not renewed
+    assert "lockwarden_alerts_undelivered 0" in textfile.read_text()
+    posts = len(alertmanager.posts)
+    assert run_cli("--once", "--config", config).returncode == 0
+    assert len(alertmanager.posts) == posts  # nothing owed, nothing firing: nothing posted
+
+
+def test_a_damaged_memory_of_what_was_posted_is_said_and_posting_goes_on(
+    tmp_path: Path, children: Children, alertmanager: FakeAlertmanager
+) -> None:
+    lock = tmp_path / "store.lock"
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "alertmanager.json").write_text('{"firing": [')
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[state]\npath = "{state}/state.jsonl"\n'
+        f'[alertmanager]\nurls = ["{alertmanager.url}"]\n'
+        f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
+        'warn_after = "0"\ncritical_after = "0"\n',
+    )
+    children.python(FLOCK_HOLDER, str(lock))
+    completed = run_cli("--once", "--config", config)
+    assert completed.returncode == 2
+    assert "alertmanager.json unreadable (JSONDecodeError); starting afresh" in completed.stderr
+    [[alert]] = alertmanager.posts
+    assert alert["labels"]["lock"] == "store"
+    assert json.loads((state / "alertmanager.json").read_text())["firing"]  # rewritten whole
