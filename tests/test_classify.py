@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,7 +19,6 @@ from lockwarden.model import (
     State,
     Unattributed,
 )
-from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BOOT = NOW - timedelta(days=3)

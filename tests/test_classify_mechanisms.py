@@ -3,6 +3,7 @@ stage (no /proc, no clock), so every branch, including the "cannot see" ones, is
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,7 +11,6 @@ import pytest
 from lockwarden.classify import Policy, classify
 from lockwarden.identify import Evidence, is_writer_lock
 from lockwarden.model import ByteRange, Claim, Holder, KernelLock, Process, StaleProof, State
-from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BOOTED = NOW - timedelta(days=1)

@@ -3,6 +3,7 @@ several recorded holders. Pure: Claims, Processes and Evidence are built by hand
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,7 +11,6 @@ import pytest
 from lockwarden.classify import Policy, classify
 from lockwarden.identify import Evidence
 from lockwarden.model import Claim, Process, State
-from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BOOTED = NOW - timedelta(days=1)

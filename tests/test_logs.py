@@ -185,65 +185,44 @@ def test_report_goes_to_stdout_and_logs_to_stderr(tmp_path: Path) -> None:
     assert all(line[:3] in ("<7>", "<6>", "<4>") for line in logged.splitlines()), logged
 
 
-LAZY_PROBE = """
-import io, sys
-from lockwarden import lazylog
+PROBE = """
+import io, logging, sys
+from lockwarden import logs
 stream = io.StringIO()
-lazylog.configure(sys.argv[1] == "verbose", stream, {"NO_COLOR": "1"})
-log = lazylog.getLogger("lockwarden.probe")
+logs.configure(sys.argv[1] == "verbose", stream, {"NO_COLOR": "1"})
+log = logging.getLogger("lockwarden.probe")
 log.debug("a debug line %s", 1)
 log.info("an info line")
-before = "logging" in sys.modules
 log.warning("a warning %s", "line")
-print(before, "logging" in sys.modules)
 print(stream.getvalue(), end="")
 """
 
 
-def lazy_probe(verbosity: str) -> list[str]:
-    completed = run_python(LAZY_PROBE, verbosity)
+def probe(verbosity: str) -> list[str]:
+    completed = run_python(PROBE, verbosity)
     assert completed.returncode == 0, completed.stderr
     return completed.stdout.splitlines()
 
 
-def test_lines_below_the_cli_level_cost_no_logging_import() -> None:
-    """Without -v, debug and info lines return before `logging` is imported; the first
-    warning imports it, makes the CLI's handler and is written in the terminal form."""
-    assert lazy_probe("quiet") == ["False True", "lockwarden: warning: a warning line"]
+def test_without_verbose_only_warnings_reach_the_cli_handler() -> None:
+    assert probe("quiet") == ["lockwarden: warning: a warning line"]
 
 
 def test_verbose_lines_are_all_written_through_the_cli_handler() -> None:
-    assert lazy_probe("verbose") == [
-        "True True",
+    assert probe("verbose") == [
         "lockwarden: debug: a debug line 1",
         "lockwarden: info: an info line",
         "lockwarden: warning: a warning line",
     ]
 
 
-def test_before_the_cli_configures_anything_lines_go_to_logging(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Used as a library (or in tests), lockwarden's lines reach logging's own handlers, at
-    logging's own levels, with the caller's file and line (not lazylog's)."""
-    from lockwarden import lazylog
-
-    lazylog.reset()
-    with caplog.at_level(logging.DEBUG, logger="lockwarden"):
-        lazylog.getLogger("lockwarden.library").debug("seen %d", 3)
-    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
-        ("lockwarden.library", logging.DEBUG, "seen 3")
-    ]
-    assert caplog.records[0].pathname == __file__
-
-
 def test_settings_a_cli_call_never_used_are_not_applied_after_it_returns(
     tmp_path: Path,
 ) -> None:
-    """A `main()` that logged nothing leaves no pending settings behind: a line logged later
-    in the same process (lockwarden used as a library by then) reaches the handler the
-    application set up, which the CLI's settings must not replace."""
-    from lockwarden import cli, lazylog
+    """A `main()` takes its stderr handler away when it returns: a line logged later in the
+    same process (lockwarden used as a library by then) reaches the handler the application
+    set up, and only that one."""
+    from lockwarden import cli
 
     lock = tmp_path / "free.lock"
     lock.touch()
@@ -255,10 +234,9 @@ def test_settings_a_cli_call_never_used_are_not_applied_after_it_returns(
         assert cli.main(["inspect", "--format", "kernel", str(lock)]) == 0
         handler = logging.StreamHandler(stream)
         logger.addHandler(handler)
-        lazylog.getLogger("lockwarden.library").warning("a journal problem")
-        assert handler in logger.handlers
+        logging.getLogger("lockwarden.library").warning("a journal problem")
+        assert logger.handlers == [handler]
     finally:
-        lazylog.reset()
         logger.handlers[:] = saved[0]
         logger.setLevel(saved[1])
         logger.propagate = saved[2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,7 +10,6 @@ import pytest
 from lockwarden import sightings
 from lockwarden.history import timestamp
 from lockwarden.model import Bound, Finding, Severity, State
-from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 FIRST = NOW - timedelta(minutes=7)

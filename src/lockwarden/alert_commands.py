@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,6 @@ from lockwarden.config import Config
 from lockwarden.messages import stamp
 from lockwarden.report import json_document, render_text
 from lockwarden.run import AlertedRun, run_and_alert
-from lockwarden.structs import struct
 
 if TYPE_CHECKING:
     from lockwarden.history import Incident
@@ -22,7 +22,7 @@ EXIT_UNKNOWN = 3
 EXIT_CONFIG = 78
 
 
-@struct
+@dataclass(frozen=True)
 class Output:
     """What a command prints and the exit code it returns; cli.py does the printing."""
 

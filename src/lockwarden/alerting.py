@@ -9,11 +9,12 @@ state problem (severity unknown) and sends one "state degraded" notice.
 
 from __future__ import annotations
 
+import logging
 import os
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lockwarden import lazylog
 from lockwarden.config import Config
 from lockwarden.crashpoints import crash_point
 from lockwarden.decide import LockPolicy, Outgoing, Plan, Retry, decide
@@ -36,19 +37,18 @@ from lockwarden.journal import (
 from lockwarden.messages import Message, render_state_degraded, render_state_healthy
 from lockwarden.model import Finding, Severity, State
 from lockwarden.sightings import keep_latest_seen
-from lockwarden.structs import field, struct
 
 if TYPE_CHECKING:
     from lockwarden.notify import Delivery, Notifier
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 STATE_FINDING = "lockwarden:state"
 NOTICE_ID = "state-degraded"  # the per-run notice: never journaled, so never retried
 NOTIFY_FINDING = "lockwarden:notify"
 
 
-@struct
+@dataclass(frozen=True)
 class Sending:
     """One message sent (or not) to one service this run."""
 
@@ -61,7 +61,7 @@ class Sending:
     status: str
 
 
-@struct(frozen=False)
+@dataclass
 class AlertOutcome:
     """What the alert stage decided, sent and could not do."""
 
@@ -237,7 +237,7 @@ def _deliver(
             outcome.last_delivered_at = now
 
 
-@struct
+@dataclass(frozen=True)
 class Job:
     """One message to send this run, and the services to send it to."""
 

@@ -18,19 +18,19 @@ request per URL per run, never a burst, and the apprise journal is not involved 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwarden import lazylog
 from lockwarden.atomic import write_atomically
 from lockwarden.config import AlertmanagerSettings, hide_url
 from lockwarden.model import Finding, Severity, State
 from lockwarden.prometheus import holder_labels as textfile_holder_labels
-from lockwarden.structs import field, struct
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 STATE_NAME = "alertmanager.json"
 API_PATH = "/api/v2/alerts"
@@ -42,7 +42,7 @@ ALERT_NAMES = {
 Labels = dict[str, str]
 
 
-@struct
+@dataclass(frozen=True)
 class Alert:
     """One alert as Alertmanager's API takes it (times as RFC 3339 strings)."""
 
@@ -60,7 +60,7 @@ class Alert:
         }
 
 
-@struct
+@dataclass(frozen=True)
 class Posted:
     """What Alertmanager was told: alerts firing, and resolves not yet taken by all URLs."""
 
@@ -68,7 +68,7 @@ class Posted:
     resolving: dict[str, Alert] = field(default_factory=dict)
 
 
-@struct(frozen=False)
+@dataclass
 class ManagerOutcome:
     """What one run posted, and which Alertmanagers did not take it."""
 

@@ -23,13 +23,12 @@ there, but the same code works.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from lockwarden import lazylog
-from lockwarden.structs import field, struct
-
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 # scheme -> (module, class) candidates, newest apprise layout first.
 _JSON = (
@@ -70,7 +69,7 @@ PLUGIN_MODULES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-@struct(frozen=False)
+@dataclass
 class Notifier:
     """An `apprise.Apprise` with the configured services, and how each was loaded."""
 

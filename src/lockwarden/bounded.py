@@ -29,9 +29,8 @@ import struct as binary
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
-
-from lockwarden.structs import struct
 
 # The C pickler itself: `pickle` the module adds ~2 ms of imports to every run for nothing
 # this module uses (the results come from our own fork, so any pickle is trusted).
@@ -49,7 +48,7 @@ _WORKER_NAME = b"lockwarden-fs"
 MESSAGE_TAIL_S = 5.0  # the rest of a message already begun: the child is not stuck
 
 
-@struct
+@dataclass(frozen=True)
 class Mount:
     """One line of /proc/self/mountinfo: where a file system is mounted, and its type."""
 

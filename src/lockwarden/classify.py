@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from lockwarden.advice import advise_holder, needs_action
@@ -24,7 +25,6 @@ from lockwarden.model import (
     StaleProof,
     State,
 )
-from lockwarden.structs import replace, struct
 
 # Wall-clock times (a record's startedAt, a file's mtime, the boot time as "now - uptime") move
 # when the clock is stepped, by any amount: a machine without an RTC boots in 1970 and writes its
@@ -42,7 +42,7 @@ BOOT_MARGIN = timedelta(minutes=1)
 COMM_LENGTH = 15
 
 
-@struct
+@dataclass(frozen=True)
 class Policy:
     """How long a lock may be held, and how bad a stale one is."""
 
@@ -53,7 +53,7 @@ class Policy:
     stale_after: float | None = None
 
 
-@struct
+@dataclass(frozen=True)
 class Verdict:
     """What the evidence says about a claim, before it becomes a Finding."""
 

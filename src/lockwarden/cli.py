@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lockwarden import __version__, lazylog
+from lockwarden import __version__, logs
 from lockwarden import config as config_module
 from lockwarden.durations import DurationError, parse_duration
 from lockwarden.entry import LocksPrefetch
@@ -22,7 +23,7 @@ from lockwarden.run import AlertedRun, RunResult, inspect_path
 if TYPE_CHECKING:
     pass
 
-log = lazylog.getLogger("lockwarden")
+log = logging.getLogger("lockwarden")
 
 EXIT_OK = 0
 EXIT_WARNING = 1
@@ -397,7 +398,7 @@ def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) 
     arguments = parser.parse_args(before)
     arguments.command_args = command
     verbose = getattr(arguments, "verbose", False)
-    lazylog.configure(verbose, sys.stderr, os.environ)
+    handler = logs.configure(verbose, sys.stderr, os.environ)
     try:
         merge_global_options(arguments)
         return dispatch(parser, arguments, locks)
@@ -425,9 +426,9 @@ def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) 
         )
         return EXIT_UNKNOWN
     finally:
-        # Settings this call never needed (it logged nothing) must not be applied later, by a
-        # line logged after it returned, over handlers someone else has set up since.
-        lazylog.reset()
+        # lockwarden used as a library after this call: its lines go where the application
+        # sends them again, not to this call's stderr handler.
+        logs.release(handler)
 
 
 def dispatch(
@@ -579,7 +580,7 @@ def runtime_problems(config: config_module.Config) -> list[str]:
 def checkable_here(settings: config_module.NotifySettings) -> config_module.NotifySettings:
     """The notify settings check-config can check in this shell: an environment variable or a
     systemd credential that only the service has is named in a warning, and left out."""
-    from lockwarden.structs import replace
+    from dataclasses import replace
 
     if settings.urls_env and not os.environ.get(settings.urls_env):
         log.warning(
@@ -731,7 +732,7 @@ def _blocking(result: RunResult) -> bool:
 
 def _watch(look: Callable[[], RunResult], first: RunResult, wait_ms: int) -> RunResult:
     """Poll (never acquire) until the lock is released or the wait is over; say which."""
-    from lockwarden.structs import replace
+    from dataclasses import replace
 
     print(
         f"lockwarden: watching {first.findings[0].path} for up to {wait_ms} ms ...", file=sys.stderr

@@ -11,6 +11,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from lockwarden.durations import DurationError, format_config_duration, parse_duration
@@ -18,7 +19,6 @@ from lockwarden.formats import format_names
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.formats.dpkg import NAME as DPKG
 from lockwarden.removable import NEVER_REMOVED
-from lockwarden.structs import asdict, field, replace, struct
 
 DEFAULT_PATH = "/etc/lockwarden/config.toml"
 REQUIRED = object()
@@ -43,7 +43,7 @@ class ConfigError(Exception):
 Converter = Callable[[Any], Any]
 
 
-@struct
+@dataclass(frozen=True)
 class Option:
     """One key of the config schema: how to convert it, its default, its help."""
 
@@ -523,7 +523,7 @@ SECTIONS: dict[str, tuple[Option, ...]] = {
 }
 
 
-@struct
+@dataclass(frozen=True)
 class AlertSettings:
     """The [alerts] table: when to alert, remind, resolve and give up."""
 
@@ -534,7 +534,7 @@ class AlertSettings:
     min_severity: str = "critical"
 
 
-@struct
+@dataclass(frozen=True)
 class NotifySettings:
     """The [notify] table: where alerts go (URLs never shown in full)."""
 
@@ -549,7 +549,7 @@ class NotifySettings:
         return bool(self.urls or self.config or self.urls_file or self.urls_env)
 
 
-@struct
+@dataclass(frozen=True)
 class StateSettings:
     """The [state] table: the journal's path and size bound."""
 
@@ -557,7 +557,7 @@ class StateSettings:
     max_bytes: int = 262144
 
 
-@struct
+@dataclass(frozen=True)
 class HeartbeatSettings:
     """The [heartbeat] table: the dead man's switch pinged after each run."""
 
@@ -566,7 +566,7 @@ class HeartbeatSettings:
     timeout: float = 5.0
 
 
-@struct
+@dataclass(frozen=True)
 class DatabaseWatch:
     """What a database lock watches, and how lockwarden connects (read-only) to find out."""
 
@@ -584,7 +584,7 @@ class DatabaseWatch:
         return f"{self.engine} {self.connection}: {self.watch} {target}"
 
 
-@struct
+@dataclass(frozen=True)
 class AlertmanagerSettings:
     """The [alertmanager] table: Alertmanagers that get this host's alerts directly."""
 
@@ -598,7 +598,7 @@ class AlertmanagerSettings:
         return bool(self.urls)
 
 
-@struct
+@dataclass(frozen=True)
 class LockConfig:
     """One `[[lock]]` table with every default filled in."""
 
@@ -618,7 +618,7 @@ class LockConfig:
     database: DatabaseWatch | None = None
 
 
-@struct
+@dataclass(frozen=True)
 class Config:
     """A validated configuration (from a file, or the built-in defaults)."""
 

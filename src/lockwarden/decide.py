@@ -14,6 +14,7 @@ lock's inode and record). A new key for a lock is a new incident; the old one is
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
 
@@ -31,10 +32,9 @@ from lockwarden.messages import (
     render_resolved,
 )
 from lockwarden.model import Finding, Severity, State
-from lockwarden.structs import field, struct
 
 
-@struct
+@dataclass(frozen=True)
 class LockPolicy:
     """A lock's alert settings and the notify tags that route its messages."""
 
@@ -43,7 +43,7 @@ class LockPolicy:
     role: str | None = None  # what the store is (the lock's `role`), shown in its alerts
 
 
-@struct
+@dataclass(frozen=True)
 class Outgoing:
     """A new message to send; its targets are resolved by the notifier at send time."""
 
@@ -55,7 +55,7 @@ class Outgoing:
     tags: tuple[str, ...]
 
 
-@struct
+@dataclass(frozen=True)
 class Retry:
     """A message due earlier that some services have not confirmed yet."""
 
@@ -63,7 +63,7 @@ class Retry:
     services: tuple[str, ...]
 
 
-@struct(frozen=False)
+@dataclass
 class Plan:
     """What one run should send, retry or give up on, and what to journal."""
 

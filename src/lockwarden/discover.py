@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,6 @@ from lockwarden.formats import LAYOUT_FORMATS, choose_format
 from lockwarden.host import Snapshot
 from lockwarden.model import Finding, InodeKey
 from lockwarden.run import inspect_locks
-from lockwarden.structs import struct
 
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ENTRIES = 50_000
@@ -35,7 +35,7 @@ NEVER_WALKED = ("/proc", "/sys", "/dev")
 DELETED_SUFFIX = " (deleted)"
 
 
-@struct
+@dataclass(frozen=True)
 class Candidate:
     """A lock worth watching: where it is, which format reads it, and how it was found."""
 
@@ -46,7 +46,7 @@ class Candidate:
     label: str | None = None  # what names it in a config, when its path cannot
 
 
-@struct
+@dataclass(frozen=True)
 class Discovery:
     """The candidate locks found on this host, each judged now."""
 
@@ -186,7 +186,7 @@ def _kernel_path_format(path: str) -> str:
     return choose_format(path) or "kernel"
 
 
-@struct
+@dataclass(frozen=True)
 class Visit:
     """What one directory of the walk holds: candidates (with the index of the entry each was
     found at, for the entry limit), notes, its entry count."""

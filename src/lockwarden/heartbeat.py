@@ -8,10 +8,11 @@ secret) and never fails the run.
 
 from __future__ import annotations
 
-from lockwarden import lazylog
+import logging
+
 from lockwarden.config import HeartbeatSettings, hide_url
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 START = "start"
 FAIL = "fail"

@@ -17,11 +17,11 @@ Pure: records in, typed history out. The record kinds (one JSON object per line)
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from lockwarden.journal import Record, encode
-from lockwarden.structs import field, struct
 
 GOOD = "good"
 UNRESOLVED = "*"  # a message due before its services were known: every matching service
@@ -43,7 +43,7 @@ def parse_time(text: Any) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-@struct(frozen=False)
+@dataclass
 class Attempt:
     """One delivery attempt of a message to one service, as the journal recorded it."""
 
@@ -54,7 +54,7 @@ class Attempt:
     status: str
 
 
-@struct(frozen=False)
+@dataclass
 class Sent:
     """One message an incident produced, and what each service did with it."""
 
@@ -82,7 +82,7 @@ class Sent:
         return tuple(service for service in targets if service not in done)
 
 
-@struct(frozen=False)
+@dataclass
 class Incident:
     """One bad episode of one lock with one holder, folded from the journal."""
 
@@ -114,7 +114,7 @@ class Incident:
         return {m.message_id for m in reminders if m.due_at != latest}
 
 
-@struct
+@dataclass(frozen=True)
 class RunSummary:
     """What a journaled run recorded about one lock."""
 
@@ -125,7 +125,7 @@ class RunSummary:
         return self.locks.get(lock, (GOOD, None))[0]
 
 
-@struct
+@dataclass(frozen=True)
 class Sighting:
     """The first run that saw a lock stale with this key (removal needs two, far enough apart)."""
 
@@ -133,7 +133,7 @@ class Sighting:
     first_at: datetime
 
 
-@struct(frozen=False)
+@dataclass
 class History:
     """Everything the journal says, folded: incidents, runs, sightings."""
 

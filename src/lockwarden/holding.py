@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import logging
 import os
 import pwd
 import secrets
@@ -45,9 +46,9 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from lockwarden import lazylog
 from lockwarden.advice import advise_holder
 from lockwarden.durations import format_duration, format_limit, parse_duration
 from lockwarden.formats import store_lock_path
@@ -55,9 +56,8 @@ from lockwarden.formats.base import key_of, lstat_or_none
 from lockwarden.host import Snapshot
 from lockwarden.model import Finding, InodeKey, State
 from lockwarden.run import inspect_path
-from lockwarden.structs import struct
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 RECORD_NAME = "owner.json"
 UNUSABLE_LOOKS = 5  # consecutive looks before something at PATH is called not a lock
@@ -126,7 +126,7 @@ class Interrupted(HoldError):
         super().__init__(f"interrupted by {signal.Signals(signal_number).name} before starting")
 
 
-@struct
+@dataclass(frozen=True)
 class HoldRecord:
     """The owner record `hold` writes; every field the owner-record reader needs for proof."""
 
@@ -159,7 +159,7 @@ class HoldRecord:
         return (json.dumps(document, indent=2) + "\n").encode()
 
 
-@struct
+@dataclass(frozen=True)
 class TakenLock:
     """A lock this process created: where, which inode, and what it says."""
 
@@ -440,7 +440,7 @@ def seconds_of(value: float | str) -> float:
 # The command-line supervisor.
 
 
-@struct
+@dataclass(frozen=True)
 class Supervision:
     """How `lockwarden hold` watches COMMAND; all durations in seconds."""
 
@@ -543,7 +543,7 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-@struct(frozen=False)
+@dataclass
 class Watch:
     """The timers of a hold: warn past --max-hold every --warn-every, and --kill-after."""
 

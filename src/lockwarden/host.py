@@ -8,24 +8,24 @@ about. Process details (command line, cgroup, user) are read only for the proces
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from lockwarden import lazylog
 from lockwarden.model import InodeKey, KernelLock, Process
-from lockwarden.structs import field, replace, struct
 
 DEFAULT_PID_MAX = 4194304
 # The [defaults] fs_timeout default (config.py); the run passes the configured one.
 PROC_READ_TIMEOUT_S = 3.0
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
-@struct
+@dataclass(frozen=True)
 class Descriptor:
     """An open file descriptor of some process on a watched inode, with its lock lines."""
 
@@ -38,7 +38,7 @@ class Descriptor:
     exited) holds it; None for the process's table, /proc/PID/fd."""
 
 
-@struct(frozen=False)
+@dataclass
 class DescriptorScan:
     """Descriptors found on the watched inodes in one walk of /proc/*/fdinfo."""
 
@@ -186,7 +186,7 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
-@struct(frozen=False)
+@dataclass
 class Snapshot:
     """What the host looked like at one moment; the only reader of /proc in a run."""
 
@@ -422,7 +422,7 @@ class Snapshot:
         ]
 
 
-@struct
+@dataclass(frozen=True)
 class WorkingDirectories:
     """Every process's working directory, and the processes whose one could not be read."""
 
@@ -713,7 +713,7 @@ def _table_descriptors(
     return found
 
 
-@struct
+@dataclass(frozen=True)
 class BlockedCall:
     """A thread blocked in a lock call on one of its descriptors."""
 

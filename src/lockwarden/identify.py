@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockwarden.host import Descriptor, Snapshot
@@ -21,10 +22,9 @@ from lockwarden.model import (
     Unattributed,
     Waiter,
 )
-from lockwarden.structs import field, replace, struct
 
 
-@struct
+@dataclass(frozen=True)
 class Evidence:
     """What the host snapshot says about one claim: kernel locks, holders, waiters."""
 

@@ -21,16 +21,16 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import stat
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from lockwarden import lazylog
 from lockwarden.crashpoints import armed, crash_point, crash_point_now
-from lockwarden.structs import field, struct
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 JOURNAL_NAME = "state.jsonl"
@@ -161,7 +161,7 @@ def fsync_directory(directory: str) -> None:
         os.close(descriptor)
 
 
-@struct(frozen=False)
+@dataclass
 class Loaded:
     """What a load found: the good records, warnings, and where a torn tail starts."""
 

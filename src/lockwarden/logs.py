@@ -104,3 +104,11 @@ def configure(verbose: bool, stream: IO[str], environ: Mapping[str, str]) -> log
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logger.propagate = False
     return handler
+
+
+def release(handler: logging.Handler) -> None:
+    """Undo `configure`: the `lockwarden` loggers go back to logging's defaults."""
+    logger = logging.getLogger("lockwarden")
+    logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True

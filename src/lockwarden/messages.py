@@ -11,12 +11,12 @@ chat services show as its colour.
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden.advice import is_command, why_no_action
 from lockwarden.durations import format_duration, format_time
 from lockwarden.model import Finding, Holder, Severity, State, command_text
-from lockwarden.structs import struct
 
 ALERT = "alert"
 REMINDER = "reminder"
@@ -37,7 +37,7 @@ NOTIFY_TYPES = {
 }
 
 
-@struct
+@dataclass(frozen=True)
 class Message:
     """One notification: a title, a plain-text body for email and a Markdown body for chat."""
 
@@ -47,7 +47,7 @@ class Message:
     notify_type: str = INFO
 
 
-@struct
+@dataclass(frozen=True)
 class Row:
     """One labelled line of a message body."""
 
@@ -56,7 +56,7 @@ class Row:
     code: bool = False
 
 
-@struct
+@dataclass(frozen=True)
 class Ended:
     """What a resolved message needs to know about the incident that ended."""
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-
-from lockwarden.structs import field, struct
 
 
 class State(enum.StrEnum):
@@ -68,7 +67,7 @@ class StaleProof(enum.StrEnum):
     """A kernel lock: nothing is left behind, so it is never stale."""
 
 
-@struct
+@dataclass(frozen=True)
 class ByteRange:
     """Bytes start..end (inclusive) of one file: where a WRITE lock means a writer."""
 
@@ -82,7 +81,7 @@ class ByteRange:
         return lock.start <= self.end and (lock.end is None or lock.end >= self.start)
 
 
-@struct
+@dataclass(frozen=True)
 class Claim:
     """What a lock's files say, read by a format; no judgement, no policy.
 
@@ -150,7 +149,7 @@ class Claim:
     distrust: str | None = None
 
 
-@struct
+@dataclass(frozen=True)
 class Process:
     """One process as the host snapshot saw it."""
 
@@ -173,7 +172,7 @@ class Process:
         return not (self.state in ("Z", "X") and self.threads <= 1)
 
 
-@struct
+@dataclass(frozen=True)
 class KernelLock:
     """One line of /proc/locks."""
 
@@ -191,7 +190,7 @@ class KernelLock:
         return self.mode == "WRITE"
 
 
-@struct
+@dataclass(frozen=True)
 class Holder:
     """A process that holds (or, for `openers`, has open) a lock, as shown in a finding."""
 
@@ -220,7 +219,7 @@ class Holder:
         return f"PID {self.pid}{suffix}" if self.pid is not None else f"an unnamed process{suffix}"
 
 
-@struct
+@dataclass(frozen=True)
 class Waiter:
     """A process blocked in /proc/locks behind a held lock (the same facts as a Holder)."""
 
@@ -270,7 +269,7 @@ _BOUND_WORDS = {
 }
 
 
-@struct
+@dataclass(frozen=True)
 class Unattributed:
     """Kernel-lock holders or waiters no process could be named for, and why (only the causes
     that are so: unreadable descriptor tables, another PID namespace, a descriptor that no
@@ -281,7 +280,7 @@ class Unattributed:
     why: str
 
 
-@struct
+@dataclass(frozen=True)
 class Finding:
     """The verdict on one configured lock: state, severity, reason, holder and action."""
 

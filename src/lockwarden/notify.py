@@ -20,15 +20,14 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from lockwarden import lazylog
 from lockwarden.config import NotifySettings
 from lockwarden.crashpoints import crash_point
 from lockwarden.messages import Message
-from lockwarden.structs import struct
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 EMAIL_SCHEMES = frozenset({"mailto", "mailtos"})
 TAGGED_URL = re.compile(r"^\s*([A-Za-z0-9_.\-, ]+?)\s*=\s*([A-Za-z][\w+.-]*://.*)$", re.DOTALL)
@@ -53,7 +52,7 @@ class NotifyConfigError(Exception):
     """The notification settings cannot be used (a missing credential file, a bad URL)."""
 
 
-@struct
+@dataclass(frozen=True)
 class UrlSpec:
     """One configured apprise URL and its routing tags."""
 
@@ -62,7 +61,7 @@ class UrlSpec:
     origin: str = "notify.urls"  # where it was configured: `notify.urls[2]`, `notify.urls_file`
 
 
-@struct
+@dataclass(frozen=True)
 class InvalidService:
     """A configured URL that apprise cannot use: it is reported on every run, never sent to."""
 
@@ -71,7 +70,7 @@ class InvalidService:
     problem: str
 
 
-@struct
+@dataclass(frozen=True)
 class Delivery:
     """Whether apprise delivered one message to one service."""
 
@@ -168,7 +167,7 @@ def known_schemes(apprise: Any) -> set[str]:
     return schemes
 
 
-@struct
+@dataclass(frozen=True)
 class Service:
     """One apprise service, with the id the journal tracks it by."""
 
@@ -244,7 +243,6 @@ def redact_in_logs(secrets: Iterable[str]) -> None:
     `lockwarden` logger (the CLI's own handler, which does not propagate to the root), or by
     logging's last resort (what prints a library's warning when the root has no handler, as
     under the CLI: urllib3's "Retrying ... /path" carries a webhook's token)."""
-    lazylog.ready()  # the CLI's handler exists only once something was logged: make it now
     redaction = RedactingFilter(secret for secret in secrets if secret)
     handlers = [*logging.getLogger().handlers, *logging.getLogger("lockwarden").handlers]
     if logging.lastResort is not None:

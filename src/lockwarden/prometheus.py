@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden.atomic import write_atomically
 from lockwarden.model import Bound, Finding, State
-from lockwarden.structs import struct
 
 
-@struct
+@dataclass(frozen=True)
 class Metric:
     """One metric family of the textfile: its name and help; all are gauges."""
 
@@ -94,7 +94,7 @@ METRICS = (
 Sample = tuple[dict[str, str], float]
 
 
-@struct
+@dataclass(frozen=True)
 class RunFacts:
     """What the textfile says about the run itself, beside its findings."""
 
@@ -105,7 +105,7 @@ class RunFacts:
     last_delivered_at: datetime | None = None
 
 
-@struct
+@dataclass(frozen=True)
 class HoldStart:
     """When the current hold began, and how sure that is."""
 

@@ -20,12 +20,13 @@ Every removal is journaled (`removed`) and notified with its proof.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import stat
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from lockwarden import lazylog
 from lockwarden.alerting import JournalWriter, load_history, state_path
 from lockwarden.classify import classify
 from lockwarden.config import Config, LockConfig
@@ -40,9 +41,8 @@ from lockwarden.messages import Message, Row, render_markdown, render_text
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
 from lockwarden.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_link, read_record
-from lockwarden.structs import field, replace, struct
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 REMOVED = "removed"
 QUARANTINE_MARK = "lockwarden-removed"
@@ -52,7 +52,7 @@ class Refused(Exception):
     """Why a stale lock is not removed now; the finding says it."""
 
 
-@struct
+@dataclass(frozen=True)
 class Fingerprint:
     """The judged artefact: its inode, kind, mtime and a digest of what it records."""
 
@@ -71,7 +71,7 @@ class Fingerprint:
         return f"{self.kind}:{self.device}:{self.inode}:{self.mtime_ns}:{self.digest}"
 
 
-@struct
+@dataclass(frozen=True)
 class Candidate:
     """A lock judged stale just now from a fresh snapshot, with what removing it needs."""
 
@@ -89,7 +89,7 @@ class Candidate:
         return f"{self.finding.identity}|{self.fingerprint.text}"
 
 
-@struct(frozen=False)
+@dataclass
 class RemovalOutcome:
     """What the removal stage did this run: findings updated, notices to send."""
 

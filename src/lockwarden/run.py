@@ -5,12 +5,14 @@ No argparse, no printing, no exit: the CLI does that. `now` is passed in.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lockwarden import lazylog, sightings
+from lockwarden import sightings
 from lockwarden.bounded import BoundedRun, Unanswered
 from lockwarden.classify import Policy, classify
 from lockwarden.config import Config, LockConfig
@@ -30,17 +32,16 @@ from lockwarden.journal import (
 )
 from lockwarden.model import Claim, Finding, Severity, State, worst
 from lockwarden.sightings import LastSeen, Memory
-from lockwarden.structs import field, replace, struct
 
 if TYPE_CHECKING:
     from lockwarden.alerting import AlertOutcome
     from lockwarden.alertmanager import ManagerOutcome
     from lockwarden.decide import Outgoing
 
-log = lazylog.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
-@struct
+@dataclass(frozen=True)
 class RunResult:
     """Every finding of one run, and the host it ran on."""
 
@@ -218,7 +219,7 @@ def inspect_path(
     return RunResult(snapshot.hostname, snapshot.boot_id, now, findings)
 
 
-@struct
+@dataclass(frozen=True)
 class AlertedRun:
     """A run's result with what its alert stage did (None when it did not run)."""
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import tomli_w
 
 from lockwarden import config
-from lockwarden.structs import replace, struct
 
 EXAMPLE_HEADER = """\
 # lockwarden configuration: every key, with its default and an example value.
@@ -38,7 +38,7 @@ STARTER_HEADER = """\
 """
 
 
-@struct
+@dataclass(frozen=True)
 class Candidate:
     """A lock worth watching on this host, as `init` will list it."""
 

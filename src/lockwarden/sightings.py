@@ -21,12 +21,12 @@ Prometheus textfile). Pure functions here; run.py reads and appends.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden.history import parse_time, timestamp
 from lockwarden.journal import Record
 from lockwarden.model import Bound, Finding, State
-from lockwarden.structs import struct
 
 SEEN = "seen"
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)
@@ -36,7 +36,7 @@ Memory = dict[str, dict[str, datetime]]
 """lock name -> holder identity -> first sighting of an unbroken series."""
 
 
-@struct
+@dataclass(frozen=True)
 class LastSeen:
     """The latest `seen` record in the journal."""
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from lockwarden.messages import Ended, render_alert, render_resolved
 from lockwarden.model import Bound, Finding, Holder, Severity, State, Waiter
-from lockwarden.structs import replace
 
 NOW = datetime(2026, 12, 2, 11, 19, tzinfo=UTC)
 HOLDER = Holder(
@@ -110,7 +110,7 @@ def test_reminder_and_resolved_are_marked() -> None:
 
 
 def test_a_multi_line_command_stays_on_one_line() -> None:
-    from lockwarden.structs import replace
+    from dataclasses import replace
 
     holder = replace(HOLDER, cmdline=("python", "-c", "\nimport time\ntime.sleep(9)\n"))
     message = render_alert(replace(HELD, holder=holder), "db1")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,7 +26,6 @@ from lockwarden.config import LockConfig
 from lockwarden.host import Snapshot
 from lockwarden.model import Finding, State
 from lockwarden.run import inspect_locks
-from lockwarden.structs import replace
 from reliability.support import Figures
 
 WARN_AFTER = 900.0  # 15 min: an hour's step past it would be a false held_too_long

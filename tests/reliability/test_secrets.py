@@ -153,14 +153,13 @@ def test_a_token_in_a_lockwarden_log_line_is_masked_on_the_cli_handler() -> None
     assert TOKENS["urls"] not in stream.getvalue()
 
 
-def test_a_token_is_masked_when_the_cli_handler_is_made_after_the_redaction() -> None:
-    """The CLI's handler is made only when something is first logged (lazylog.py); a run
-    without -v may log nothing before notify installs its masking filter, so installing it
-    must make the handler first, or the first warning would carry the token out unmasked."""
+def test_a_token_is_masked_by_the_cli_handler_set_up_before_the_redaction() -> None:
+    """The CLI's stderr handler, set up before notify installs its masking filter, masks the
+    token too (the filter goes on every handler that exists when it is installed)."""
     import io
     import logging
 
-    from lockwarden import lazylog
+    from lockwarden import logs
     from lockwarden.notify import redact_in_logs
 
     stream = io.StringIO()
@@ -168,11 +167,11 @@ def test_a_token_is_masked_when_the_cli_handler_is_made_after_the_redaction() ->
     saved = (list(logger.handlers), logger.level, logger.propagate)
     try:
         logger.handlers[:] = []
-        lazylog.configure(False, stream, {"NO_COLOR": "1"})
+        handler = logs.configure(False, stream, {"NO_COLOR": "1"})
         redact_in_logs([TOKENS["urls"]])
-        lazylog.getLogger("lockwarden.notify").warning("posting to x://%s@host", TOKENS["urls"])
+        logging.getLogger("lockwarden.notify").warning("posting to x://%s@host", TOKENS["urls"])
+        logs.release(handler)
     finally:
-        lazylog.reset()
         logger.handlers[:] = saved[0]
         logger.setLevel(saved[1])
         logger.propagate = saved[2]

@@ -10,6 +10,7 @@ table with a writer blocked right now.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lockwarden.config import DatabaseWatch
@@ -21,7 +22,6 @@ from lockwarden.databases.postgres import (
     migration_keys,
 )
 from lockwarden.databases.session import CheckProblem, one_line
-from lockwarden.structs import replace, struct
 
 # A migration tool's history table, by the tool whose advisory lock guards it.
 TOOL_TABLES = {
@@ -33,7 +33,7 @@ TOOL_TABLES = {
 LIQUIBASE_TABLE = "databasechangeloglock"
 
 
-@struct
+@dataclass(frozen=True)
 class DatabaseCandidate:
     """One lock to offer: what to watch, a name for it, and how it was found."""
 

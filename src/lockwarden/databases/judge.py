@@ -10,6 +10,7 @@ locks).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockwarden.advice import SQL_ADVICE, advise_holder, needs_action
@@ -17,12 +18,11 @@ from lockwarden.classify import Policy, grade
 from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation
 from lockwarden.durations import format_duration, format_time
 from lockwarden.model import Finding, Holder, Severity, State, Waiter
-from lockwarden.structs import replace, struct
 
 LIQUIBASE_RELEASE = "liquibase release-locks"
 
 
-@struct
+@dataclass(frozen=True)
 class HoldBound:
     """How long a lock has been held, and what kind of bound that figure is."""
 
@@ -197,7 +197,7 @@ def _stamp(moment: datetime | None) -> str:
     return format_time(moment) if moment is not None else "unknown"
 
 
-@struct
+@dataclass(frozen=True)
 class LiquibaseHost:
     """What this host says about a Liquibase row: its names, and Liquibase processes here
     (None when not every process could be read)."""

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden.model import Holder
-from lockwarden.structs import struct
 
 QUERY_LIMIT = 200
 IDLE_IN_TRANSACTION = "idle in transaction"
 
 
-@struct
+@dataclass(frozen=True)
 class Backend:
     """One server session as pg_stat_activity (or MySQL's processlist) shows it."""
 
@@ -58,7 +58,7 @@ class Backend:
         return flat if len(flat) <= QUERY_LIMIT else flat[: QUERY_LIMIT - 1] + "…"
 
 
-@struct
+@dataclass(frozen=True)
 class Client:
     """A backend's client process, when it runs on this host."""
 
@@ -66,7 +66,7 @@ class Client:
     why_not: str | None = None  # why the process could not be named
 
 
-@struct
+@dataclass(frozen=True)
 class Hold:
     """One lock a watch found held: the holding backend, its waiters, what it is."""
 
@@ -77,7 +77,7 @@ class Hold:
     session_scoped: bool = False  # no transaction open: certainly a session-level lock
 
 
-@struct
+@dataclass(frozen=True)
 class LiquibaseRow:
     """Liquibase's DATABASECHANGELOGLOCK row (ID 1): tied to no session."""
 
@@ -87,7 +87,7 @@ class LiquibaseRow:
     granted_server_zone: datetime | None = None  # the same, read in the server's time zone
 
 
-@struct
+@dataclass(frozen=True)
 class Observation:
     """What one check of one watch saw; `problem` when it could not look."""
 

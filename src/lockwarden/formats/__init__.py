@@ -7,11 +7,11 @@ import importlib
 import os
 import stat
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 from lockwarden.formats.base import Format, lstat_or_none
 from lockwarden.formats.owner_record import PREFERRED_RECORDS
 from lockwarden.model import Claim
-from lockwarden.structs import replace
 
 # name -> module and class. A format's module is imported the first time the format is used,
 # so a run of `kernel` and `owner-record` locks never imports the Chromium or borg readers

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -12,7 +13,6 @@ from lockwarden.formats.record import EARLIEST, LATEST, Record, RecordProblem, p
 from lockwarden.formats.trust import distrust_reason
 from lockwarden.model import Claim, InodeKey
 from lockwarden.safe_read import UnsafeRecord, read_record
-from lockwarden.structs import replace
 
 
 class Format(Protocol):

@@ -14,13 +14,13 @@ import json
 import os
 import shlex
 import stat
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockwarden.formats.base import key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
-from lockwarden.structs import replace, struct
 
 NAME = "borg"
 EXCLUSIVE = "lock.exclusive"
@@ -28,7 +28,7 @@ ROSTER = "lock.roster"
 REPOSITORY_MARKERS = ("config", "data")
 
 
-@struct
+@dataclass(frozen=True)
 class BorgHolder:
     """One holder borg's roster or lock.exclusive names: host id, PID, thread, shared or not."""
 

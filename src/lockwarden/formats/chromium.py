@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from dataclasses import replace
 
 from lockwarden.formats.base import lstat_or_none
 from lockwarden.formats.symlink_lock import (
@@ -23,7 +24,6 @@ from lockwarden.formats.symlink_lock import (
 )
 from lockwarden.model import Claim
 from lockwarden.safe_read import read_link
-from lockwarden.structs import replace
 
 NAME = "chromium-profile"
 LOCK_NAME = "SingletonLock"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 
 from lockwarden.formats.kernel import KernelLockFile
 from lockwarden.model import Claim, StaleProof
-from lockwarden.structs import replace
 
 NAME = "dpkg"
 DPKG_LOCK_PATHS = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from lockwarden.formats.symlink_lock import (
@@ -21,7 +22,6 @@ from lockwarden.formats.symlink_lock import (
     read_or_problem,
 )
 from lockwarden.model import Claim
-from lockwarden.structs import replace
 
 NAME = "emacs"
 PREFIX = ".#"

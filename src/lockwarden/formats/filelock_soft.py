@@ -22,13 +22,13 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim, StaleProof
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
-from lockwarden.structs import replace, struct
 
 NAME = "filelock-soft"
 RECORD_LIMIT = 1024
@@ -41,7 +41,7 @@ SOFT_RELEASE_FACT = "py-filelock's SoftFileLock keeps its lock file open while i
 LEGACY_LINE = re.compile(r"[0-9]+\n[^\n]+\n(?:[0-9]+\n)?")
 
 
-@struct
+@dataclass(frozen=True)
 class Owner:
     """What one of these layouts says about its holder."""
 

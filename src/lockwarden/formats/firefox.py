@@ -18,6 +18,7 @@ import ipaddress
 import os
 import shlex
 import stat
+from dataclasses import replace
 
 from lockwarden.formats.base import key_of, lstat_or_none
 from lockwarden.formats.symlink_lock import (
@@ -28,7 +29,6 @@ from lockwarden.formats.symlink_lock import (
     read_or_problem,
 )
 from lockwarden.model import Claim
-from lockwarden.structs import replace
 
 NAME = "firefox-profile"
 LOCK_NAME = "lock"

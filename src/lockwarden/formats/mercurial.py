@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from dataclasses import replace
 
 from lockwarden.formats.base import lstat_or_none
 from lockwarden.formats.symlink_lock import (
@@ -23,7 +24,6 @@ from lockwarden.formats.symlink_lock import (
     read_or_problem,
 )
 from lockwarden.model import Claim
-from lockwarden.structs import replace
 
 NAME = "mercurial"
 LOCK_FILES = ("wlock", os.path.join("store", "lock"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 
 from lockwarden.formats.base import (
     absent,
@@ -21,7 +22,6 @@ from lockwarden.formats.base import (
 from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.model import Claim
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
-from lockwarden.structs import replace
 
 NAME = "owner-record"
 PREFERRED_RECORDS = ("owner.json", "owner", "record.json", "info", "info.json", "pid", "lock.json")

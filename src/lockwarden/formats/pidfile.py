@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 
 from lockwarden.formats.base import absent, claim_from_record_file, key_of, lstat_or_none
 from lockwarden.model import Claim
-from lockwarden.structs import replace
 
 NAME = "pidfile"
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 
 from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid, parse_timestamp
 from lockwarden.model import Claim
 from lockwarden.safe_read import UnsafeRecord, read_record
-from lockwarden.structs import replace
 
 NAME = "postgres"
 PID_FILE = "postmaster.pid"

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from lockwarden.durations import DurationError, parse_duration
-from lockwarden.structs import field, struct
 
 MAX_PID_DIGITS = 10
 MAX_TEXT = 256
@@ -38,7 +38,7 @@ class RecordProblem(ValueError):
     pass
 
 
-@struct
+@dataclass(frozen=True)
 class Record:
     """The fields an owner record may carry, whatever its syntax."""
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 
 from lockwarden.formats.base import key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim
 from lockwarden.safe_read import UnsafeRecord, describe_mode, read_link, read_record
-from lockwarden.structs import struct
 
 
-@struct
+@dataclass(frozen=True)
 class LinkRecord:
     """The text a symlink lock holds, and the lstat of the link (its owner and creation time)."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,6 @@ from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_timestamp
 from lockwarden.model import Claim, StaleProof
 from lockwarden.safe_read import UnsafeRecord, read_record
-from lockwarden.structs import replace
 
 NAME = "terraform"
 STATE_NAME = "terraform.tfstate"
