@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from conftest import MKDIR_HOLDER, Children, cli_env, run_cli
+from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, cli_env, run_cli, run_json, write_config
 from lockwarden import __version__
 
 
@@ -244,3 +244,20 @@ def test_a_late_kernel_lock_says_its_duration_is_an_upper_bound_and_escapes_newl
     assert "not known to be past its 15m00s budget" in completed.stdout
     assert "line one\\nFAKE  forged line" in completed.stdout
     assert "\nFAKE" not in completed.stdout
+
+
+def test_once_through_the_entry_point_names_the_holder(tmp_path: Path, children: Children) -> None:
+    """`python -m lockwarden` goes through cli.run, the installed command's entry point."""
+    lock = tmp_path / "store.lock"
+    lock.touch()
+    holder = children.python(FLOCK_HOLDER, str(lock))
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n',
+    )
+    code, document = run_json("--once", "--config", config)
+    assert code == 0
+    (finding,) = document["locks"]
+    assert finding["state"] == "held"
+    assert finding["holders"][0]["pid"] == holder.pid
+    assert os.path.exists(lock)

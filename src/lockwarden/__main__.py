@@ -1,3 +1,3 @@
-from lockwarden.entry import main
+from lockwarden.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from lockwarden.checkpoints import Checkpoint, skip
 from lockwarden.config import Config
 from lockwarden.messages import stamp
 from lockwarden.report import json_document, render_text
@@ -31,8 +32,9 @@ class Output:
     error: str = ""
 
 
-def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = None) -> AlertedRun:
-    """One checked, alerted, journaled run, then the heartbeat (never for a dry run)."""
+def once(config: Config, now: datetime, dry_run: bool, checkpoint: Checkpoint = skip) -> AlertedRun:
+    """One checked, alerted, journaled run, then the heartbeat (never for a dry run).
+    `checkpoint`: called at each step of the run (checkpoints.py)."""
     beat = config.heartbeat.url is not None and not dry_run
     if beat:
         from lockwarden import heartbeat
@@ -41,7 +43,7 @@ def once(config: Config, now: datetime, dry_run: bool, locks_text: str | None = 
         if beat and config.heartbeat.send_start:
             heartbeat.ping(config.heartbeat, heartbeat.START)
 
-    alerted = run_and_alert(config, now, dry_run, on_start, locks_text)
+    alerted = run_and_alert(config, now, dry_run, on_start, checkpoint)
     if alerted.outcome is not None and not dry_run:
         from lockwarden.alerting import report_failures
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from lockwarden.checkpoints import Checkpoint, skip
 from lockwarden.config import Config
-from lockwarden.crashpoints import crash_point
 from lockwarden.decide import LockPolicy, Outgoing, Plan, Retry, decide
 from lockwarden.history import (
     KEEP_RUNS,
@@ -160,12 +160,14 @@ def alert_stage(
     dry_run: bool = False,
     extra: tuple[Outgoing, ...] = (),
     state_unusable: str | None = None,
+    checkpoint: Checkpoint = skip,
 ) -> AlertOutcome:
     """Decide, send, journal. With no [notify] service configured, alerting is off: the
     journal is only read (never created), and the report says how many alerts were due.
     `extra` are messages an earlier stage of the run wants sent (a stale lock removed).
-    `state_unusable`: why the state directory is not touched this run (a hung mount)."""
-    journal = Journal(state_path(config), config.state.max_bytes, state_unusable)
+    `state_unusable`: why the state directory is not touched this run (a hung mount).
+    `checkpoint`: called at each step of the run (checkpoints.py)."""
+    journal = Journal(state_path(config), config.state.max_bytes, state_unusable, checkpoint)
     problems: list[str] = []
     read_only = dry_run or not config.notify.configured
     delivered_before: list[datetime] = []
@@ -174,7 +176,7 @@ def alert_stage(
         journal, history = _fallback(journal, history, config)
     plan = decide(findings, history, now, policies(config), hostname)
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
-    crash_point("after-decide")  # test-only (crashpoints.py); a no-op unless asked
+    checkpoint("after-decide")
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)
     outcome.last_delivered_at = delivered_before[0] if delivered_before else None
     if read_only:
@@ -207,7 +209,7 @@ def _deliver(
     from lockwarden.notify import Notifier, NotifyConfigError  # only a run that sends
 
     try:
-        notifier = Notifier(config.notify)
+        notifier = Notifier(config.notify, checkpoint=writer.journal.checkpoint)
     except NotifyConfigError as error:
         outcome.notify_problem = str(error)
         outcome.unsent = len(plan.outgoing) + len(plan.retries)
@@ -452,7 +454,7 @@ def _record(
     now: datetime,
 ) -> None:
     if deliveries and message_id != NOTICE_ID:
-        crash_point("after-send")  # test-only: delivered, not yet journaled
+        writer.journal.checkpoint("after-send")  # delivered, not yet journaled
     for delivery in deliveries:
         outcome.deliveries.append(
             Sending(

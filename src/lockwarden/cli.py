@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden import __version__, logs
 from lockwarden import config as config_module
+from lockwarden.checkpoints import Checkpoint, skip
 from lockwarden.durations import DurationError, parse_duration
-from lockwarden.entry import LocksPrefetch
 from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
 from lockwarden.report import render_json, render_text
@@ -391,8 +391,22 @@ def split_hold_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:split], argv[split + 1 :]
 
 
-def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) -> int:
-    """`locks`: /proc/locks already being read (see entry.py); None reads it when needed."""
+def run() -> int:
+    """The `lockwarden` command (pyproject's entry point, and `python -m lockwarden`)."""
+    code = main()
+    notify = sys.modules.get("lockwarden.notify")
+    if notify is not None and notify.abandoned_sends():
+        # A send past the budget still waits in a socket: leave without interpreter
+        # finalisation, which can crash under a daemon thread still inside C code.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def main(argv: Sequence[str] | None = None, checkpoint: Checkpoint = skip) -> int:
+    """The command line. `checkpoint`: called at each step of a `--once` run
+    (checkpoints.py; the reliability tests stop runs there)."""
     parser = build_parser()
     before, command = split_hold_command(list(sys.argv[1:] if argv is None else argv))
     arguments = parser.parse_args(before)
@@ -401,7 +415,7 @@ def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) 
     handler = logs.configure(verbose, sys.stderr, os.environ)
     try:
         merge_global_options(arguments)
-        return dispatch(parser, arguments, locks)
+        return dispatch(parser, arguments, checkpoint)
     except config_module.ConfigError as error:
         for problem in error.problems:
             log.error("config error: %s", problem)
@@ -434,7 +448,7 @@ def main(argv: Sequence[str] | None = None, locks: LocksPrefetch | None = None) 
 def dispatch(
     parser: argparse.ArgumentParser,
     arguments: argparse.Namespace,
-    locks: LocksPrefetch | None = None,
+    checkpoint: Checkpoint = skip,
 ) -> int:
     if arguments.command == "inspect":
         return command_inspect(arguments)
@@ -463,7 +477,7 @@ def dispatch(
 
         return run_demo()
     if arguments.once:
-        return command_once(arguments, locks)
+        return command_once(arguments, checkpoint)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -481,15 +495,14 @@ def load_config(path: str | None) -> config_module.Config:
     return config
 
 
-def command_once(arguments: argparse.Namespace, locks: LocksPrefetch | None = None) -> int:
+def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -> int:
     from lockwarden import alert_commands
     from lockwarden.journal import RunBusy
 
     config = load_config(arguments.config)
     started = time.monotonic()
     try:
-        locks_text = locks.text() if locks is not None else None
-        alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run, locks_text)
+        alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run, checkpoint)
     except RunBusy as busy:
         message = alert_commands.busy_message(busy, now_of(arguments))
         print(f"lockwarden: {message}; this run exits without doing anything", file=sys.stderr)

@@ -221,12 +221,10 @@ class Snapshot:
         cls,
         proc: str = "/proc",
         read_locks: bool = True,
-        locks_text: str | None = None,
         read_timeout: float = PROC_READ_TIMEOUT_S,
     ) -> Snapshot:
         """`read_locks=False` skips /proc/locks (which can hold thousands of lines) for callers
         that only need identities, such as `lockwarden hold` writing its own record.
-        `locks_text`: /proc/locks as already read (entry.py starts that read early).
         `read_timeout`: the longest a process's details that can block may take to read."""
         captured_at = datetime.now(UTC)
         uptime_s = float(_read_text(f"{proc}/uptime").split()[0])
@@ -243,11 +241,7 @@ class Snapshot:
             pid_max=pid_max,
             pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
             nested_pid_namespace=_own_namespace_is_nested(proc),
-            lock_lines=(
-                index_proc_locks(_read_text(f"{proc}/locks") if locks_text is None else locks_text)
-                if read_locks
-                else {}
-            ),
+            lock_lines=(index_proc_locks(_read_text(f"{proc}/locks")) if read_locks else {}),
             proc=proc,
             euid=os.geteuid(),
             ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockwarden.crashpoints import armed, crash_point, crash_point_now
+from lockwarden.checkpoints import Checkpoint, skip
 
 log = logging.getLogger(__name__)
 
@@ -210,10 +210,18 @@ def encode(record: Record) -> bytes:
 class Journal:
     """One state file. `load` reads only; `append` and `compact` write."""
 
-    def __init__(self, path: str, max_bytes: int = 262144, unusable: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        max_bytes: int = 262144,
+        unusable: str | None = None,
+        checkpoint: Checkpoint = skip,
+    ) -> None:
         """`unusable`: why this run must not touch the state directory at all (its file system
-        did not answer: see probe_state_dir); every access then fails at once with that."""
+        did not answer: see probe_state_dir); every access then fails at once with that.
+        `checkpoint`: see checkpoints.py (a given one splits each write at its step)."""
         self.path = path
+        self.checkpoint = checkpoint
         self.directory = os.path.dirname(path) or "."
         self.max_bytes = max_bytes
         self.unusable = unusable
@@ -255,8 +263,8 @@ class Journal:
         data = encode(record)
         before = os.fstat(descriptor).st_size
         try:
-            if armed("mid-append"):  # test-only (crashpoints.py): die with half a record out
-                _die_after_writing(descriptor, data[: len(data) // 2])
+            if self.checkpoint is not skip:  # looked in on: half a record is out at the step
+                data = self._write_half(descriptor, data, "mid-append")
             written = os.write(descriptor, data)
             if written != len(data):
                 raise OSError(
@@ -266,6 +274,14 @@ class Journal:
         except OSError as error:
             self._undo_partial(descriptor, before)
             raise StateError(f"cannot write {self.path}: {error.strerror or error}") from None
+
+    def _write_half(self, descriptor: int, data: bytes, step: str) -> bytes:
+        """Put the first half of DATA on disk, reach STEP, and return the rest to write."""
+        half = len(data) // 2
+        _write_all(descriptor, data[:half])
+        os.fsync(descriptor)
+        self.checkpoint(step)
+        return data[half:]
 
     def _undo_partial(self, descriptor: int, size: int) -> None:
         """Cut a partial record so the next append does not glue onto it."""
@@ -312,14 +328,14 @@ class Journal:
             descriptor = os.open(temporary, flags, 0o600)
             try:
                 body = b"".join(encode(record) for record in kept)
-                if armed("mid-compaction"):  # test-only: the new file half written
-                    _die_after_writing(descriptor, body[: len(body) // 2])
+                if self.checkpoint is not skip:  # the new file half written at the step
+                    body = self._write_half(descriptor, body, "mid-compaction")
                 _write_all(descriptor, body)
                 os.fsync(descriptor)
             finally:
                 os.close(descriptor)
             self.close()
-            crash_point("mid-compaction")  # test-only: complete, not yet renamed
+            self.checkpoint("mid-compaction")  # complete, not yet renamed
             os.rename(temporary, self.path)
             fsync_directory(self.directory)
         except OSError as error:
@@ -338,13 +354,6 @@ class Journal:
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
-
-
-def _die_after_writing(descriptor: int, part: bytes) -> None:
-    """Test-only: put PART on disk, then die as `kill -9` would."""
-    _write_all(descriptor, part)
-    os.fsync(descriptor)
-    crash_point_now()
 
 
 def _read_all(descriptor: int) -> bytes:

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lockwarden.checkpoints import Checkpoint, skip
 from lockwarden.config import NotifySettings
-from lockwarden.crashpoints import crash_point
 from lockwarden.messages import Message
 
 log = logging.getLogger(__name__)
@@ -257,8 +257,16 @@ class Notifier:
     A URL apprise cannot use never stops the others: it is kept in `invalid`, reported on every
     run, and never sent to."""
 
-    def __init__(self, settings: NotifySettings, environ: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        settings: NotifySettings,
+        environ: Mapping[str, str] | None = None,
+        checkpoint: Checkpoint = skip,
+    ):
+        """`checkpoint`: called with "mid-send" once the first service has answered."""
         import apprise
+
+        self.checkpoint = checkpoint
 
         self._apprise = apprise
         self.budget = settings.timeout
@@ -441,7 +449,7 @@ class Notifier:
                 break  # the rest are past the budget: not delivered, retried next run
             received[(index, delivery.service)] = delivery
             if len(received) == 1:
-                crash_point("mid-send")  # test-only: one service answered, others may be in flight
+                self.checkpoint("mid-send")  # one service answered, others may be in flight
         return received
 
     def _send_one(self, service: Service, message: Message) -> Delivery:

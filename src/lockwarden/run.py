@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from lockwarden import sightings
 from lockwarden.bounded import BoundedRun, Unanswered
+from lockwarden.checkpoints import Checkpoint, skip
 from lockwarden.classify import Policy, classify
 from lockwarden.config import Config, LockConfig
-from lockwarden.crashpoints import crash_point
 from lockwarden.formats import read_claim
 from lockwarden.host import Snapshot
 from lockwarden.identify import gather, keys_to_scan
@@ -180,11 +180,9 @@ def run_once(
     config: Config,
     now: datetime,
     proc: str = "/proc",
-    locks_text: str | None = None,
     remembered: Memory | None = None,
 ) -> RunResult:
-    """`locks_text`: the content of /proc/locks when the caller already read it."""
-    snapshot = Snapshot.capture(proc, locks_text=locks_text, read_timeout=config.fs_timeout)
+    snapshot = Snapshot.capture(proc, read_timeout=config.fs_timeout)
     findings = inspect_locks(config.locks, snapshot, now, remembered)
     notes: list[str] = []
     if config.builtin:
@@ -241,12 +239,12 @@ def run_and_alert(
     now: datetime,
     dry_run: bool = False,
     on_start: Callable[[], None] | None = None,
-    locks_text: str | None = None,
+    checkpoint: Checkpoint = skip,
 ) -> AlertedRun:
     """`--once`: inspect, then decide, notify and journal, holding the run lock throughout
     (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes.
     A state directory whose file system does not answer is not touched at all: the run
-    inspects, alerts and reports without it, and says so."""
+    inspects, alerts and reports without it, and says so. `checkpoint`: checkpoints.py."""
     removing = any(lock.remove_stale for lock in config.locks)
     # Every run reads the sighting memory, so every run first makes sure the state
     # directory's file system answers.
@@ -257,23 +255,23 @@ def run_and_alert(
         if on_start is not None:
             on_start()
         sighting = SightingMemory(config, now, unusable)
-        result = run_once(config, now, locks_text=locks_text, remembered=sighting.memory)
+        result = run_once(config, now, remembered=sighting.memory)
         result = sighting.remember(result, lock_first=True)
         if all(finding.severity is Severity.OK for finding in result.findings):
             # Alerting is off and nothing is wrong: nothing to decide, count or send, so the
             # alert stage (and its imports) is not paid for on the every-minute quiet path.
             return AlertedRun(result, None)
-        return _alert(config, now, dry_run, result, None, unusable)
+        return _alert(config, now, dry_run, result, None, unusable, checkpoint)
     writes = stateful and not dry_run
     run_lock = _take_run_lock(config) if writes and unusable is None else None
     try:
         if on_start is not None:
             on_start()
         sighting = SightingMemory(config, now, unusable)
-        result = run_once(config, now, locks_text=locks_text, remembered=sighting.memory)
+        result = run_once(config, now, remembered=sighting.memory)
         if not dry_run:
             result = sighting.remember(result, lock_first=run_lock is None)
-        return _alert(config, now, dry_run, result, run_lock, unusable)
+        return _alert(config, now, dry_run, result, run_lock, unusable, checkpoint)
     finally:
         if run_lock is not None:
             run_lock.release()
@@ -286,10 +284,11 @@ def _alert(
     result: RunResult,
     run_lock: RunLock | None,
     state_unusable: str | None,
+    checkpoint: Checkpoint = skip,
 ) -> AlertedRun:
     from lockwarden.alerting import alert_stage, with_outcome
 
-    crash_point("after-snapshot")  # test-only (crashpoints.py); a no-op unless asked
+    checkpoint("after-snapshot")
     checked: tuple[Finding, ...] = result.findings
     removed: tuple[Outgoing, ...] = ()  # what removal wants said, before any "resolved"
     if any(lock.remove_stale for lock in config.locks):
@@ -299,7 +298,9 @@ def _alert(
             config, checked, result.hostname, now, dry_run, run_lock is not None, state_unusable
         )
         checked, removed = removal.findings, tuple(removal.outgoing)
-    outcome = alert_stage(config, checked, result.hostname, now, dry_run, removed, state_unusable)
+    outcome = alert_stage(
+        config, checked, result.hostname, now, dry_run, removed, state_unusable, checkpoint
+    )
     manager = None
     if config.alertmanager.configured:
         from lockwarden.alertmanager import alertmanager_stage

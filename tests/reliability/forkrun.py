@@ -8,16 +8,24 @@ time starting the interpreter and importing apprise; a fork costs milliseconds.
 
 Protocol: one JSON line on stdin per batch (a list of jobs started together); one JSON line on
 stdout per batch (each job's pid, exit code — negative for a signal — and seconds taken).
-A job: {"argv": [...], "env": {...}, "stdout": PATH, "stderr": PATH}.
+A job: {"argv": [...], "env": {...}, "stdout": PATH, "stderr": PATH}; an env entry CRASH_AT =
+"STEP[:N]" is not put in the child's environment but makes the checkpoint the run is given
+(lockwarden/checkpoints.py) kill the child with SIGKILL the Nth time (default: the first) the
+run reaches STEP.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
+
+from lockwarden.checkpoints import Checkpoint, skip
+
+CRASH_AT = "CRASH_AT"
 
 
 def preload() -> None:
@@ -36,7 +44,9 @@ def child(job: dict[str, Any]) -> None:
     """In the forked child: become the requested run, then exit with its code."""
     code = 70
     try:
-        os.environ.update(job.get("env", {}))
+        environment = dict(job.get("env", {}))
+        checkpoint = crash_checkpoint(environment.pop(CRASH_AT, None))
+        os.environ.update(environment)
         for descriptor, path in ((1, job["stdout"]), (2, job["stderr"])):
             target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(target, descriptor)
@@ -44,7 +54,7 @@ def child(job: dict[str, Any]) -> None:
         from lockwarden.cli import main
 
         try:
-            code = main(job["argv"])
+            code = main(job["argv"], checkpoint=checkpoint)
         except SystemExit as leaving:
             code = leaving.code if isinstance(leaving.code, int) else 1
         sys.stdout.flush()
@@ -57,6 +67,24 @@ def child(job: dict[str, Any]) -> None:
         code = 70
     finally:
         os._exit(code)
+
+
+def crash_checkpoint(wanted: str | None) -> Checkpoint:
+    """STEP[:N]: a checkpoint that kills this process, as `kill -9` would, the Nth time the
+    run reaches STEP; none (skip, as in production) when nothing is wanted."""
+    if not wanted:
+        return skip
+    name, _, count = wanted.partition(":")
+    remaining = [int(count) if count.isdigit() else 1]
+
+    def checkpoint(step: str) -> None:
+        if step != name:
+            return
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return checkpoint
 
 
 def run_batch(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

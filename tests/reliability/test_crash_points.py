@@ -1,6 +1,7 @@
 """Row 2: `kill -9` at every step of a run. Each trial is a real lockwarden run (forked from
-forkrun.py, calling the real CLI) that a TEST-ONLY crash point (LOCKWARDEN_CRASH_AT, see
-src/lockwarden/crashpoints.py) kills with SIGKILL at one step; then two normal runs follow.
+forkrun.py, calling the real CLI) whose checkpoint (src/lockwarden/checkpoints.py, passed in
+by forkrun.py from the job's CRASH_AT) kills it with SIGKILL at one step; then two normal runs
+follow.
 Two real HTTP receivers on 127.0.0.1 are the services; real children hold the locks (mkdir
 style), and each trial has its own lock name and state directory.
 
@@ -19,11 +20,12 @@ from pathlib import Path
 
 from alerts.helpers import Children, Receiver, is_about, receiver, title_kind
 from alerts.test_end_to_end import Scenario
-from lockwarden.crashpoints import STEPS
+from lockwarden.checkpoints import STEPS
 from lockwarden.journal import COMPACT_PREFIX, Journal
 
 from .faults_support import ForkRunner, Job, Ran, write_config
 from .figures_faults import Figure, record
+from .forkrun import CRASH_AT
 
 __all__ = ["receiver"]
 
@@ -85,7 +87,7 @@ def crash_trials(
             [
                 (
                     ["--once", "--config", str(t.config), "--now", alerting.at(minutes)],
-                    {"LOCKWARDEN_CRASH_AT": t.crash_at} if crash else {},
+                    {CRASH_AT: t.crash_at} if crash else {},
                 )
                 for t in trials
             ],
