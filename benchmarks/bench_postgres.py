@@ -30,8 +30,8 @@ import psycopg  # noqa: E402
 
 from lockwarden.config import LockConfig, parse  # noqa: E402
 from lockwarden.databases.check import inspect_database  # noqa: E402
-from lockwarden.host import Snapshot  # noqa: E402
-from lockwarden.run import policy_for  # noqa: E402
+from lockwarden.pipeline import policy_for  # noqa: E402
+from lockwarden.procfs.snapshot import Snapshot  # noqa: E402
 
 PORT = 54339
 

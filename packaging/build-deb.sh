@@ -34,7 +34,7 @@ cat > "$stage/usr/bin/lockwarden" <<'SCRIPT'
 #!/usr/bin/python3
 import sys
 
-from lockwarden.cli import main
+from lockwarden.cli.commands import main
 
 sys.exit(main())
 SCRIPT

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lockwarden.config import LockConfig
-from lockwarden.host import Snapshot
 from lockwarden.model import Finding
-from lockwarden.run import inspect_locks
+from lockwarden.pipeline import inspect_locks
+from lockwarden.procfs.snapshot import Snapshot
 
 AN_HOUR_AGO = 3600
 

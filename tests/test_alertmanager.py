@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conftest import FLOCK_HOLDER, Children, run_cli, write_config
-from lockwarden.alertmanager import Alert, Posted, alert_labels, plan
+from lockwarden.alerts.alertmanager import Alert, Posted, alert_labels, plan
 from lockwarden.config import AlertmanagerSettings, ConfigError, effective, parse
 from lockwarden.model import Finding, Holder, Severity, State
 

@@ -16,7 +16,7 @@ import apprise
 import pytest
 
 from conftest import cli_env
-from lockwarden.apprise_loader import PLUGIN_MODULES, direct_service, plugin_class
+from lockwarden.alerts.apprise_loader import PLUGIN_MODULES, direct_service, plugin_class
 
 # One valid URL per listed scheme (made-up tokens in each service's own format).
 SAMPLE_URLS = {
@@ -102,7 +102,7 @@ ALERT = """
 import json, sys
 import apprise
 after_import = {m for m in sys.modules if m.startswith("apprise.plugins.")}
-from lockwarden.apprise_loader import build_notifier
+from lockwarden.alerts.apprise_loader import build_notifier
 notifier = build_notifier([sys.argv[1]])
 delivered = notifier.apprise.notify(title="lockwarden test", body="wa-store is held too long")
 loaded = {m for m in sys.modules if m.startswith("apprise.plugins.")} - after_import

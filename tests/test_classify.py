@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lockwarden.classify import Policy, classify, grade
-from lockwarden.identify import Evidence, holder_from_process
+from lockwarden.check.classify import Policy, classify, grade
+from lockwarden.check.identify import Evidence, holder_from_process
 from lockwarden.model import (
     Bound,
     Claim,

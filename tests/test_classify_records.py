@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lockwarden.classify import Policy, classify
-from lockwarden.identify import Evidence
+from lockwarden.check.classify import Policy, classify
+from lockwarden.check.identify import Evidence
 from lockwarden.model import Claim, Process, State
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_cli, write_config
 from lockwarden import config
-from lockwarden.cli import EXIT_CONFIG
+from lockwarden.cli.commands import EXIT_CONFIG
 
 
 def problems_of(tmp_path: Path, text: str) -> list[str]:

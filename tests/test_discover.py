@@ -14,8 +14,8 @@ import pytest
 
 from conftest import Children, require_tool, run_cli, wait_until
 from lockcheck import kill_group
-from lockwarden.discover import discover_locks, layout_candidates, lock_names
-from lockwarden.host import Snapshot
+from lockwarden.cli.discover import discover_locks, layout_candidates, lock_names
+from lockwarden.procfs.snapshot import Snapshot
 
 
 @dataclass

@@ -22,12 +22,12 @@ import pytest
 
 import lockwarden
 from conftest import Children, cli_env, run_cli, run_json, wait_until
-from lockwarden.classify import Policy, classify
-from lockwarden.durations import format_limit, parse_duration
+from lockwarden.check.classify import Policy, classify
+from lockwarden.check.identify import Evidence
 from lockwarden.formats import FORMATS
 from lockwarden.formats.record import RecordProblem, parse_record
-from lockwarden.identify import Evidence
 from lockwarden.model import Claim, Finding, Process, Severity
+from lockwarden.support.durations import format_limit, parse_duration
 
 EXIT_HELD = 73
 EXIT_STALE = 74
@@ -562,8 +562,8 @@ def test_api_wait_takes_a_lock_released_during_the_wait(children: Children, tmp_
 
 def test_importing_lockwarden_does_not_load_the_hold_api() -> None:
     code = (
-        "import sys, lockwarden; before = 'lockwarden.holding' in sys.modules; "
-        "print(before, callable(lockwarden.hold), 'lockwarden.holding' in sys.modules)"
+        "import sys, lockwarden; before = 'lockwarden.holding.hold' in sys.modules; "
+        "print(before, callable(lockwarden.hold), 'lockwarden.holding.hold' in sys.modules)"
     )
     completed = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True

@@ -37,7 +37,7 @@ def audit(event, args):
         listed.append(args[0])
 
 sys.addaudithook(audit)
-from lockwarden.cli import main
+from lockwarden.cli.commands import main
 code = main(["--once", "--json", "--config", sys.argv[1]])
 with open(sys.argv[2], "w") as handle:
     json.dump({"code": code, "opened": opened, "listed": listed}, handle)

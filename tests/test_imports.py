@@ -24,7 +24,7 @@ HEAVY = ("apprise", "requests", "tomli_w")
 
 QUIET_RUN = """
 import json, sys
-from lockwarden.cli import main
+from lockwarden.cli.commands import main
 code = main(["--once", "--json", "--config", sys.argv[1]])
 with open(sys.argv[2], "w") as handle:
     json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
@@ -74,9 +74,9 @@ def test_quiet_once_imports_neither_apprise_nor_requests(
     document = validate_report(json.loads(completed.stdout))
     assert result["code"] == 0, document
     assert [lock["state"] for lock in document["locks"]] == ["held", "held"]
-    assert "lockwarden.run" in result["modules"]  # the list is real, not empty
-    assert ("lockwarden.alerting" in result["modules"]) is alerting
-    assert ("lockwarden.notify" in result["modules"]) is False  # nothing to send
+    assert "lockwarden.pipeline" in result["modules"]  # the list is real, not empty
+    assert ("lockwarden.alerts.stage" in result["modules"]) is alerting
+    assert ("lockwarden.alerts.notify" in result["modules"]) is False  # nothing to send
     for package in HEAVY:
         assert loaded(result["modules"], package) == [], f"a quiet run imported {package}"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 
-from lockwarden.host import Snapshot, index_proc_locks, parse_proc_locks
+from lockwarden.procfs.snapshot import Snapshot, index_proc_locks, parse_proc_locks
 
 TEXT = (
     "1: FLOCK  ADVISORY  WRITE 1993 fe:00:2146390 0 EOF\n"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_env, run_python, write_config
-from lockwarden import logs
+from lockwarden.support import logs
 
 ESCAPE = "\033["
 
@@ -187,7 +187,7 @@ def test_report_goes_to_stdout_and_logs_to_stderr(tmp_path: Path) -> None:
 
 PROBE = """
 import io, logging, sys
-from lockwarden import logs
+from lockwarden.support import logs
 stream = io.StringIO()
 logs.configure(sys.argv[1] == "verbose", stream, {"NO_COLOR": "1"})
 log = logging.getLogger("lockwarden.probe")
@@ -222,7 +222,7 @@ def test_settings_a_cli_call_never_used_are_not_applied_after_it_returns(
     """A `main()` takes its stderr handler away when it returns: a line logged later in the
     same process (lockwarden used as a library by then) reaches the handler the application
     set up, and only that one."""
-    from lockwarden import cli
+    from lockwarden.cli import commands as cli
 
     lock = tmp_path / "free.lock"
     lock.touch()

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lockwarden.durations import DurationError, format_duration, parse_duration
 from lockwarden.formats.record import RecordProblem, parse_record
-from lockwarden.host import parse_lock_line, parse_proc_locks, unit_from_cgroup
+from lockwarden.procfs.snapshot import parse_lock_line, parse_proc_locks, unit_from_cgroup
+from lockwarden.support.durations import DurationError, format_duration, parse_duration
 
 PID_MAX = 4194304
 
@@ -163,7 +163,7 @@ def test_systemd_unit_from_cgroup(cgroup: str, unit: str | None, user_unit: bool
     ],
 )
 def test_config_durations_round_trip(seconds: float, text: str) -> None:
-    from lockwarden.durations import format_config_duration
+    from lockwarden.support.durations import format_config_duration
 
     assert format_config_duration(seconds) == text
     assert parse_duration(text) == seconds

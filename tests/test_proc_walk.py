@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FLOCK_HOLDER, Children, run_python
-from lockwarden import host
+from lockwarden.procfs import snapshot as host
 
 
 def scan(keys: frozenset[host.InodeKey], split_at: int) -> host.DescriptorScan:
@@ -61,7 +61,7 @@ def test_an_error_in_the_other_half_is_raised_in_the_run() -> None:
 
 AT_THE_PROCESS_LIMIT = """
 import os, resource, sys, threading
-from lockwarden import host
+from lockwarden.procfs import snapshot as host
 os.setgid(65534)
 os.setuid(65534)
 resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))  # this process is that one

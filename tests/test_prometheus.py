@@ -22,9 +22,9 @@ from conftest import (
     wait_until,
     write_config,
 )
-from lockwarden.atomic import write_atomically
 from lockwarden.model import Bound, Finding, Holder, Severity, State
-from lockwarden.prometheus import METRICS, RunFacts, render_metrics
+from lockwarden.output.prometheus import METRICS, RunFacts, render_metrics
+from lockwarden.support.atomic import write_atomically
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "packaging" / "prometheus" / "lockwarden.rules.yml"

@@ -436,7 +436,7 @@ def test_a_lock_replaced_after_the_last_look_is_left_alone(store: Store) -> None
     """In-process: the judged lock is swapped for another directory between the last look and
     the move (as a racing job would); the move refuses, and both stay where they are."""
     from lockwarden.config import load
-    from lockwarden.removal import Refused, judge_now, move_aside_and_delete
+    from lockwarden.remove.removal import Refused, judge_now, move_aside_and_delete
 
     store.hold_and_die()
     lock = load(str(store.config)).locks[0]
@@ -452,7 +452,7 @@ def test_a_lock_replaced_after_the_last_look_is_left_alone(store: Store) -> None
 def test_remove_stale_refuses_formats_whose_lock_is_the_kernels(tmp_path: Path) -> None:
     """Pure: the refusal rule for formats that must never be removed."""
     from lockwarden.formats import FORMATS
-    from lockwarden.removal import refusal
+    from lockwarden.remove.removal import refusal
 
     dpkg = FORMATS["dpkg"].read(str(tmp_path / "lock"), 4194304)
     kernel = FORMATS["kernel"].read(str(tmp_path / "lock"), 4194304)
@@ -461,7 +461,7 @@ def test_remove_stale_refuses_formats_whose_lock_is_the_kernels(tmp_path: Path) 
 
 def test_compaction_keeps_each_locks_current_sighting_and_the_latest_removals() -> None:
     """Pure: what removal needs of the journal survives compaction."""
-    from lockwarden.history import KEEP_REMOVALS, fold, keep_for_removal
+    from lockwarden.state.history import KEEP_REMOVALS, fold, keep_for_removal
 
     def sighting(at: str, lock: str, key: str) -> dict[str, Any]:
         return {"type": "sighting", "at": at, "lock": lock, "key": key}

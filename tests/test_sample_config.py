@@ -16,7 +16,7 @@ import pytest
 
 from conftest import FLOCK_HOLDER, Children, run_cli
 from lockwarden import config
-from lockwarden.sample_config import (
+from lockwarden.cli.sample_config import (
     Candidate,
     render_example,
     render_starter,
@@ -25,7 +25,7 @@ from lockwarden.sample_config import (
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "config.example.toml"
-REGENERATE = "PYTHONPATH=src python -m lockwarden.sample_config > config.example.toml"
+REGENERATE = "PYTHONPATH=src python -m lockwarden.cli.sample_config > config.example.toml"
 
 
 def schema_keys() -> list[tuple[str, config.Option]]:

@@ -7,14 +7,14 @@ from typing import Any
 __version__ = "0.1.0"
 
 # `import lockwarden` stays cheap (the CLI imports it first): the hold API loads on first use.
-# Its module is `holding`, not `hold`: importing a submodule `lockwarden.hold` would replace
+# Its package is `holding`, not `hold`: importing a submodule `lockwarden.hold` would replace
 # the function `lockwarden.hold` with the module.
 _LAZY = {
-    "hold": "lockwarden.holding",
-    "HoldError": "lockwarden.holding",
-    "LockHeld": "lockwarden.holding",
-    "LockStale": "lockwarden.holding",
-    "LockUnavailable": "lockwarden.holding",
+    "hold": "lockwarden.holding.hold",
+    "HoldError": "lockwarden.holding.hold",
+    "LockHeld": "lockwarden.holding.hold",
+    "LockStale": "lockwarden.holding.hold",
+    "LockUnavailable": "lockwarden.holding.hold",
 }
 __all__ = ["__version__", *_LAZY]
 

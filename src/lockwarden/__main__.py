@@ -1,3 +1,3 @@
-from lockwarden.cli import run
+from lockwarden.cli.commands import run
 
 raise SystemExit(run())

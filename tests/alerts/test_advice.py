@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockwarden.advice import advise_holder, is_command, needs_action, why_no_action
+from lockwarden.check.advice import advise_holder, is_command, needs_action, why_no_action
 from lockwarden.model import Holder, State
 
 

@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from lockwarden.alerts.decide import LockPolicy, Plan, decide, incident_key, state_class
 from lockwarden.config import AlertSettings
-from lockwarden.decide import LockPolicy, Plan, decide, incident_key, state_class
-from lockwarden.history import fold, keep_for_dedupe
-from lockwarden.journal import encode
 from lockwarden.model import Finding, Holder, Severity, State
+from lockwarden.state.history import fold, keep_for_dedupe
+from lockwarden.state.journal import encode
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 HOST = "db1"

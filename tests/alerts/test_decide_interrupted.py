@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from lockwarden.decide import decide
-from lockwarden.history import fold
+from lockwarden.alerts.decide import decide
+from lockwarden.state.history import fold
 
 from .test_decide import FREE, HOST, T0, Journal, finding, kinds
 

@@ -524,7 +524,7 @@ def test_history_lists_incidents_with_their_deliveries(
 
 QUIET_PROBE = """
 import sys
-from lockwarden.cli import main
+from lockwarden.cli.commands import main
 code = main(sys.argv[1:])
 print(code, "apprise" in sys.modules, "requests" in sys.modules, file=sys.stderr)
 """

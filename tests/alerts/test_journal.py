@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwarden.journal import (
+from lockwarden.state.journal import (
     Journal,
     RunBusy,
     RunLock,
@@ -57,7 +57,7 @@ def test_each_record_is_one_write_then_fsync_and_the_new_file_dir_is_fsynced(
     path = state_dir(tmp_path) / "state.jsonl"
     program = textwrap.dedent(
         f"""
-        from lockwarden.journal import Journal
+        from lockwarden.state.journal import Journal
         journal = Journal({str(path)!r})
         journal.append({{"type": "run", "at": "A", "locks": {{}}}})
         journal.append({{"type": "run", "at": "B", "locks": {{}}}})
@@ -244,7 +244,7 @@ def test_compaction_syscalls_are_temp_file_fsync_rename_then_directory_fsync(
     path.write_text("".join(f'{{"type":"run","at":"T{n}","locks":{{}}}}\n' for n in range(50)))
     program = textwrap.dedent(
         f"""
-        from lockwarden.journal import Journal
+        from lockwarden.state.journal import Journal
         Journal({str(path)!r}, max_bytes=100).compact(lambda records: records[-3:])
         """
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from lockwarden.messages import Ended, render_alert, render_resolved
+from lockwarden.alerts.messages import Ended, render_alert, render_resolved
 from lockwarden.model import Bound, Finding, Holder, Severity, State, Waiter
 
 NOW = datetime(2026, 12, 2, 11, 19, tzinfo=UTC)

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import Any
 
+from lockwarden.alerts.messages import Ended, render_alert, render_resolved
+from lockwarden.alerts.notify import Notifier
 from lockwarden.config import NotifySettings
-from lockwarden.messages import Ended, render_alert, render_resolved
 from lockwarden.model import Finding, Holder, Severity, State
-from lockwarden.notify import Notifier
 
 from .helpers import Receiver, Smtp
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lockwarden.notify import service_id_of
+from lockwarden.alerts.notify import service_id_of
 
 from .helpers import Receiver, title_kind
 from .test_end_to_end import TOKEN, Scenario, scenario

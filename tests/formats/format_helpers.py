@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 from conftest import Children
 from lockwarden.config import LockConfig
-from lockwarden.host import Snapshot
 from lockwarden.model import Finding
-from lockwarden.run import inspect_locks
+from lockwarden.pipeline import inspect_locks
+from lockwarden.procfs.snapshot import Snapshot
 
 
 def inspect(path: str, lock_format: str = "auto", **settings: float) -> Finding:

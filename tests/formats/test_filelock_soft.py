@@ -24,8 +24,8 @@ from format_helpers import inspect, picked, unrelated_process
 
 from conftest import run_json
 from lockwarden.formats.filelock_soft import decode_start_token, parse_link_name, pid_readings
-from lockwarden.host import Snapshot
 from lockwarden.model import State
+from lockwarden.procfs.snapshot import Snapshot
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lockwarden-tests"
 HOUR = 3600

@@ -11,8 +11,8 @@ import pytest
 from format_helpers import inspect, picked
 
 from conftest import require_tool, run_json, wait_until
-from lockwarden.host import Snapshot
 from lockwarden.model import State
+from lockwarden.procfs.snapshot import Snapshot
 
 DESC = "%NAME%\nlockwarden-test\n\n%VERSION%\n1.0-1\n\n%ARCH%\nany\n\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockwarden.bounded import Mount, Unanswered, mount_of, parse_mount, read_mounts
+from lockwarden.support.bounded import Mount, Unanswered, mount_of, parse_mount, read_mounts
 
 LINES = [
     "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw",

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 
 from conftest import FLOCK_HOLDER, Children
-from lockwarden.host import Snapshot, read_within
-from lockwarden.identify import holder_from_process
+from lockwarden.check.identify import holder_from_process
+from lockwarden.procfs.snapshot import Snapshot, read_within
 
 
 def test_a_holder_whose_command_line_does_not_answer_is_still_named_by_pid(

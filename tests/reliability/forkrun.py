@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from lockwarden.checkpoints import Checkpoint, skip
+from lockwarden.support.checkpoints import Checkpoint, skip
 
 CRASH_AT = "CRASH_AT"
 
@@ -32,12 +32,12 @@ def preload() -> None:
     import apprise  # noqa: F401  (imported here so no child pays for it)
     import requests  # noqa: F401
 
-    import lockwarden.alert_commands
-    import lockwarden.alerting
-    import lockwarden.cli
-    import lockwarden.heartbeat
-    import lockwarden.notify
-    import lockwarden.prometheus  # noqa: F401
+    import lockwarden.alerts.heartbeat
+    import lockwarden.alerts.notify
+    import lockwarden.alerts.stage
+    import lockwarden.cli.alert_commands
+    import lockwarden.cli.commands
+    import lockwarden.output.prometheus  # noqa: F401
 
 
 def child(job: dict[str, Any]) -> None:
@@ -51,7 +51,7 @@ def child(job: dict[str, Any]) -> None:
             target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(target, descriptor)
             os.close(target)
-        from lockwarden.cli import main
+        from lockwarden.cli.commands import main
 
         try:
             code = main(job["argv"], checkpoint=checkpoint)

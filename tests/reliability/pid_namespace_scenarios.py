@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from lockwarden.run import inspect_path
+from lockwarden.pipeline import inspect_path
 
 ANOTHER_BOOT = "00000000-0000-4000-8000-000000000000"
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(platform.machine(), 60)

@@ -23,9 +23,9 @@ import pytest
 
 from conftest import FLOCK_HOLDER, Children, run_json, write_config
 from lockwarden.config import LockConfig
-from lockwarden.host import Snapshot
 from lockwarden.model import Finding, State
-from lockwarden.run import inspect_locks
+from lockwarden.pipeline import inspect_locks
+from lockwarden.procfs.snapshot import Snapshot
 from reliability.support import Figures
 
 WARN_AFTER = 900.0  # 15 min: an hour's step past it would be a false held_too_long

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from alerts.helpers import Children, Receiver, is_about, receiver, title_kind
 from alerts.test_end_to_end import Scenario
-from lockwarden.checkpoints import STEPS
-from lockwarden.journal import COMPACT_PREFIX, Journal
+from lockwarden.state.journal import COMPACT_PREFIX, Journal
+from lockwarden.support.checkpoints import STEPS
 
 from .faults_support import ForkRunner, Job, Ran, write_config
 from .figures_faults import Figure, record

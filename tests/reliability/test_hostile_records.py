@@ -33,11 +33,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_json
-from lockwarden.classify import Policy, classify
+from lockwarden.check.classify import Policy, classify
+from lockwarden.check.identify import gather
 from lockwarden.formats import read_claim
-from lockwarden.host import Snapshot
-from lockwarden.identify import gather
 from lockwarden.model import Finding, InodeKey, State
+from lockwarden.procfs.snapshot import Snapshot
 from reliability.support import Figures, paused_deadline, require_root, within_deadline
 
 POLICY = Policy(warn_after=900.0, critical_after=3600.0)

@@ -135,8 +135,8 @@ def test_a_token_in_a_lockwarden_log_line_is_masked_on_the_cli_handler() -> None
     import io
     import logging
 
-    from lockwarden import logs
-    from lockwarden.notify import redact_in_logs
+    from lockwarden.alerts.notify import redact_in_logs
+    from lockwarden.support import logs
 
     stream = io.StringIO()
     logger = logging.getLogger("lockwarden")
@@ -144,7 +144,9 @@ def test_a_token_in_a_lockwarden_log_line_is_masked_on_the_cli_handler() -> None
     try:
         logs.configure(True, stream, {"NO_COLOR": "1"})
         redact_in_logs([TOKENS["urls"]])
-        logging.getLogger("lockwarden.notify").warning("posting to x://%s@host", TOKENS["urls"])
+        logging.getLogger("lockwarden.alerts.notify").warning(
+            "posting to x://%s@host", TOKENS["urls"]
+        )
     finally:
         logger.handlers[:] = saved[0]
         logger.setLevel(saved[1])
@@ -159,8 +161,8 @@ def test_a_token_is_masked_by_the_cli_handler_set_up_before_the_redaction() -> N
     import io
     import logging
 
-    from lockwarden import logs
-    from lockwarden.notify import redact_in_logs
+    from lockwarden.alerts.notify import redact_in_logs
+    from lockwarden.support import logs
 
     stream = io.StringIO()
     logger = logging.getLogger("lockwarden")
@@ -169,7 +171,9 @@ def test_a_token_is_masked_by_the_cli_handler_set_up_before_the_redaction() -> N
         logger.handlers[:] = []
         handler = logs.configure(False, stream, {"NO_COLOR": "1"})
         redact_in_logs([TOKENS["urls"]])
-        logging.getLogger("lockwarden.notify").warning("posting to x://%s@host", TOKENS["urls"])
+        logging.getLogger("lockwarden.alerts.notify").warning(
+            "posting to x://%s@host", TOKENS["urls"]
+        )
         logs.release(handler)
     finally:
         logger.handlers[:] = saved[0]
@@ -181,7 +185,7 @@ def test_a_token_is_masked_by_the_cli_handler_set_up_before_the_redaction() -> N
 
 LIBRARY_WARNING = """
 import logging, sys
-from lockwarden.notify import redact_in_logs
+from lockwarden.alerts.notify import redact_in_logs
 token = sys.argv[1]
 redact_in_logs([token])
 # No handler anywhere, as under the CLI: logging's last resort prints a library's warning.

@@ -100,7 +100,7 @@ print(json.dumps({"attempts": attempts, "failures": failures, "errors": errors,
 
 INSPECTOR = r"""
 import contextlib, io, json, os, sys
-from lockwarden.cli import main
+from lockwarden.cli.commands import main
 config, progress, tally = sys.argv[1:4]
 runs, states = 0, {}
 while not os.path.exists(progress + ".stop"):

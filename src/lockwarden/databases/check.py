@@ -7,14 +7,14 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from lockwarden.classify import Policy
+from lockwarden.check.classify import Policy
+from lockwarden.check.identify import holder_from_process
 from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.judge import LiquibaseHost, judge_holds, judge_liquibase
 from lockwarden.databases.observe import Observation
 from lockwarden.databases.peers import find_clients
-from lockwarden.host import Snapshot
-from lockwarden.identify import holder_from_process
 from lockwarden.model import Finding, Holder
+from lockwarden.procfs.snapshot import Snapshot
 
 # What a running Liquibase looks like: its launcher script, its jar, or its Java main class
 # (a path that merely contains the word, such as a config file's, is not Liquibase).

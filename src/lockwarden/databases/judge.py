@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from lockwarden.advice import SQL_ADVICE, advise_holder, needs_action
-from lockwarden.classify import Policy, grade
+from lockwarden.check.advice import SQL_ADVICE, advise_holder, needs_action
+from lockwarden.check.classify import Policy, grade
 from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation
-from lockwarden.durations import format_duration, format_time
 from lockwarden.model import Finding, Holder, Severity, State, Waiter
+from lockwarden.support.durations import format_duration, format_time
 
 LIQUIBASE_RELEASE = "liquibase release-locks"
 

@@ -20,9 +20,9 @@ import struct as binary
 from collections.abc import Iterable
 from datetime import timedelta
 
+from lockwarden.check.identify import holder_from_process
 from lockwarden.databases.observe import Backend, Client
-from lockwarden.host import Snapshot
-from lockwarden.identify import holder_from_process
+from lockwarden.procfs.snapshot import Snapshot
 
 ESTABLISHED = "01"
 # A backend's process starts when the server forks it for the connection: its start time and

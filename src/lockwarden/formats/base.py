@@ -12,7 +12,7 @@ from typing import Protocol
 from lockwarden.formats.record import EARLIEST, LATEST, Record, RecordProblem, parse_record
 from lockwarden.formats.trust import distrust_reason
 from lockwarden.model import Claim, InodeKey
-from lockwarden.safe_read import UnsafeRecord, read_record
+from lockwarden.support.safe_read import UnsafeRecord, read_record
 
 
 class Format(Protocol):

@@ -20,7 +20,7 @@ from datetime import datetime
 from lockwarden.formats.base import key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim
-from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
+from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 NAME = "borg"
 EXCLUSIVE = "lock.exclusive"

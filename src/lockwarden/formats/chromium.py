@@ -23,7 +23,7 @@ from lockwarden.formats.symlink_lock import (
     read_or_problem,
 )
 from lockwarden.model import Claim
-from lockwarden.safe_read import read_link
+from lockwarden.support.safe_read import read_link
 
 NAME = "chromium-profile"
 LOCK_NAME = "SingletonLock"

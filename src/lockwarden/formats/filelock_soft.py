@@ -28,7 +28,7 @@ from datetime import datetime
 from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim, StaleProof
-from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
+from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 NAME = "filelock-soft"
 RECORD_LIMIT = 1024

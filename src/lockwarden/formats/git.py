@@ -16,7 +16,7 @@ import stat
 
 from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.model import Claim, StaleProof
-from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
+from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 NAME = "git"
 GIT_DIRECTORY = ".git"

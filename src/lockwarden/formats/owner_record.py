@@ -21,7 +21,7 @@ from lockwarden.formats.base import (
 )
 from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.model import Claim
-from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
+from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 NAME = "owner-record"
 PREFERRED_RECORDS = ("owner.json", "owner", "record.json", "info", "info.json", "pid", "lock.json")

@@ -18,7 +18,7 @@ from dataclasses import replace
 from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid, parse_timestamp
 from lockwarden.model import Claim
-from lockwarden.safe_read import UnsafeRecord, read_record
+from lockwarden.support.safe_read import UnsafeRecord, read_record
 
 NAME = "postgres"
 PID_FILE = "postmaster.pid"

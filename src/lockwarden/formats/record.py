@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lockwarden.durations import DurationError, parse_duration
+from lockwarden.support.durations import DurationError, parse_duration
 
 MAX_PID_DIGITS = 10
 MAX_TEXT = 256

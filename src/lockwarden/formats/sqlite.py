@@ -17,7 +17,7 @@ import stat
 
 from lockwarden.formats.base import absent, key_of, lstat_or_none
 from lockwarden.model import ByteRange, Claim, InodeKey, StaleProof
-from lockwarden.safe_read import UnsafeRecord, read_head
+from lockwarden.support.safe_read import UnsafeRecord, read_head
 
 NAME = "sqlite"
 HEADER = b"SQLite format 3\x00"

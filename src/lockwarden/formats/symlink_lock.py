@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from lockwarden.formats.base import key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim
-from lockwarden.safe_read import UnsafeRecord, describe_mode, read_link, read_record
+from lockwarden.support.safe_read import UnsafeRecord, describe_mode, read_link, read_record
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_timestamp
 from lockwarden.model import Claim, StaleProof
-from lockwarden.safe_read import UnsafeRecord, read_record
+from lockwarden.support.safe_read import UnsafeRecord, read_record
 
 NAME = "terraform"
 STATE_NAME = "terraform.tfstate"

@@ -49,13 +49,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from lockwarden.advice import advise_holder
-from lockwarden.durations import format_duration, format_limit, parse_duration
+from lockwarden.check.advice import advise_holder
 from lockwarden.formats import store_lock_path
 from lockwarden.formats.base import key_of, lstat_or_none
-from lockwarden.host import Snapshot
 from lockwarden.model import Finding, InodeKey, State
-from lockwarden.run import inspect_path
+from lockwarden.pipeline import inspect_path
+from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.support.durations import format_duration, format_limit, parse_duration
 
 log = logging.getLogger(__name__)
 

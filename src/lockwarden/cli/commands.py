@@ -11,14 +11,16 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lockwarden import __version__, logs
+from lockwarden import __version__
 from lockwarden import config as config_module
-from lockwarden.checkpoints import Checkpoint, skip
-from lockwarden.durations import DurationError, parse_duration
+from lockwarden.cli.once import AlertedRun
 from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
-from lockwarden.report import render_json, render_text
-from lockwarden.run import AlertedRun, RunResult, inspect_path
+from lockwarden.output.report import render_json, render_text
+from lockwarden.pipeline import RunResult, inspect_path
+from lockwarden.support import logs
+from lockwarden.support.checkpoints import Checkpoint, skip
+from lockwarden.support.durations import DurationError, parse_duration
 
 if TYPE_CHECKING:
     pass
@@ -394,7 +396,7 @@ def split_hold_command(argv: list[str]) -> tuple[list[str], list[str]]:
 def run() -> int:
     """The `lockwarden` command (pyproject's entry point, and `python -m lockwarden`)."""
     code = main()
-    notify = sys.modules.get("lockwarden.notify")
+    notify = sys.modules.get("lockwarden.alerts.notify")
     if notify is not None and notify.abandoned_sends():
         # A send past the budget still waits in a socket: leave without interpreter
         # finalisation, which can crash under a daemon thread still inside C code.
@@ -461,7 +463,7 @@ def dispatch(
     if arguments.command == "hold":
         return command_hold(arguments)
     if arguments.command in ("notify-test", "history"):
-        from lockwarden import alert_commands
+        from lockwarden.cli import alert_commands
 
         config = load_config(arguments.config)
         if arguments.command == "notify-test":
@@ -473,7 +475,7 @@ def dispatch(
             print(f"lockwarden: {output.error}", file=sys.stderr)
         return output.code
     if arguments.command == "demo":
-        from lockwarden.demo import run_demo
+        from lockwarden.cli.demo import run_demo
 
         return run_demo()
     if arguments.once:
@@ -487,7 +489,7 @@ def load_config(path: str | None) -> config_module.Config:
     if path is None and not os.path.exists(config_module.DEFAULT_PATH):
         return config_module.builtin()
     config = config_module.load(path or config_module.DEFAULT_PATH)
-    from lockwarden.secret_files import readable_secrets_warning
+    from lockwarden.config.secrets import readable_secrets_warning
 
     warning = readable_secrets_warning(config)
     if warning:
@@ -496,8 +498,8 @@ def load_config(path: str | None) -> config_module.Config:
 
 
 def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -> int:
-    from lockwarden import alert_commands
-    from lockwarden.journal import RunBusy
+    from lockwarden.cli import alert_commands
+    from lockwarden.state.journal import RunBusy
 
     config = load_config(arguments.config)
     started = time.monotonic()
@@ -529,7 +531,7 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
 def write_metrics(path: str, alerted: AlertedRun, duration: float) -> None:
     """A metrics file that cannot be written must not hide the locks' status (the exit code):
     it is logged, and Prometheus' "agent silent" alert sees the file go stale."""
-    from lockwarden.prometheus import RunFacts, write_textfile
+    from lockwarden.output.prometheus import RunFacts, write_textfile
 
     outcome = alerted.outcome
     run = RunFacts(
@@ -567,13 +569,13 @@ def command_check_config(arguments: argparse.Namespace) -> int:
 def runtime_problems(config: config_module.Config) -> list[str]:
     """What a valid file still cannot do at run time: notify URLs apprise's own parser rejects
     (checked without sending), and a state directory a run would refuse."""
-    from lockwarden.alerting import state_directory
-    from lockwarden.journal import state_dir_problem
+    from lockwarden.alerts.stage import state_directory
+    from lockwarden.state.journal import state_dir_problem
 
     where = config.source or "built-in defaults"
     problems: list[str] = []
     if config.notify.configured:
-        from lockwarden.notify import Notifier, NotifyConfigError
+        from lockwarden.alerts.notify import Notifier, NotifyConfigError
 
         try:
             notifier = Notifier(checkable_here(config.notify))
@@ -615,13 +617,13 @@ def checkable_here(settings: config_module.NotifySettings) -> config_module.Noti
 
 def command_discover(arguments: argparse.Namespace) -> int:
     """Exit 0 whatever the locks' states: discovery lists, `--once` judges."""
-    from lockwarden.discover import (
+    from lockwarden.cli.discover import (
         discover_locks,
         discovery_document,
         render_discovery,
         write_config,
     )
-    from lockwarden.host import Snapshot
+    from lockwarden.procfs.snapshot import Snapshot
 
     now = now_of(arguments)
     discovery = discover_locks(
@@ -647,7 +649,7 @@ def command_discover(arguments: argparse.Namespace) -> int:
 
 
 def command_init(arguments: argparse.Namespace) -> int:
-    from lockwarden import sample_config
+    from lockwarden.cli import sample_config
 
     path = os.path.abspath(arguments.path)
     candidates = sample_config.host_candidates(arguments.directories)
@@ -688,7 +690,7 @@ def command_inspect(arguments: argparse.Namespace) -> int:
 
 
 def command_hold(arguments: argparse.Namespace) -> int:
-    from lockwarden import holding
+    from lockwarden.holding import hold as holding
 
     command = arguments.command_args
     if not command:
@@ -724,7 +726,7 @@ def command_hold(arguments: argparse.Namespace) -> int:
 
 
 def _hold_exit_code(error: Exception) -> int:
-    from lockwarden import holding
+    from lockwarden.holding import hold as holding
 
     if isinstance(error, holding.Interrupted):
         return 128 + error.signal_number

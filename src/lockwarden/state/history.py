@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lockwarden.journal import Record, encode
+from lockwarden.state.journal import Record, encode
 
 GOOD = "good"
 UNRESOLVED = "*"  # a message due before its services were known: every matching service

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwarden.atomic import write_atomically
 from lockwarden.config import AlertmanagerSettings, hide_url
 from lockwarden.model import Finding, Severity, State
-from lockwarden.prometheus import holder_labels as textfile_holder_labels
+from lockwarden.output.prometheus import holder_labels as textfile_holder_labels
+from lockwarden.support.atomic import write_atomically
 
 log = logging.getLogger(__name__)
 

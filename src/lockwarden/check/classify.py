@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lockwarden.advice import advise_holder, needs_action
-from lockwarden.durations import format_duration, format_limit, format_time
-from lockwarden.identify import Evidence, holder_from_process, missing_right, processes
+from lockwarden.check.advice import advise_holder, needs_action
+from lockwarden.check.identify import Evidence, holder_from_process, missing_right, processes
 from lockwarden.model import (
     Bound,
     Claim,
@@ -25,6 +24,7 @@ from lockwarden.model import (
     StaleProof,
     State,
 )
+from lockwarden.support.durations import format_duration, format_limit, format_time
 
 # Wall-clock times (a record's startedAt, a file's mtime, the boot time as "now - uptime") move
 # when the clock is stepped, by any amount: a machine without an RTC boots in 1970 and writes its

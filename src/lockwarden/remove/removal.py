@@ -27,20 +27,20 @@ import stat
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from lockwarden.alerting import JournalWriter, load_history, state_path
-from lockwarden.classify import classify
+from lockwarden.alerts.decide import Outgoing
+from lockwarden.alerts.messages import Message, Row, render_markdown, render_text
+from lockwarden.alerts.stage import JournalWriter, load_history, state_path
+from lockwarden.check.classify import classify
+from lockwarden.check.identify import gather, keys_to_scan
 from lockwarden.config import Config, LockConfig
-from lockwarden.decide import Outgoing
-from lockwarden.durations import format_duration, format_time
 from lockwarden.formats import read_claim
-from lockwarden.history import History, timestamp
-from lockwarden.host import Snapshot
-from lockwarden.identify import gather, keys_to_scan
-from lockwarden.journal import Journal, Record, StateError
-from lockwarden.messages import Message, Row, render_markdown, render_text
+from lockwarden.formats.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
-from lockwarden.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
-from lockwarden.safe_read import UnsafeRecord, list_directory, read_link, read_record
+from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.state.history import History, timestamp
+from lockwarden.state.journal import Journal, Record, StateError
+from lockwarden.support.durations import format_duration, format_time
+from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_link, read_record
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def _directory_content(path: str, record_path: str | None) -> bytes:
 def judge_now(lock: LockConfig, now: datetime) -> Candidate:
     """Read and classify the lock again from a fresh host snapshot; raise Refused unless it is
     stale, removable, and nobody has it locked or open."""
-    from lockwarden.run import policy_for
+    from lockwarden.pipeline import policy_for
 
     snapshot = Snapshot.capture()
     claim = read_claim(lock.path, lock.format, snapshot.pid_max)
@@ -456,7 +456,7 @@ class _Stage:
 
 def _inspect(lock: LockConfig, now: datetime) -> Finding:
     """The lock as it is after the removal (free, or a new holder that was quick)."""
-    from lockwarden.run import inspect_locks
+    from lockwarden.pipeline import inspect_locks
 
     return inspect_locks([lock], Snapshot.capture(), now)[0]
 

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from lockwarden.host import Descriptor, Snapshot
 from lockwarden.model import (
     Claim,
     Holder,
@@ -22,6 +21,7 @@ from lockwarden.model import (
     Unattributed,
     Waiter,
 )
+from lockwarden.procfs.snapshot import Descriptor, Snapshot
 
 
 @dataclass(frozen=True)

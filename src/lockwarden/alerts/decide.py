@@ -18,10 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
 
-from lockwarden.config import AlertSettings
-from lockwarden.history import GOOD, History, Incident, Sent, timestamp
-from lockwarden.journal import Record
-from lockwarden.messages import (
+from lockwarden.alerts.messages import (
     ALERT,
     REMINDER,
     RESOLVED,
@@ -31,7 +28,10 @@ from lockwarden.messages import (
     render_alert,
     render_resolved,
 )
+from lockwarden.config import AlertSettings
 from lockwarden.model import Finding, Severity, State
+from lockwarden.state.history import GOOD, History, Incident, Sent, timestamp
+from lockwarden.state.journal import Record
 
 
 @dataclass(frozen=True)

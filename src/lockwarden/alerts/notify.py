@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockwarden.checkpoints import Checkpoint, skip
+from lockwarden.alerts.messages import Message
 from lockwarden.config import NotifySettings
-from lockwarden.messages import Message
+from lockwarden.support.checkpoints import Checkpoint, skip
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def why_invalid(apprise: Any, url: str) -> str:
 
 def known_schemes(apprise: Any) -> set[str]:
     """Every scheme the installed apprise serves (loads every plugin: only on an error path)."""
-    from lockwarden.apprise_loader import schemes_of
+    from lockwarden.alerts.apprise_loader import schemes_of
 
     schemes: set[str] = set()
     for entry in apprise.Apprise().details().get("schemas", []):
@@ -288,7 +288,7 @@ class Notifier:
         self._install_redaction()
 
     def _plugin(self, spec: UrlSpec) -> Any | None:
-        from lockwarden.apprise_loader import direct_service
+        from lockwarden.alerts.apprise_loader import direct_service
 
         # Built from its own plugin class where apprise_loader knows it, so an alert run
         # loads one plugin module instead of all ~190 (apprise_loader.py says how).

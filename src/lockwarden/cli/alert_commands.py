@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lockwarden.checkpoints import Checkpoint, skip
+from lockwarden.alerts.messages import stamp
+from lockwarden.cli.once import AlertedRun, run_and_alert
 from lockwarden.config import Config
-from lockwarden.messages import stamp
-from lockwarden.report import json_document, render_text
-from lockwarden.run import AlertedRun, run_and_alert
+from lockwarden.output.report import json_document, render_text
+from lockwarden.support.checkpoints import Checkpoint, skip
 
 if TYPE_CHECKING:
-    from lockwarden.history import Incident
-    from lockwarden.journal import RunBusy
+    from lockwarden.state.history import Incident
+    from lockwarden.state.journal import RunBusy
 
 EXIT_NOTIFY_FAILED = 1
 EXIT_UNKNOWN = 3
@@ -37,7 +37,7 @@ def once(config: Config, now: datetime, dry_run: bool, checkpoint: Checkpoint = 
     `checkpoint`: called at each step of the run (checkpoints.py)."""
     beat = config.heartbeat.url is not None and not dry_run
     if beat:
-        from lockwarden import heartbeat
+        from lockwarden.alerts import heartbeat
 
     def on_start() -> None:
         if beat and config.heartbeat.send_start:
@@ -45,7 +45,7 @@ def once(config: Config, now: datetime, dry_run: bool, checkpoint: Checkpoint = 
 
     alerted = run_and_alert(config, now, dry_run, on_start, checkpoint)
     if alerted.outcome is not None and not dry_run:
-        from lockwarden.alerting import report_failures
+        from lockwarden.alerts.stage import report_failures
 
         report_failures(alerted.outcome)
     if beat:
@@ -59,7 +59,7 @@ def once(config: Config, now: datetime, dry_run: bool, checkpoint: Checkpoint = 
 def busy_message(busy: RunBusy, now: datetime) -> str:
     """Who holds the run lock now, as the kernel says (its flock holder, found through
     /proc/*/fdinfo like any monitored lock): the PID written in the file may be a dead run's."""
-    from lockwarden.run import inspect_path
+    from lockwarden.pipeline import inspect_path
 
     try:
         holder = inspect_path(busy.lock_path, now, lock_format="kernel").findings[0].holder
@@ -160,8 +160,8 @@ def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
 def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
     import socket
 
-    from lockwarden.messages import render_test
-    from lockwarden.notify import Notifier, NotifyConfigError
+    from lockwarden.alerts.messages import render_test
+    from lockwarden.alerts.notify import Notifier, NotifyConfigError
 
     if not config.notify.configured:
         return Output(EXIT_CONFIG, error="no [notify] service is configured")
@@ -186,9 +186,9 @@ def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
 
 
 def history(config: Config, lock: str | None, as_json: bool) -> Output:
-    from lockwarden.alerting import state_path
-    from lockwarden.history import fold
-    from lockwarden.journal import Journal, StateError
+    from lockwarden.alerts.stage import state_path
+    from lockwarden.state.history import fold
+    from lockwarden.state.journal import Journal, StateError
 
     journal = Journal(state_path(config), config.state.max_bytes)
     try:

@@ -7,7 +7,7 @@
 
 Values are written by tomli-w; the comments are added around them line by line.
 Regenerate the example after changing the schema:
-    PYTHONPATH=src python -m lockwarden.sample_config > config.example.toml
+    PYTHONPATH=src python -m lockwarden.cli.sample_config > config.example.toml
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ EXAMPLE_HEADER = """\
 # Copy what you need to /etc/lockwarden/config.toml (or pass --config PATH), then run
 #     lockwarden check-config
 # Durations are written "90s", "15m", "2h", "1h30m", "2d".
-# Generated from the schema (python -m lockwarden.sample_config); do not edit by hand.
+# Generated from the schema (python -m lockwarden.cli.sample_config); do not edit by hand.
 """
 
 STARTER_HEADER = """\
@@ -60,14 +60,14 @@ def well_known_candidates(exists: Callable[[str], bool] = os.path.exists) -> lis
 def host_candidates(directories: Sequence[str] = ()) -> list[Candidate]:
     """What `init` lists: the well-known locks present, then what `discover` finds (every file
     the kernel shows locked now, and known layouts under `directories`)."""
-    from lockwarden.discover import (
+    from lockwarden.cli.discover import (
         DEFAULT_MAX_DEPTH,
         DEFAULT_MAX_ENTRIES,
         kernel_lock_candidates,
         layout_candidates,
         lock_names,
     )
-    from lockwarden.host import Snapshot
+    from lockwarden.procfs.snapshot import Snapshot
 
     known = well_known_candidates()
     taken_paths = {candidate.path for candidate in known}
@@ -223,7 +223,7 @@ def render_starter(candidates: Sequence[Candidate]) -> str:
 def write_new_config(path: str, text: str, force: bool) -> None:
     """Create `path` (mode 0600: a config may come to hold notifier secrets); refuse to replace
     an existing file unless `force`. Raises FileExistsError."""
-    from lockwarden.atomic import write_atomically
+    from lockwarden.support.atomic import write_atomically
 
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)

@@ -22,12 +22,12 @@ from typing import Any
 import tomli_w
 
 from lockwarden import config as config_module
-from lockwarden.bounded import BoundedRun, Unanswered
-from lockwarden.durations import format_time, parse_duration
 from lockwarden.formats import LAYOUT_FORMATS, choose_format
-from lockwarden.host import Snapshot
 from lockwarden.model import Finding, InodeKey
-from lockwarden.run import inspect_locks
+from lockwarden.pipeline import inspect_locks
+from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.support.bounded import BoundedRun, Unanswered
+from lockwarden.support.durations import format_time, parse_duration
 
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ENTRIES = 50_000
@@ -136,7 +136,7 @@ def kernel_lock_candidates(
 def _why_unnamed(snapshot: Snapshot) -> str:
     """Deleted files have no name; beyond that, only what is so: unreadable holders (and the
     right that reads them) or a container's namespace."""
-    from lockwarden.identify import missing_right, processes
+    from lockwarden.check.identify import missing_right, processes
 
     reasons = ["deleted, held by no process's descriptor, or in flight in a unix socket"]
     if snapshot.unreadable_pids:
@@ -378,8 +378,8 @@ def render_discovery(discovery: Discovery) -> str:
 
 def discovery_document(discovery: Discovery) -> dict[str, Any]:
     """The same version 2 document as `--once` and `inspect`, each lock with `found_by`."""
-    from lockwarden.report import json_document
-    from lockwarden.run import RunResult
+    from lockwarden.output.report import json_document
+    from lockwarden.pipeline import RunResult
 
     result = RunResult(
         discovery.hostname,

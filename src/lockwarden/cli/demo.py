@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from lockwarden.run import inspect_path
+from lockwarden.pipeline import inspect_path
 
 HOLD_SECONDS = 2.0
 WRITE_WAIT_MS = 400

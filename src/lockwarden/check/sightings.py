@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from lockwarden.history import parse_time, timestamp
-from lockwarden.journal import Record
 from lockwarden.model import Bound, Finding, State
+from lockwarden.state.history import parse_time, timestamp
+from lockwarden.state.journal import Record
 
 SEEN = "seen"
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)

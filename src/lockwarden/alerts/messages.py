@@ -14,9 +14,9 @@ import shlex
 from dataclasses import dataclass
 from datetime import datetime
 
-from lockwarden.advice import is_command, why_no_action
-from lockwarden.durations import format_duration, format_time
+from lockwarden.check.advice import is_command, why_no_action
 from lockwarden.model import Finding, Holder, Severity, State, command_text
+from lockwarden.support.durations import format_duration, format_time
 
 ALERT = "alert"
 REMINDER = "reminder"

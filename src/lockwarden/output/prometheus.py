@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from lockwarden.atomic import write_atomically
 from lockwarden.model import Bound, Finding, State
+from lockwarden.support.atomic import write_atomically
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def ping(settings: HeartbeatSettings, signal: str | None = None) -> bool:
         return False
     import requests
 
-    from lockwarden.notify import redact_in_logs
+    from lockwarden.alerts.notify import redact_in_logs
 
     target = ping_url(settings.url, signal)
     shown = hide_url(target)

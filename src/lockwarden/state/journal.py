@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockwarden.checkpoints import Checkpoint, skip
+from lockwarden.support.checkpoints import Checkpoint, skip
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +379,7 @@ def probe_state_dir(directory: str, fs_timeout: float) -> str | None:
     """Why the state directory must not be touched this run, or None: its file system did not
     answer an lstat within fs_timeout (a hung mount would otherwise stall the run's own
     process, where no deadline can reach it; see bounded.py)."""
-    from lockwarden.bounded import BoundedRun, Unanswered
+    from lockwarden.support.bounded import BoundedRun, Unanswered
 
     def look(path: str) -> tuple[bool, tuple[str, ...]]:
         return os.path.lexists(path), ()

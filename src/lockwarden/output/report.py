@@ -9,8 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from lockwarden import __version__
-from lockwarden.advice import shell_argv
-from lockwarden.durations import format_duration, format_time
+from lockwarden.check.advice import shell_argv
 from lockwarden.model import (
     Bound,
     Finding,
@@ -22,7 +21,8 @@ from lockwarden.model import (
     Waiter,
     command_text,
 )
-from lockwarden.run import RunResult
+from lockwarden.pipeline import RunResult
+from lockwarden.support.durations import format_duration, format_time
 
 JSON_VERSION = 2
 

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lockwarden.checkpoints import Checkpoint, skip
+from lockwarden.alerts.decide import LockPolicy, Outgoing, Plan, Retry, decide
+from lockwarden.alerts.messages import Message, render_state_degraded, render_state_healthy
+from lockwarden.check.sightings import keep_latest_seen
 from lockwarden.config import Config
-from lockwarden.decide import LockPolicy, Outgoing, Plan, Retry, decide
-from lockwarden.history import (
+from lockwarden.model import Finding, Severity, State
+from lockwarden.state.history import (
     KEEP_RUNS,
     UNRESOLVED,
     History,
@@ -27,19 +29,17 @@ from lockwarden.history import (
     keep_for_removal,
     timestamp,
 )
-from lockwarden.journal import (
+from lockwarden.state.journal import (
     Journal,
     Record,
     StateError,
     default_state_path,
     state_directory_of,
 )
-from lockwarden.messages import Message, render_state_degraded, render_state_healthy
-from lockwarden.model import Finding, Severity, State
-from lockwarden.sightings import keep_latest_seen
+from lockwarden.support.checkpoints import Checkpoint, skip
 
 if TYPE_CHECKING:
-    from lockwarden.notify import Delivery, Notifier
+    from lockwarden.alerts.notify import Delivery, Notifier
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def load_history(
 
 
 def _last_delivery(records: list[Record]) -> list[datetime]:
-    from lockwarden.history import parse_time
+    from lockwarden.state.history import parse_time
 
     times = (
         parse_time(record.get("at"))
@@ -206,7 +206,7 @@ def _deliver(
     )
     if not (plan.sends_anything or wants_notice):
         return
-    from lockwarden.notify import Notifier, NotifyConfigError  # only a run that sends
+    from lockwarden.alerts.notify import Notifier, NotifyConfigError  # only a run that sends
 
     try:
         notifier = Notifier(config.notify, checkpoint=writer.journal.checkpoint)
@@ -310,7 +310,7 @@ def degraded_marker(state_file: str) -> str | None:
 
 
 def _private_directory(directory: str) -> bool:
-    from lockwarden.journal import check_state_dir
+    from lockwarden.state.journal import check_state_dir
 
     try:
         os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)
@@ -337,7 +337,7 @@ def _read_marker(marker: str | None) -> str | None:
 
 
 def _write_marker(marker: str, cause: str | None) -> None:
-    from lockwarden.atomic import write_atomically
+    from lockwarden.support.atomic import write_atomically
 
     try:
         if cause is None:

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from lockwarden.durations import DurationError, format_config_duration, parse_duration
 from lockwarden.formats import format_names
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.formats.dpkg import NAME as DPKG
-from lockwarden.removable import NEVER_REMOVED
+from lockwarden.formats.removable import NEVER_REMOVED
+from lockwarden.support.durations import DurationError, format_config_duration, parse_duration
 
 DEFAULT_PATH = "/etc/lockwarden/config.toml"
 REQUIRED = object()
@@ -982,7 +982,7 @@ def _alerts_document(alerts: AlertSettings, keys: tuple[str, ...]) -> dict[str, 
 
 
 def _state_document(state: StateSettings) -> dict[str, Any]:
-    from lockwarden.journal import default_state_path
+    from lockwarden.state.journal import default_state_path
 
     return {"path": state.path or default_state_path(), "max_bytes": state.max_bytes}
 

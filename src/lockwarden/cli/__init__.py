@@ -1,0 +1,1 @@
+"""The command line: parser, commands, the `--once` orchestration, exit codes, entry point."""

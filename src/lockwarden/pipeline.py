@@ -1,0 +1,199 @@
+"""Wire the stages for one run: config -> snapshot -> claims -> evidence -> findings.
+
+No argparse, no printing, no exit: the CLI does that. `now` is passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lockwarden.check.classify import Policy, classify
+from lockwarden.check.identify import gather, keys_to_scan
+from lockwarden.check.sightings import Memory
+from lockwarden.config import Config, LockConfig
+from lockwarden.formats import read_claim
+from lockwarden.model import Claim, Finding, Severity, State, worst
+from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.support.bounded import BoundedRun, Unanswered
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Every finding of one run, and the host it ran on."""
+
+    hostname: str
+    boot_id: str
+    checked_at: datetime
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def status(self) -> Severity:
+        return worst(finding.severity for finding in self.findings)
+
+
+def policy_for(lock: LockConfig) -> Policy:
+    return Policy(
+        warn_after=lock.warn_after,
+        critical_after=lock.critical_after,
+        host_aliases=lock.host_aliases,
+        stale_after=lock.stale_after,
+    )
+
+
+def inspect_locks(
+    locks: Sequence[LockConfig],
+    snapshot: Snapshot,
+    now: datetime,
+    remembered: Memory | None = None,
+) -> tuple[Finding, ...]:
+    """Read every lock's claim first, so one descriptor scan serves them all, then judge.
+    `remembered`: the sighting memory of kernel locks (sightings.py). A lock inside a database
+    has no claim to read: its server is asked when it is judged."""
+    on_files = [lock for lock in locks if not lock.database]
+    read = iter(read_claims(on_files, snapshot.pid_max))
+    claims = [None if lock.database else next(read) for lock in locks]
+    readable = (claim for claim in claims if isinstance(claim, Claim))
+    snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
+    memory = remembered or {}
+    return tuple(
+        _judge(lock, claim, snapshot, now, memory.get(lock.name))
+        if claim is not None
+        else _judge_database(lock, snapshot, now)
+        for lock, claim in zip(locks, claims, strict=True)
+    )
+
+
+def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Exception]:
+    """Each lock's claim, read within its fs_timeout (see bounded.py): a lock whose file
+    system does not answer is Unanswered, and so is every later lock on that mount; a lock
+    that could not be read is the exception that said why (it becomes unknown: one
+    unreadable lock must not hide the others)."""
+
+    def read(lock: LockConfig) -> tuple[Claim, tuple[LockConfig, ...]]:
+        return read_claim(lock.path, lock.format, pid_max), ()
+
+    reading = BoundedRun(read, lambda lock: lock.path, lambda lock: lock.fs_timeout)
+    return [_claim_or_error(lock, outcome) for lock, outcome in reading.run(locks)]
+
+
+def _judge_database(lock: LockConfig, snapshot: Snapshot, now: datetime) -> Finding:
+    """A lock inside a database server (databases/): its driver loads only when one is set."""
+    try:
+        from lockwarden.databases.check import inspect_database
+
+        return inspect_database(lock, policy_for(lock), snapshot, now)
+    except Exception as error:
+        log.debug("checking %s failed", lock.name, exc_info=True)
+        return _unknown(
+            lock, f"internal error while inspecting it: {error} (run with -v for details)"
+        )
+
+
+def _claim_or_error(lock: LockConfig, outcome: object) -> Claim | Exception:
+    if isinstance(outcome, Claim):
+        return outcome
+    log.debug("reading %s failed: %r", lock.path, outcome)
+    if isinstance(outcome, Exception):
+        return outcome
+    return RuntimeError(f"reading it ended with {outcome!r}")
+
+
+def _judge(
+    lock: LockConfig,
+    claim: Claim | Exception,
+    snapshot: Snapshot,
+    now: datetime,
+    seen_since: dict[str, datetime] | None = None,
+) -> Finding:
+    if isinstance(claim, Unanswered):
+        return _unknown(lock, str(claim))
+    try:
+        if isinstance(claim, PermissionError):
+            return _unknown(lock, permission_problem(lock.path))
+        if isinstance(claim, Exception):
+            raise RuntimeError(f"could not read {lock.path}: {claim}")
+        evidence = gather(claim, snapshot)
+        return classify(lock.name, claim, evidence, policy_for(lock), now, seen_since)
+    except Exception as error:
+        log.debug("judging %s failed", lock.name, exc_info=True)
+        return _unknown(
+            lock, f"internal error while inspecting it: {error} (run with -v for details)"
+        )
+
+
+def _unknown(lock: LockConfig, reason: str) -> Finding:
+    return Finding(
+        name=lock.name,
+        path=lock.path,
+        format=lock.format,
+        state=State.UNKNOWN,
+        severity=Severity.UNKNOWN,
+        reason=reason,
+    )
+
+
+def permission_problem(path: str) -> str:
+    """`permission denied: cannot search /srv/private (needs execute on it) as uid 998`: the
+    first directory on the way that this process may not enter, else the lock itself."""
+    who = f"uid {os.geteuid()}"
+    parts = os.path.abspath(path).split("/")[1:]
+    for depth in range(1, len(parts)):
+        directory = "/" + "/".join(parts[:depth])
+        if not os.access(directory, os.X_OK):
+            return (
+                f"permission denied: cannot search directory {directory} (needs execute (search) "
+                f"permission on it) as {who}: grant it, or run lockwarden with a user or "
+                "capability (CAP_DAC_READ_SEARCH) that may"
+            )
+    return (
+        f"permission denied: cannot read {path} (needs read permission on it) as {who}: grant "
+        "it, or run lockwarden with a user or capability (CAP_DAC_READ_SEARCH) that may"
+    )
+
+
+def run_once(
+    config: Config,
+    now: datetime,
+    proc: str = "/proc",
+    remembered: Memory | None = None,
+) -> RunResult:
+    snapshot = Snapshot.capture(proc, read_timeout=config.fs_timeout)
+    findings = inspect_locks(config.locks, snapshot, now, remembered)
+    notes: list[str] = []
+    if config.builtin:
+        notes.append(
+            "no config file: checked the well-known system locks present on this host; "
+            "list your own locks as [[lock]] tables in /etc/lockwarden/config.toml "
+            "(see config.example.toml), or pass --config PATH"
+        )
+    return RunResult(snapshot.hostname, snapshot.boot_id, now, findings, tuple(notes))
+
+
+def inspect_path(
+    path: str,
+    now: datetime,
+    lock_format: str = "auto",
+    warn_after: float = 900.0,
+    critical_after: float = 3600.0,
+    proc: str = "/proc",
+    name: str | None = None,
+) -> RunResult:
+    """One lock, no config: what `lockwarden inspect PATH` and the demo report. `name`: the
+    finding's name (the CLI passes the whole path, so two inspected locks never share one)."""
+    lock = LockConfig(
+        name=name or path.rstrip("/").rsplit("/", 1)[-1] or path,
+        path=path,
+        format=lock_format,
+        warn_after=warn_after,
+        critical_after=critical_after,
+    )
+    snapshot = Snapshot.capture(proc)
+    findings = inspect_locks([lock], snapshot, now)
+    return RunResult(snapshot.hostname, snapshot.boot_id, now, findings)

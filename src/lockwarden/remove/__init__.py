@@ -1,0 +1,1 @@
+"""Guarded removal of stale locks (opt-in, remove_stale)."""

@@ -1,0 +1,1 @@
+"""The state journal on disk and the typed history folded from it."""
