@@ -34,9 +34,9 @@ cat > "$stage/usr/bin/lockwarden" <<'SCRIPT'
 #!/usr/bin/python3
 import sys
 
-from lockwarden.cli.commands import main
+from lockwarden.cli.commands import run
 
-sys.exit(main())
+sys.exit(run())
 SCRIPT
 chmod 0755 "$stage/usr/bin/lockwarden"
 

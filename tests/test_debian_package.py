@@ -30,7 +30,8 @@ CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
 EXPECTED = {
     "./usr/bin/lockwarden": "-rwxr-xr-x",
     "./usr/lib/python3/dist-packages/lockwarden/__init__.py": "-rw-r--r--",
-    "./usr/lib/python3/dist-packages/lockwarden/cli.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/lockwarden/cli/commands.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/lockwarden/check/classify.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/lockwarden/formats/__init__.py": "-rw-r--r--",
     "./lib/systemd/system/lockwarden.service": "-rw-r--r--",
     "./lib/systemd/system/lockwarden.timer": "-rw-r--r--",

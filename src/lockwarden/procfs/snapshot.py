@@ -4,17 +4,25 @@
 *took* the lock (a dead parent, or -1 for OFD locks), so holders are resolved from the `lock:`
 lines of `/proc/PID/fdinfo/FD`, in one scan of every process for all the inodes a run cares
 about. Process details (command line, cgroup, user) are read only for the processes asked about.
+
+psutil gives the process facts it offers (the process list, status, threads, user); raw /proc
+is read only for what psutil lacks or cannot bound: /proc/locks, fdinfo, start ticks and the
+kernel's name from stat (psutil gives seconds, identity needs the kernel's ticks; its name()
+reads the command line, unbounded, for a name cut at 15 characters), cgroup -> unit,
+namespaces, the boot id, and the command line (read on a thread under a deadline: a page fault
+on a hung mount blocks it).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import pwd
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
+
+import psutil
 
 from lockwarden.model import InodeKey, KernelLock, Process
 
@@ -179,13 +187,6 @@ def _namespace_id(link: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
 @dataclass
 class Snapshot:
     """What the host looked like at one moment; the only reader of /proc in a run."""
@@ -305,14 +306,13 @@ class Snapshot:
     def _read_process(self, pid: int) -> Process | None:
         base = f"{self.proc}/{pid}"
         try:
+            facts = _process_facts(pid)
+            # start ticks, not psutil's create_time: an identity must match the kernel's count
             stat_text = _read_text(f"{base}/stat")
-            status_text = _read_text(f"{base}/status")
-        except (FileNotFoundError, ProcessLookupError):
-            return None
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            return None  # gone (a zombie is still there: psutil's ZombieProcess is handled)
         name = stat_text[stat_text.find("(") + 1 : stat_text.rfind(")")]
-        fields = stat_text[stat_text.rfind(")") + 2 :].split()
-        start_ticks = int(fields[19])
-        uid = _status_uid(status_text)
+        start_ticks = int(stat_text[stat_text.rfind(")") + 2 :].split()[19])
         raw_cmdline = read_within(f"{base}/cmdline", self.read_timeout)
         if raw_cmdline is None:  # still named by its PID and kernel name, from stat
             log.warning(
@@ -329,10 +329,10 @@ class Snapshot:
         return Process(
             pid=pid,
             start_ticks=start_ticks,
-            state=fields[0],
-            threads=int(fields[17]),
-            uid=uid,
-            user=_user_name(uid),
+            state=facts.state,
+            threads=facts.threads,
+            uid=facts.uid,
+            user=facts.user,
             cmdline=tuple(part for part in raw_cmdline.split("\0") if part),
             name=name,
             unit=unit,
@@ -344,7 +344,7 @@ class Snapshot:
     def pid_entries(self) -> tuple[str, ...]:
         """The process directories of /proc, listed once per run for every scan that needs it."""
         if self._pid_entries is None:
-            self._pid_entries = tuple(entry for entry in os.listdir(self.proc) if entry.isdigit())
+            self._pid_entries = tuple(str(pid) for pid in psutil.pids())
         return self._pid_entries
 
     def namespace_twins(self, pid: int) -> tuple[int, ...]:
@@ -440,11 +440,46 @@ def _read_working_directories(proc: str, entries: tuple[str, ...]) -> WorkingDir
     return WorkingDirectories(by_pid, tuple(unreadable))
 
 
-def _status_uid(status_text: str) -> int:
-    for line in status_text.splitlines():
-        if line.startswith("Uid:"):
-            return int(line.split()[1])
-    return -1
+@dataclass(frozen=True)
+class ProcessFacts:
+    """What psutil tells of one process (one read of its stat and status files)."""
+
+    state: str  # the kernel's one-letter state: R, S, D, Z, X, ...
+    threads: int
+    uid: int
+    user: str
+
+
+# psutil's status words back to the kernel's letters, which reports have always shown.
+_STATE_LETTERS = {
+    psutil.STATUS_RUNNING: "R",
+    psutil.STATUS_SLEEPING: "S",
+    psutil.STATUS_DISK_SLEEP: "D",
+    psutil.STATUS_STOPPED: "T",
+    psutil.STATUS_TRACING_STOP: "t",
+    psutil.STATUS_ZOMBIE: "Z",
+    psutil.STATUS_DEAD: "X",
+    psutil.STATUS_IDLE: "I",
+}
+
+
+def _process_facts(pid: int) -> ProcessFacts:
+    """Raises psutil.NoSuchProcess when the process is gone. AccessDenied is not raised for
+    these facts on Linux (stat and status are world-readable); a zombie answers them."""
+    process = psutil.Process(pid)
+    with process.oneshot():
+        status = process.status()
+        uid = process.uids().real
+        try:
+            user = process.username()
+        except KeyError:  # psutil < 5.9.5 raised it for a uid without a passwd entry
+            user = str(uid)
+        return ProcessFacts(
+            state=_STATE_LETTERS.get(status, "?"),
+            threads=process.num_threads(),
+            uid=uid,
+            user=user,
+        )
 
 
 def _scan_nested_pids(
