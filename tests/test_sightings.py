@@ -96,3 +96,19 @@ def test_a_quiet_run_writes_one_empty_record_to_end_a_series_and_then_nothing() 
 def test_compaction_keeps_only_the_latest_seen_record() -> None:
     records = [seen(FIRST), {"type": "run", "at": timestamp(NOW)}, seen(NOW)]
     assert sightings.keep_latest_seen(records) == records[1:]
+
+
+@pytest.mark.parametrize(
+    ("warn_after", "longest"),
+    [(1.0, sightings.RUN_INTERVAL_ALLOWANCE), (30.0, 90.0), (900.0, 900.0)],
+)
+def test_a_budget_shorter_than_the_runs_interval_still_lets_a_series_continue(
+    warn_after: float, longest: float
+) -> None:
+    """Minutely runs (up to 10 s late) with warn_after = "30s": each run must continue the
+    series, or a flock held for hours would never escalate."""
+    assert sightings.longest_gap(warn_after) == longest
+    before = NOW - timedelta(seconds=70)
+    latest = sightings.LastSeen(before, {"store": ("pid:1", before)})
+    remembered = sightings.memory(latest, NOW, {"store": sightings.longest_gap(warn_after)})
+    assert remembered == {"store": {"pid:1": before}}

@@ -10,12 +10,14 @@ FIRST_SEEN is the first of an unbroken series of runs that saw NAME held by IDEN
 start ticks + boot id, or the inode for a holder no one could name). The next run that sees the
 same identity reports the lock held *at least* since FIRST_SEEN; a run that sees it free, or held
 by another holder, starts over, and so does a gap between runs longer than the lock's
-`warn_after` (too long to call the lock continuously held). A run that sees no such lock
+`warn_after`, or than RUN_INTERVAL_ALLOWANCE when that is longer (too long to call the lock
+continuously held: a budget shorter than the runs' own interval must not make every series
+start over, or a lock held for hours would never escalate). A run that sees no such lock
 writes an empty record once, to break the series, and then nothing.
 
 This memory is written whether or not alerting is on: a timer-driven agent with no [notify]
 service must still escalate a lock held continuously (its exit code, its report, the
-Prometheus textfile). Pure functions here; run.py reads and appends.
+Prometheus textfile). Pure functions here; cli/once.py reads and appends.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from lockwarden.state.journal import Record
 SEEN = "seen"
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)
 _HELD = (State.HELD, State.HELD_TOO_LONG, State.UNKNOWN)
+
+# The shipped timer runs every minute with up to 10 s of random delay; a run takes seconds.
+RUN_INTERVAL_ALLOWANCE = 90.0
 
 Memory = dict[str, dict[str, datetime]]
 """lock name -> holder identity -> first sighting of an unbroken series."""
@@ -66,6 +71,11 @@ def _entries(locks: dict[object, object]) -> dict[str, tuple[str, datetime]]:
         if since is not None:
             entries[str(name)] = (value[0], since)
     return entries
+
+
+def longest_gap(warn_after: float) -> float:
+    """The longest break between two runs that still counts a series as continuous."""
+    return max(warn_after, RUN_INTERVAL_ALLOWANCE)
 
 
 def memory(latest: LastSeen | None, now: datetime, gaps: Mapping[str, float]) -> Memory:

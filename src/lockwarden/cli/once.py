@@ -159,7 +159,7 @@ class SightingMemory:
                 self.latest = sightings.last_seen(self.journal.load().records)
         except StateError as error:
             self.problem = str(error)
-        gaps = {lock.name: lock.warn_after for lock in config.locks}
+        gaps = {lock.name: sightings.longest_gap(lock.warn_after) for lock in config.locks}
         self.memory: Memory = sightings.memory(self.latest, now, gaps)
 
     def remember(self, result: RunResult, lock_first: bool) -> RunResult:
