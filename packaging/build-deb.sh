@@ -48,6 +48,10 @@ install_file 0644 systemd/user/lockwarden.timer /usr/lib/systemd/user/lockwarden
 doc=/usr/share/doc/lockwarden
 install_file 0644 config.example.toml "$doc/config.example.toml"
 install_file 0644 README.md "$doc/README.md"
+for page in docs/*.md; do  # the README links to them as docs/NAME.md: keep that layout
+    install_file 0644 "$page" "$doc/$page"
+done
+install_file 0644 schema/report-v2.schema.json "$doc/schema/report-v2.schema.json"  # docs/json.md links it
 install_file 0644 packaging/cron.d/lockwarden "$doc/examples/cron.d/lockwarden"
 install_file 0644 packaging/prometheus/lockwarden.rules.yml "$doc/examples/lockwarden.rules.yml"
 cat > "$stage$doc/copyright" <<'COPYRIGHT'

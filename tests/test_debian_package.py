@@ -39,6 +39,9 @@ EXPECTED = {
     "./usr/lib/systemd/user/lockwarden.timer": "-rw-r--r--",
     "./usr/share/doc/lockwarden/config.example.toml": "-rw-r--r--",
     "./usr/share/doc/lockwarden/copyright": "-rw-r--r--",
+    "./usr/share/doc/lockwarden/README.md": "-rw-r--r--",
+    "./usr/share/doc/lockwarden/docs/design.md": "-rw-r--r--",
+    "./usr/share/doc/lockwarden/schema/report-v2.schema.json": "-rw-r--r--",
     "./usr/share/doc/lockwarden/examples/cron.d/lockwarden": "-rw-r--r--",
     "./usr/share/doc/lockwarden/examples/lockwarden.rules.yml": "-rw-r--r--",
     "./usr/share/man/man1/lockwarden.1.gz": "-rw-r--r--",
@@ -88,6 +91,10 @@ def test_package_puts_every_file_in_its_place(deb: Path) -> None:
         str(path.relative_to(ROOT / "src")) for path in (ROOT / "src" / "lockwarden").rglob("*.py")
     }
     assert package_modules == source_modules
+    docs = "./usr/share/doc/lockwarden/docs/"  # every page the README links to, none left out
+    assert entries[docs] == "drwxr-xr-x"
+    shipped_docs = {path for path in entries if path.startswith(docs) and path != docs}
+    assert shipped_docs == {docs + page.name for page in (ROOT / "docs").glob("*.md")}
     assert not any("__pycache__" in path or path.startswith("./etc/") for path in entries)
 
 

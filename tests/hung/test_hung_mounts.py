@@ -1,7 +1,7 @@
 """A hung mount costs one lock, never the run: real FUSE file systems whose getattr never
 returns (hangfs.py), beside local locks held by real processes, through the real CLI.
 
-The figure the README's reliability table quotes (the worst run time with a hung mount) is
+The figure docs/reliability.md's table quotes (the worst run time with a hung mount) is
 what these tests print with -s: `hung mount: run took X s with fs_timeout Y s`.
 """
 

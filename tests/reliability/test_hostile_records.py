@@ -1,7 +1,7 @@
 """Row 1: hostile lock records. Whatever sits where a record should be, lockwarden answers within
 100 ms, never raises, and never says `stale` or `held` on the word of a record it cannot trust.
 
-What "trustworthy" means (README, "Reliability"; src/lockwarden/formats/trust.py): the record was
+What "trustworthy" means (docs/design.md; src/lockwarden/formats/trust.py): the record was
 read safely (a regular file within 64 KiB, not swapped while read), it parses without ambiguity
 into a PID in 2..pid_max (and, when present, a real boot id, start ticks and a time between 1970
 and 9000), nobody but its writer could have put it there (not world-writable, not in a

@@ -6,7 +6,7 @@ calling the real CLI: --once, check-config, notify-test, history).
 
 Promises: no token — raw, or in the Basic-auth form the receiver echoes — appears in stdout,
 stderr, the journal or the Prometheus .prom file; a config file holding secrets that group or
-others can read gets a warning on stderr (README: Reliability)."""
+others can read gets a warning on stderr (docs/reliability.md)."""
 
 from __future__ import annotations
 

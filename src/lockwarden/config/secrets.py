@@ -3,7 +3,7 @@
 Apprise URLs and a heartbeat URL carry tokens; anyone who can read them can post as the
 on-call channel, or ping the dead man's switch and hide that lockwarden stopped. lockwarden
 warns (it does not refuse: refusing would stop the monitoring over a file mode, the failure
-that hurts more) and names both fixes. The README's Reliability section documents the choice.
+that hurts more) and names both fixes. docs/reliability.md documents the choice.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class Metric:
     help: str
 
 
-# The one table of metric names: add a row here (and to the README's table) for a new metric.
+# The one table of metric names: add a row here (and to docs/fleet.md's table) for a new metric.
 LOCK_STATE = Metric(
     "lockwarden_lock_state",
     "1 for the lock's current state (the state label), 0 for the others",

@@ -1,0 +1,102 @@
+"""The README and docs/ say what the code does: every format, exit code and metric the code has
+is in its table, and every link between the documents leads somewhere."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lockwarden.cli import commands as cli
+from lockwarden.config import ENGINE_WATCHES, DatabaseWatch
+from lockwarden.databases.check import format_name
+from lockwarden.formats import FORMATS
+from lockwarden.output import prometheus
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def table_keys(path: Path, header: str) -> list[str]:
+    """The first column of the table whose header row starts with `header`, backticks removed."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    keys = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        keys.append(line.split("|")[1].strip().strip("`"))
+    return keys
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors for a document's headings: lower case, punctuation dropped, '-' for ' '."""
+    found = set()
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def database_formats() -> set[str]:
+    return {
+        format_name(DatabaseWatch(engine=engine, connection="x", watch=watch, target="x"))
+        for engine, watches in ENGINE_WATCHES.items()
+        for watch in watches
+    }
+
+
+def test_the_readme_formats_table_lists_every_format_once() -> None:
+    listed = table_keys(README, "| format | what it is |")
+    assert len(listed) == len(set(listed)), listed
+    assert set(listed) == set(FORMATS) | database_formats()
+
+
+def test_the_readme_exit_code_table_lists_every_exit_code_of_the_agent() -> None:
+    codes = {
+        value
+        for name, value in vars(cli).items()
+        if name.startswith("EXIT_") and not name.startswith("EXIT_HOLD_") and isinstance(value, int)
+    }
+    assert {int(code) for code in table_keys(README, "| exit code | meaning |")} == codes
+    help_codes = {int(m) for m in re.findall(r"^  (\d+) ", cli.EXIT_CODES_HELP, re.M)}
+    assert help_codes <= codes
+
+
+def test_the_hold_exit_code_table_lists_every_exit_code_of_hold() -> None:
+    codes = {value for name, value in vars(cli).items() if name.startswith("EXIT_HOLD_")}
+    listed = table_keys(ROOT / "docs" / "hold.md", "| exit code | `lockwarden hold` |")
+    numbers = {int(n) for key in listed for n in re.findall(r"\d+", key)}
+    assert codes | {cli.EXIT_USAGE, 126, 127} <= numbers
+
+
+def test_the_fleet_metrics_table_lists_every_metric() -> None:
+    listed = table_keys(ROOT / "docs" / "fleet.md", "| metric | labels | value |")
+    assert listed == [metric.name for metric in prometheus.METRICS]
+
+
+def test_every_link_between_the_documents_leads_to_a_file_and_heading() -> None:
+    broken = []
+    for document in [README, *DOCS]:
+        for target in LINK.findall(document.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://")):
+                continue
+            file_part, _, anchor = target.partition("#")
+            linked = (document.parent / file_part).resolve() if file_part else document
+            if not linked.exists():
+                broken.append(f"{document.name}: {target}")
+            elif anchor and anchor not in anchors(linked):
+                broken.append(f"{document.name}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_every_document_under_docs_is_linked_from_the_readme() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert DOCS
+    for document in DOCS:
+        assert f"(docs/{document.name}" in text, document.name
