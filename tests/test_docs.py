@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lockwarden.cli import commands as cli
+from lockwarden.cli import exit_codes as cli
 from lockwarden.config import ENGINE_WATCHES, DatabaseWatch
 from lockwarden.databases.check import format_name
 from lockwarden.formats import FORMATS
@@ -61,7 +61,9 @@ def test_the_readme_exit_code_table_lists_every_exit_code_of_the_agent() -> None
     codes = {
         value
         for name, value in vars(cli).items()
-        if name.startswith("EXIT_") and not name.startswith("EXIT_HOLD_") and isinstance(value, int)
+        if name.startswith("EXIT_")
+        and not name.startswith(("EXIT_HOLD_", "EXIT_NOT_"))  # `lockwarden hold`'s own
+        and isinstance(value, int)
     }
     assert {int(code) for code in table_keys(README, "| exit code | meaning |")} == codes
     help_codes = {int(m) for m in re.findall(r"^  (\d+) ", cli.EXIT_CODES_HELP, re.M)}
@@ -72,7 +74,7 @@ def test_the_hold_exit_code_table_lists_every_exit_code_of_hold() -> None:
     codes = {value for name, value in vars(cli).items() if name.startswith("EXIT_HOLD_")}
     listed = table_keys(ROOT / "docs" / "hold.md", "| exit code | `lockwarden hold` |")
     numbers = {int(n) for key in listed for n in re.findall(r"\d+", key)}
-    assert codes | {cli.EXIT_USAGE, 126, 127} <= numbers
+    assert codes | {cli.EXIT_USAGE, cli.EXIT_NOT_EXECUTABLE, cli.EXIT_NOT_FOUND} <= numbers
 
 
 def test_the_fleet_metrics_table_lists_every_metric() -> None:

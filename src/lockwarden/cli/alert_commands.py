@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lockwarden.alerts.messages import stamp
+from lockwarden.cli.exit_codes import EXIT_CONFIG, EXIT_NOTIFY_FAILED, EXIT_UNKNOWN
 from lockwarden.cli.once import AlertedRun, run_and_alert
 from lockwarden.config import Config
 from lockwarden.output.report import json_document, render_text
@@ -17,10 +18,6 @@ from lockwarden.support.checkpoints import Checkpoint, skip
 if TYPE_CHECKING:
     from lockwarden.state.history import Incident
     from lockwarden.state.journal import RunBusy
-
-EXIT_NOTIFY_FAILED = 1
-EXIT_UNKNOWN = 3
-EXIT_CONFIG = 78
 
 
 @dataclass(frozen=True)

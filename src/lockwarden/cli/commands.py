@@ -13,6 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden import __version__
 from lockwarden import config as config_module
+from lockwarden.cli.exit_codes import (
+    EXIT_BROKEN_PIPE,
+    EXIT_BUSY,
+    EXIT_CODES_HELP,
+    EXIT_CONFIG,
+    EXIT_HOLD_HELD,
+    EXIT_HOLD_OS_ERROR,
+    EXIT_HOLD_STALE,
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    EXIT_USAGE,
+    HOLD_EXIT_CODES_HELP,
+)
 from lockwarden.cli.once import AlertedRun
 from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
@@ -26,34 +39,6 @@ if TYPE_CHECKING:
     pass
 
 log = logging.getLogger("lockwarden")
-
-EXIT_OK = 0
-EXIT_WARNING = 1
-EXIT_CRITICAL = 2
-EXIT_UNKNOWN = 3
-EXIT_USAGE = 64
-EXIT_BUSY = 75
-EXIT_CONFIG = 78
-# `lockwarden hold` only; otherwise it exits with its COMMAND's code (128+N: killed by signal N).
-EXIT_HOLD_OS_ERROR = 71  # sysexits EX_OSERR: the lock could not be created or removed
-EXIT_HOLD_HELD = 73  # sysexits EX_CANTCREAT: another process holds the lock
-EXIT_HOLD_STALE = 74  # the lock is stale (with proof) and --break-stale was not given
-
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a pipeline whose reader went away
-
-EXIT_CODES_HELP = """\
-exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icinga check):
-  0   ok: every lock is free or held within its budget
-  1   warning: a lock is held past warn_after
-  2   critical: a lock is held past critical_after, or is stale
-  3   unknown: lockwarden could not tell (the reason is printed), an internal error, or an
-      alert that could not be delivered (also on stderr, in the textfile and the heartbeat)
-      (the worst lock decides; critical outranks unknown, so a blocked store is never hidden)
-  64  usage error: bad command-line arguments
-  75  another lockwarden run holds the run lock (its holder is printed); nothing was done
-  78  configuration error: every problem is printed, one per line, with file and key
-      (check-config: also a notify URL apprise cannot parse, or an unusable state directory)
-"""
 
 
 class UsageError(Exception):
@@ -241,17 +226,6 @@ def _discover_parser(commands: Any) -> None:
     )
     _output(discover)
     _verbosity(discover)
-
-
-HOLD_EXIT_CODES_HELP = """\
-exit codes:
-  N    COMMAND's exit code; 128+N when signal N killed it (130 for Ctrl-C, 143 for SIGTERM)
-  64   usage error
-  71   the lock could not be created or removed (permission, missing directory, ...)
-  73   the lock is held by another process (its PID, role and how to stop it are printed)
-  74   the lock is stale (its holder is provably gone); rerun with --break-stale
-  126  COMMAND is not executable; 127: COMMAND not found
-"""
 
 
 def _hold_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
