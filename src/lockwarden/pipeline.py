@@ -14,7 +14,7 @@ from datetime import datetime
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import gather, keys_to_scan
 from lockwarden.check.sightings import Memory
-from lockwarden.config import Config, LockConfig
+from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER, Config, LockConfig
 from lockwarden.formats import read_claim
 from lockwarden.model import Claim, Finding, Severity, State, worst
 from lockwarden.procfs.snapshot import Snapshot
@@ -180,8 +180,8 @@ def inspect_path(
     path: str,
     now: datetime,
     lock_format: str = "auto",
-    warn_after: float = 900.0,
-    critical_after: float = 3600.0,
+    warn_after: float = DEFAULT_WARN_AFTER,
+    critical_after: float = DEFAULT_CRITICAL_AFTER,
     proc: str = "/proc",
     name: str | None = None,
 ) -> RunResult:

@@ -33,7 +33,7 @@ from lockwarden.output.report import render_json, render_text
 from lockwarden.pipeline import RunResult, inspect_path
 from lockwarden.support import logs
 from lockwarden.support.checkpoints import Checkpoint, skip
-from lockwarden.support.durations import DurationError, parse_duration
+from lockwarden.support.durations import DurationError, format_config_duration, parse_duration
 
 if TYPE_CHECKING:
     pass
@@ -134,8 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="watch up to N ms for the lock to be released (default: 0)",
     )
-    inspect.add_argument("--warn-after", default="15m", help="warning budget (default: 15m)")
-    inspect.add_argument("--critical-after", default="1h", help="critical budget (default: 1h)")
+    warn, critical = (
+        format_config_duration(config_module.DEFAULT_WARN_AFTER),
+        format_config_duration(config_module.DEFAULT_CRITICAL_AFTER),
+    )
+    inspect.add_argument("--warn-after", default=warn, help=f"warning budget (default: {warn})")
+    inspect.add_argument(
+        "--critical-after", default=critical, help=f"critical budget (default: {critical})"
+    )
     _output(inspect)
     _verbosity(inspect)
 

@@ -187,9 +187,17 @@ DEFAULTS_OPTIONS = (
     ),
 )
 
-DEFAULT_FS_TIMEOUT = parse_duration(
-    next(option.default for option in DEFAULTS_OPTIONS if option.key == "fs_timeout")
-)
+
+def schema_default(options: tuple[Option, ...], key: str) -> Any:
+    """The default of `key` as its converter makes it (a duration in seconds): settings
+    classes take their defaults from the schema, so each is written once."""
+    [option] = [option for option in options if option.key == key]
+    return option.convert(option.default)
+
+
+DEFAULT_FS_TIMEOUT: float = schema_default(DEFAULTS_OPTIONS, "fs_timeout")
+DEFAULT_WARN_AFTER: float = schema_default(DEFAULTS_OPTIONS, "warn_after")
+DEFAULT_CRITICAL_AFTER: float = schema_default(DEFAULTS_OPTIONS, "critical_after")
 
 LOCK_OPTIONS = (
     Option("name", _name, REQUIRED, "a short unique name used in alerts", "wa-store"),
@@ -527,11 +535,11 @@ SECTIONS: dict[str, tuple[Option, ...]] = {
 class AlertSettings:
     """The [alerts] table: when to alert, remind, resolve and give up."""
 
-    repeat_interval: float = 3600.0
-    resolve_after: int = 1
-    unknown_after: int = 3
-    give_up_after: float = 86400.0
-    min_severity: str = "critical"
+    repeat_interval: float = schema_default(ALERT_OPTIONS, "repeat_interval")
+    resolve_after: int = schema_default(ALERT_OPTIONS, "resolve_after")
+    unknown_after: int = schema_default(ALERT_OPTIONS, "unknown_after")
+    give_up_after: float = schema_default(ALERT_OPTIONS, "give_up_after")
+    min_severity: str = schema_default(ALERT_OPTIONS, "min_severity")
 
 
 @dataclass(frozen=True)
@@ -542,7 +550,7 @@ class NotifySettings:
     config: str | None = None
     urls_file: str | None = None
     urls_env: str | None = None
-    timeout: float = 10.0
+    timeout: float = schema_default(NOTIFY_OPTIONS, "timeout")
 
     @property
     def configured(self) -> bool:
@@ -554,7 +562,7 @@ class StateSettings:
     """The [state] table: the journal's path and size bound."""
 
     path: str | None = None
-    max_bytes: int = 262144
+    max_bytes: int = schema_default(STATE_OPTIONS, "max_bytes")
 
 
 @dataclass(frozen=True)
@@ -562,8 +570,8 @@ class HeartbeatSettings:
     """The [heartbeat] table: the dead man's switch pinged after each run."""
 
     url: str | None = None
-    send_start: bool = False
-    timeout: float = 5.0
+    send_start: bool = schema_default(HEARTBEAT_OPTIONS, "send_start")
+    timeout: float = schema_default(HEARTBEAT_OPTIONS, "timeout")
 
 
 @dataclass(frozen=True)
@@ -590,8 +598,8 @@ class AlertmanagerSettings:
 
     urls: tuple[str, ...] = ()
     host: str | None = None
-    ends_after: float = 300.0
-    timeout: float = 5.0
+    ends_after: float = schema_default(ALERTMANAGER_OPTIONS, "ends_after")
+    timeout: float = schema_default(ALERTMANAGER_OPTIONS, "timeout")
 
     @property
     def configured(self) -> bool:
@@ -611,9 +619,9 @@ class LockConfig:
     host_aliases: tuple[str, ...] = ()
     alerts: AlertSettings = AlertSettings()
     notify_tags: tuple[str, ...] = ()
-    stale_after: float = 600.0
-    remove_stale: bool = False
-    stale_confirm: float = 120.0
+    stale_after: float = schema_default(LOCK_OPTIONS, "stale_after")
+    remove_stale: bool = schema_default(LOCK_OPTIONS, "remove_stale")
+    stale_confirm: float = schema_default(LOCK_OPTIONS, "stale_confirm")
     fs_timeout: float = DEFAULT_FS_TIMEOUT
     database: DatabaseWatch | None = None
 
