@@ -17,17 +17,18 @@ from typing import Any
 import pytest
 
 from conftest import FLOCK_HOLDER, Children, run_cli, write_config
+from factories import make_finding, make_holder
 from lockwarden.alerts.alertmanager import Alert, Posted, alert_labels, plan
 from lockwarden.config import AlertmanagerSettings, ConfigError, effective, parse
-from lockwarden.model import Finding, Holder, Severity, State
+from lockwarden.model import Finding, Severity, State
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SETTINGS = AlertmanagerSettings(urls=("http://127.0.0.1:1",), ends_after=300.0)
 
 
 def finding(state: State, severity: Severity, pid: int | None = 42) -> Finding:
-    holder = Holder(pid=pid, alive=True, role="re-sync", unit="wa-resync.service")
-    return Finding(
+    holder = make_holder(pid=pid, role="re-sync", unit="wa-resync.service")
+    return make_finding(
         name="wa-store",
         path="/srv/wa/LOCK",
         format="owner-record",

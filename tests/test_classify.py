@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from factories import make_evidence, make_process
 from lockwarden.check.classify import Policy, classify, grade
 from lockwarden.check.identify import Evidence, holder_from_process
 from lockwarden.model import (
@@ -29,17 +30,13 @@ KEY = (65024, 77)
 def process(
     pid: int = 64969, started: timedelta = timedelta(hours=3), **changes: object
 ) -> Process:
-    base = Process(
+    base = make_process(
         pid=pid,
         start_ticks=12345,
-        state="S",
-        threads=1,
         uid=1000,
         user="wa",
         cmdline=("node", "resync.js"),
         name="node",
-        unit=None,
-        user_unit=False,
         pid_namespace=4026531836,
         started_at=NOW - started,
     )
@@ -47,19 +44,12 @@ def process(
 
 
 def evidence(**changes: object) -> Evidence:
-    base = Evidence(
+    base = make_evidence(
         boot_id="boot-a",
         hostname="db1.example.org",
         booted_at=BOOT,
         captured_at=NOW,
         pid_namespace=4026531836,
-        nested_pid_namespace=False,
-        granted=(),
-        kernel_holders=(),
-        waiters=(),
-        openers=(),
-        record_process=None,
-        unreadable_pids=0,
     )
     return replace(base, **changes)  # type: ignore[arg-type]
 

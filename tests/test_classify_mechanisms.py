@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from factories import make_evidence, make_holder, make_process
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import Evidence, is_writer_lock
 from lockwarden.model import ByteRange, Claim, Holder, KernelLock, Process, StaleProof, State
@@ -20,42 +21,16 @@ POLICY = Policy(warn_after=10**9, critical_after=10**9, stale_after=600)
 
 
 def evidence(**changes: object) -> Evidence:
-    base = Evidence(
-        boot_id="boot",
-        hostname="here",
-        booted_at=BOOTED,
-        captured_at=NOW,
-        pid_namespace=1,
-        nested_pid_namespace=False,
-        granted=(),
-        kernel_holders=(),
-        waiters=(),
-        openers=(),
-        record_process=None,
-        unreadable_pids=0,
-    )
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return make_evidence(booted_at=BOOTED, captured_at=NOW, **changes)
 
 
 def process(pid: int, started: datetime, name: str = "tool") -> Process:
-    return Process(
-        pid=pid,
-        start_ticks=int((started - BOOTED).total_seconds() * 100),
-        state="S",
-        threads=1,
-        uid=0,
-        user="root",
-        cmdline=(name,),
-        name=name,
-        unit=None,
-        user_unit=False,
-        pid_namespace=1,
-        started_at=started,
-    )
+    ticks = int((started - BOOTED).total_seconds() * 100)
+    return make_process(pid=pid, start_ticks=ticks, cmdline=(name,), name=name, started_at=started)
 
 
 def holder(pid: int, name: str = "tool") -> Holder:
-    return Holder(pid=pid, alive=True, name=name, started_at=NOW - timedelta(hours=2))
+    return make_holder(pid=pid, name=name, started_at=NOW - timedelta(hours=2))
 
 
 def existence(**changes: object) -> Claim:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from factories import make_evidence, make_process
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import Evidence
 from lockwarden.model import Claim, Process, State
@@ -20,36 +21,18 @@ POLICY = Policy(warn_after=900, critical_after=3600)
 def process(
     pid: int, name: str = "chromium", started: datetime = NOW - timedelta(minutes=2)
 ) -> Process:
-    return Process(
-        pid=pid,
-        start_ticks=100,
-        state="S",
-        threads=1,
-        uid=0,
-        user="root",
-        cmdline=(f"/usr/lib/{name}/{name}", "--flag"),
-        name=name[:15],
-        unit=None,
-        user_unit=False,
-        pid_namespace=1,
-        started_at=started,
+    return make_process(
+        pid=pid, cmdline=(f"/usr/lib/{name}/{name}", "--flag"), name=name[:15], started_at=started
     )
 
 
 def evidence(record: Process | None, *others: Process | None, node: int | None = 7) -> Evidence:
-    return Evidence(
+    return make_evidence(
         boot_id="b",
         hostname="web1",
         booted_at=BOOTED,
         captured_at=NOW,
-        pid_namespace=1,
-        nested_pid_namespace=False,
-        granted=(),
-        kernel_holders=(),
-        waiters=(),
-        openers=(),
         record_process=record,
-        unreadable_pids=0,
         other_processes=others,
         host_node=node,
     )

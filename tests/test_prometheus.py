@@ -22,6 +22,7 @@ from conftest import (
     wait_until,
     write_config,
 )
+from factories import make_finding
 from lockwarden.model import Bound, Finding, Holder, Severity, State
 from lockwarden.output.prometheus import METRICS, RunFacts, render_metrics
 from lockwarden.support.atomic import write_atomically
@@ -46,14 +47,8 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def finding(name: str, state: State, severity: Severity, **extra: object) -> Finding:
-    return Finding(
-        name=name,
-        path=f"/srv/{name}/LOCK",
-        format="kernel",
-        state=state,
-        severity=severity,
-        reason="test",
-        **extra,  # type: ignore[arg-type]
+    return make_finding(
+        name=name, path=f"/srv/{name}/LOCK", state=state, severity=severity, reason="test", **extra
     )
 
 

@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from factories import make_finding, make_holder
 from lockwarden.alerts.decide import LockPolicy, Plan, decide, incident_key, state_class
 from lockwarden.config import AlertSettings
-from lockwarden.model import Finding, Holder, Severity, State
+from lockwarden.model import Finding, Severity, State
 from lockwarden.state.history import fold, keep_for_dedupe
 from lockwarden.state.journal import encode
 
@@ -22,8 +23,8 @@ def finding(
     pid: int = 64969,
     name: str = "wa-store",
 ) -> Finding:
-    holder = Holder(pid=pid, alive=True, role="maintenance-job", unit="wa-resync.service")
-    return Finding(
+    holder = make_holder(pid=pid, role="maintenance-job", unit="wa-resync.service")
+    return make_finding(
         name=name,
         path="/srv/wa/store/LOCK",
         format="owner-record",
