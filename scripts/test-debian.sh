@@ -23,9 +23,9 @@ shift || true
 # sends (the alert suite, removal notices, outages, restarts, secrets). A listed file that does
 # not exist fails the run: a renamed test must not drop out in silence.
 candidates=(
-    tests/test_cli.py tests/test_config.py tests/test_holders.py
-    tests/test_logs.py tests/test_prometheus.py tests/test_sample_config.py tests/test_cron.py
-    tests/test_apprise_loader.py tests/test_removal.py
+    tests/unit/cli/test_cli.py tests/unit/config/test_config.py tests/integration/test_holders.py
+    tests/unit/support/test_logs.py tests/unit/output/test_prometheus.py tests/unit/config/test_sample_config.py tests/integration/test_cron.py
+    tests/unit/alerts/test_apprise_loader.py tests/unit/remove/test_removal.py
     tests/alerts
     tests/reliability/test_notifier_outage.py tests/reliability/test_restart_semantics.py
     tests/reliability/test_secrets.py tests/reliability/test_overlapping_runs.py

@@ -28,6 +28,22 @@ REPORT_SCHEMA = Path(__file__).resolve().parents[1] / "schema" / "report-v2.sche
 REPORT_COMMANDS = frozenset({"--once", "inspect", "discover"})
 
 
+# The shipped units (tests/integration/test_systemd_units.py, tests/hung/test_service_unit.py).
+SYSTEM_UNITS = Path(__file__).resolve().parents[1] / "systemd"
+USER_UNITS = SYSTEM_UNITS / "user"
+
+
+def unit_directives(path: Path) -> dict[str, list[str]]:
+    """`Key=value` lines of a unit file, every value of a repeated key kept in order."""
+    directives: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";", "[")) and "=" in line:
+            key, value = line.split("=", 1)
+            directives.setdefault(key.strip(), []).append(value.strip())
+    return directives
+
+
 def require_tool(name: str) -> str:
     """The path of a real program the test needs; under CI=true its absence is a failure."""
     found = shutil.which(name)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_systemd_units import SYSTEM_UNITS, USER_UNITS, unit_directives
+from conftest import SYSTEM_UNITS, USER_UNITS, unit_directives
 
 
 @pytest.mark.parametrize("units", [SYSTEM_UNITS, USER_UNITS], ids=["system", "user"])

@@ -44,7 +44,7 @@ RELEASES = ["bookworm", "trixie"]
 PORT = 8080
 RECEIVED = "/var/lib/receiver"
 STATE = "/var/lib/lockwarden/state.jsonl"
-UNIT_EXPOSURE_LIMIT = 2.8  # as tests/test_systemd_units.py
+UNIT_EXPOSURE_LIMIT = 2.8  # as tests/integration/test_systemd_units.py
 WAIT_S = 40  # a 10-second timer, a run that may take a few seconds on a busy host
 
 RESULT_DROP_IN = """[Service]

@@ -1,5 +1,5 @@
 """Every exit code of the `lockwarden` command, and the help text that lists them: the one
-table (README's exit-code table is checked against it by tests/test_docs.py)."""
+table (README's exit-code table is checked against it by tests/integration/test_docs.py)."""
 
 from __future__ import annotations
 

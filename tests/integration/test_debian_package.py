@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FLOCK_HOLDER, Children, require_tool, validate_report, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "packaging" / "build-deb.sh"
 APT_OPTIONS = ["-y", "-q", "-o", "DPkg::Lock::Timeout=120", "--no-install-recommends"]
 DEBIAN_PYTHON = "/usr/bin/python3"

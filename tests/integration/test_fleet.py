@@ -29,7 +29,7 @@ import requests
 
 from conftest import FLOCK_HOLDER, Children, require_tool, run_cli, wait_until, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "packaging" / "prometheus" / "lockwarden.rules.yml"
 HOSTS = ("host1", "host2", "host3")
 # The second peer waits this long for the first one's notification log to reach it by gossip

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import SRC, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CRON_FILE = ROOT / "packaging" / "cron.d" / "lockwarden"
 
 

@@ -17,25 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_tool
+from conftest import SYSTEM_UNITS, USER_UNITS, require_tool, unit_directives
 
-ROOT = Path(__file__).resolve().parents[1]
-SYSTEM_UNITS = ROOT / "systemd"
-USER_UNITS = ROOT / "systemd" / "user"
+ROOT = Path(__file__).resolve().parents[2]
 # 2.0 without the two capabilities that name privileged holders (+0.5) and with systemd's
 # ProtectKernelTunables=/ProtectControlGroups= instead of their spelled-out paths (+0.3).
 MAX_EXPOSURE = 2.8
-
-
-def unit_directives(path: Path) -> dict[str, list[str]]:
-    """`Key=value` lines of a unit file, every value of a repeated key kept in order."""
-    directives: dict[str, list[str]] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith(("#", ";", "[")) and "=" in line:
-            key, value = line.split("=", 1)
-            directives.setdefault(key.strip(), []).append(value.strip())
-    return directives
 
 
 def runnable_copy(units: Path, destination: Path) -> list[str]:

@@ -23,7 +23,7 @@ from lockwarden.cli.sample_config import (
     well_known_candidates,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "config.example.toml"
 REGENERATE = "PYTHONPATH=src python -m lockwarden.cli.sample_config > config.example.toml"
 

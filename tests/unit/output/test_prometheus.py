@@ -27,7 +27,7 @@ from lockwarden.model import Bound, Finding, Holder, Severity, State
 from lockwarden.output.prometheus import METRICS, RunFacts, render_metrics
 from lockwarden.support.atomic import write_atomically
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "packaging" / "prometheus" / "lockwarden.rules.yml"
 RULE_TESTS = ROOT / "packaging" / "prometheus" / "lockwarden.rules.test.yml"
 HOLD_STARTED = "lockwarden_lock_hold_started_timestamp_seconds"

@@ -12,7 +12,7 @@ from lockwarden.databases.check import format_name
 from lockwarden.formats import FORMATS
 from lockwarden.output import prometheus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parents[1] / "src" / "lockwarden"
+SOURCE = Path(__file__).resolve().parents[2] / "src" / "lockwarden"
 
 # Bottom to top. A package may import its own modules and any package of a lower layer.
 LAYERS: list[set[str]] = [
