@@ -26,6 +26,7 @@ from lockwarden.formats import LAYOUT_FORMATS, choose_format
 from lockwarden.model import Finding, InodeKey
 from lockwarden.pipeline import inspect_locks
 from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.support.atomic import write_new
 from lockwarden.support.bounded import BoundedRun, Unanswered
 from lockwarden.support.durations import format_time, parse_duration
 
@@ -355,15 +356,7 @@ def write_config(path: str, discovery: Discovery, now: datetime, force: bool = F
         f"{len(discovery.candidates)} candidate locks. Remove the ones you do not care about.\n"
     )
     text = header + tomli_w.dumps(config_document(discovery))
-    if not force:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        return
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
+    write_new(path, text, mode=0o644, replace=force)
 
 
 def render_discovery(discovery: Discovery) -> str:

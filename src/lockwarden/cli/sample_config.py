@@ -223,16 +223,11 @@ def render_starter(candidates: Sequence[Candidate]) -> str:
 def write_new_config(path: str, text: str, force: bool) -> None:
     """Create `path` (mode 0600: a config may come to hold notifier secrets); refuse to replace
     an existing file unless `force`. Raises FileExistsError."""
-    from lockwarden.support.atomic import write_atomically
+    from lockwarden.support.atomic import write_new
 
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)
-    if force:
-        write_atomically(path, text, mode=0o600)
-        return
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    write_new(path, text, mode=0o600, replace=force)
 
 
 if __name__ == "__main__":  # pragma: no cover

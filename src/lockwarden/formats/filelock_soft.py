@@ -28,7 +28,7 @@ from datetime import datetime
 from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim, StaleProof
-from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
+from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record, scan_directory
 
 NAME = "filelock-soft"
 RECORD_LIMIT = 1024
@@ -289,13 +289,10 @@ def _link_sibling(path: str, status: os.stat_result, pid_max: int = 2**22) -> Ow
     """The other name of a LinkLockFile's hard link, found by inode in the same directory."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        with os.scandir(directory) as iterator:
-            for number, entry in enumerate(iterator):
-                if number >= SIBLING_SCAN_LIMIT:
-                    return None
-                if entry.inode() == status.st_ino and entry.path != os.path.abspath(path):
-                    owner = parse_link_name(entry.name, pid_max)
-                    return None if owner is None else replace(owner, started_at=mtime_of(status))
+        for entry in scan_directory(directory, SIBLING_SCAN_LIMIT):
+            if entry.inode() == status.st_ino and entry.path != os.path.abspath(path):
+                owner = parse_link_name(entry.name, pid_max)
+                return None if owner is None else replace(owner, started_at=mtime_of(status))
     except OSError:
         return None
     return None

@@ -33,6 +33,19 @@ def write_atomically(path: str, text: str, mode: int) -> None:
     _sync_directory(directory)
 
 
+def write_new(path: str, text: str, mode: int, replace: bool = False) -> None:
+    """Create `path` with `text` and `mode`; an existing file is kept (FileExistsError) unless
+    `replace`, which swaps it atomically (write_atomically). What `init` and `discover --write`
+    use for the configs they write."""
+    if replace:
+        write_atomically(path, text, mode)
+        return
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        os.fchmod(handle.fileno(), mode)
+
+
 def _sync_directory(directory: str) -> None:
     """Make the rename itself durable across a crash."""
     descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

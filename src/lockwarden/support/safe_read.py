@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 
 RECORD_LIMIT = 64 * 1024
 DIRECTORY_LIMIT = 256
@@ -97,12 +98,19 @@ def read_link(path: str, limit: int = 4096) -> str:
     return target
 
 
+def scan_directory(path: str, limit: int) -> Iterator[os.DirEntry[str]]:
+    """The first `limit` entries of a directory, in the file system's order: a lock's
+    directory may be anyone's, and a huge one must not cost a run its budget."""
+    with os.scandir(path) as iterator:
+        for number, entry in enumerate(iterator):
+            if number >= limit:
+                return
+            yield entry
+
+
 def list_directory(path: str, limit: int = DIRECTORY_LIMIT) -> list[os.DirEntry[str]]:
     """At most `limit` entries of a lock directory, sorted by name; more is refused."""
-    entries: list[os.DirEntry[str]] = []
-    with os.scandir(path) as iterator:
-        for entry in iterator:
-            if len(entries) >= limit:
-                raise UnsafeRecord(f"{path} holds more than {limit} entries; not a lock directory")
-            entries.append(entry)
+    entries = list(scan_directory(path, limit + 1))
+    if len(entries) > limit:
+        raise UnsafeRecord(f"{path} holds more than {limit} entries; not a lock directory")
     return sorted(entries, key=lambda entry: entry.name)
