@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.check.classify import Policy, classify
-from lockwarden.check.identify import gather, keys_to_scan
+from lockwarden.check.identify import Evidence, gather, keys_to_scan
 from lockwarden.check.sightings import Memory
 from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER, Config, LockConfig
 from lockwarden.formats import read_claim
@@ -53,21 +53,27 @@ def inspect_locks(
     now: datetime,
     remembered: Memory | None = None,
 ) -> tuple[Finding, ...]:
-    """Read every lock's claim first, so one descriptor scan serves them all, then judge.
-    `remembered`: the sighting memory of kernel locks (sightings.py). A lock inside a database
-    has no claim to read: its server is asked when it is judged."""
+    """Three steps: read every lock's claim (so one descriptor scan serves them all), gather
+    what the host says about each (evidence; a database lock's server is asked here), then
+    judge with the snapshot closed: judging is pure and reads nothing of the host.
+    `remembered`: the sighting memory of kernel locks (sightings.py)."""
     on_files = [lock for lock in locks if not lock.database]
     read = iter(read_claims(on_files, snapshot.pid_max))
     claims = [None if lock.database else next(read) for lock in locks]
     readable = (claim for claim in claims if isinstance(claim, Claim))
     snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
-    memory = remembered or {}
-    return tuple(
-        _judge(lock, claim, snapshot, now, memory.get(lock.name))
+    gathered = [
+        _gather(lock, claim, snapshot)
         if claim is not None
         else _judge_database(lock, snapshot, now)
         for lock, claim in zip(locks, claims, strict=True)
-    )
+    ]
+    memory = remembered or {}
+    with snapshot.closed():
+        return tuple(
+            _judge(lock, seen, now, memory.get(lock.name))
+            for lock, seen in zip(locks, gathered, strict=True)
+        )
 
 
 def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Exception]:
@@ -105,27 +111,41 @@ def _claim_or_error(lock: LockConfig, outcome: object) -> Claim | Exception:
     return RuntimeError(f"reading it ended with {outcome!r}")
 
 
+Gathered = tuple[Claim, Evidence] | Finding
+"""A lock's claim with its evidence, or already its finding (unknown, or a database lock's)."""
+
+
+def _gather(lock: LockConfig, claim: Claim | Exception, snapshot: Snapshot) -> Gathered:
+    if isinstance(claim, Unanswered):
+        return _unknown(lock, str(claim))
+    if isinstance(claim, PermissionError):
+        return _unknown(lock, permission_problem(lock.path))
+    if isinstance(claim, Exception):
+        return _internal_error(lock, RuntimeError(f"could not read {lock.path}: {claim}"))
+    try:
+        return claim, gather(claim, snapshot)
+    except Exception as error:
+        return _internal_error(lock, error)
+
+
 def _judge(
     lock: LockConfig,
-    claim: Claim | Exception,
-    snapshot: Snapshot,
+    gathered: Gathered,
     now: datetime,
     seen_since: dict[str, datetime] | None = None,
 ) -> Finding:
-    if isinstance(claim, Unanswered):
-        return _unknown(lock, str(claim))
+    if isinstance(gathered, Finding):
+        return gathered
+    claim, evidence = gathered
     try:
-        if isinstance(claim, PermissionError):
-            return _unknown(lock, permission_problem(lock.path))
-        if isinstance(claim, Exception):
-            raise RuntimeError(f"could not read {lock.path}: {claim}")
-        evidence = gather(claim, snapshot)
         return classify(lock.name, claim, evidence, policy_for(lock), now, seen_since)
     except Exception as error:
-        log.debug("judging %s failed", lock.name, exc_info=True)
-        return _unknown(
-            lock, f"internal error while inspecting it: {error} (run with -v for details)"
-        )
+        return _internal_error(lock, error)
+
+
+def _internal_error(lock: LockConfig, error: Exception) -> Finding:
+    log.debug("inspecting %s failed", lock.name, exc_info=error)
+    return _unknown(lock, f"internal error while inspecting it: {error} (run with -v for details)")
 
 
 def _unknown(lock: LockConfig, reason: str) -> Finding:

@@ -12,9 +12,9 @@ schemes a class serves. What is not public is *where* a plugin class lives: appr
 `apprise/plugins/NotifyJSON.py`, 1.7 and later `apprise/plugins/custom_json.py`. So the module
 of each scheme is listed below, newest layout first, and every entry is checked against the
 installed apprise by tests/unit/alerts/test_apprise_loader.py, which fails when apprise
-moves, renames or drops one. Any scheme not listed, any module that does not import, any class that does not
-claim the scheme, or any URL its class rejects falls back to `Apprise.add(url)`: slower, never
-wrong.
+moves, renames or drops one. Any scheme not listed, any module that does not import, any class
+that does not claim the scheme, or any URL its class rejects falls back to
+`Apprise.add(url)`: slower, never wrong.
 
 On apprise 1.2 (Debian 12) `import apprise` itself imports every plugin, so nothing is saved
 there, but the same code works.

@@ -15,9 +15,10 @@ on a hung mount blocks it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -187,6 +188,10 @@ def _namespace_id(link: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+class SnapshotClosed(RuntimeError):
+    """The host was read while judging (see Snapshot.closed)."""
+
+
 @dataclass
 class Snapshot:
     """What the host looked like at one moment; the only reader of /proc in a run."""
@@ -216,6 +221,7 @@ class Snapshot:
     _thread_scan: dict[InodeKey, list[Descriptor]] | None = field(default=None, repr=False)
     _mapped: dict[InodeKey, tuple[int, ...]] = field(default_factory=dict, repr=False)
     read_timeout: float = PROC_READ_TIMEOUT_S
+    _closed: bool = field(default=False, repr=False)
 
     @classmethod
     def capture(
@@ -223,11 +229,13 @@ class Snapshot:
         proc: str = "/proc",
         read_locks: bool = True,
         read_timeout: float = PROC_READ_TIMEOUT_S,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> Snapshot:
         """`read_locks=False` skips /proc/locks (which can hold thousands of lines) for callers
         that only need identities, such as `lockwarden hold` writing its own record.
-        `read_timeout`: the longest a process's details that can block may take to read."""
-        captured_at = datetime.now(UTC)
+        `read_timeout`: the longest a process's details that can block may take to read.
+        `clock`: the wall clock the capture is dated by (and the boot time derived from)."""
+        captured_at = clock()
         uptime_s = float(_read_text(f"{proc}/uptime").split()[0])
         try:
             pid_max = int(_read_text(f"{proc}/sys/kernel/pid_max").strip())
@@ -249,6 +257,21 @@ class Snapshot:
             read_timeout=read_timeout,
         )
 
+    @contextlib.contextmanager
+    def closed(self) -> Iterator[Snapshot]:
+        """While judging: everything the run reads of the host has been read. A read of /proc
+        in this block raises SnapshotClosed, so a judging step that reaches for the host is a
+        bug found by any test, not a slow path found in production."""
+        self._closed = True
+        try:
+            yield self
+        finally:
+            self._closed = False
+
+    def _reading(self, what: str) -> None:
+        if self._closed:
+            raise SnapshotClosed(f"{what} read while judging: gather it before (pipeline.py)")
+
     @property
     def booted_at(self) -> datetime:
         return self.captured_at - timedelta(seconds=self.uptime_s)
@@ -260,6 +283,7 @@ class Snapshot:
         """This machine's id as borg records it beside the host name (`uuid.getnode()`, the MAC);
         asked only when a lock records one, since finding it may cost a subprocess."""
         if self._node_id is None:
+            self._reading("the machine id")
             import uuid  # only borg records a machine id; most runs never ask
 
             self._node_id = uuid.getnode()
@@ -287,6 +311,7 @@ class Snapshot:
         """kill(pid, 0): EPERM means it exists and belongs to someone else."""
         if not self.valid_pid(pid):
             return False
+        self._reading(f"whether PID {pid} exists")
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -300,6 +325,7 @@ class Snapshot:
         if not self.valid_pid(pid):
             return None
         if pid not in self._processes:
+            self._reading(f"PID {pid}")
             self._processes[pid] = self._read_process(pid)
         return self._processes[pid]
 
@@ -344,6 +370,7 @@ class Snapshot:
     def pid_entries(self) -> tuple[str, ...]:
         """The process directories of /proc, listed once per run for every scan that needs it."""
         if self._pid_entries is None:
+            self._reading("the process list")
             self._pid_entries = tuple(str(pid) for pid in psutil.pids())
         return self._pid_entries
 
@@ -374,6 +401,7 @@ class Snapshot:
         wanted = frozenset(keys) | self._scanned_keys
         if self._scan is not None and wanted == self._scanned_keys:
             return
+        self._reading("open descriptors")
         self._scan = _scan_descriptors(self.proc, wanted, self.pid_entries())
         self._scanned_keys = wanted
 
@@ -383,6 +411,7 @@ class Snapshot:
         thread of a process whose main thread exited. Walked once, only when a lock has a
         holder the process tables did not show."""
         if self._thread_scan is None:
+            self._reading("threads' descriptor tables")
             keys = frozenset(self._scanned_keys | {key})
             self._thread_scan = _scan_thread_tables(self.proc, keys, self.pid_entries())
         return self._thread_scan.get(key, [])
@@ -391,18 +420,21 @@ class Snapshot:
         """The lock calls this process's threads are blocked in (fcntl F_SETLKW/F_OFD_SETLKW,
         flock), from /proc/PID/task/TID/syscall: how an OFD waiter, which /proc/locks shows
         as PID -1, is named."""
+        self._reading(f"PID {pid}'s blocked calls")
         return _blocked_calls(self.proc, pid)
 
     def mapping_pids(self, key: InodeKey) -> tuple[int, ...]:
         """Processes that map this inode into memory (a mapping keeps the open file, and so its
         flock, alive after the descriptor is closed). Read only for an unattributed lock."""
         if key not in self._mapped:
+            self._reading("memory mappings")
             self._mapped[key] = _mapping_pids(self.proc, key, self.pid_entries())
         return self._mapped[key]
 
     def working_directories(self) -> WorkingDirectories:
         """Every process's working directory, read once per run and only when a lock asks."""
         if self._cwds is None:
+            self._reading("working directories")
             self._cwds = _read_working_directories(self.proc, self.pid_entries())
         return self._cwds
 

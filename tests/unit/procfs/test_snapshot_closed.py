@@ -1,0 +1,33 @@
+"""Judging reads nothing of the host: the pipeline gathers every fact first, then judges with
+the snapshot closed, where any read of /proc raises."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+
+import pytest
+
+from lockwarden.procfs.snapshot import Snapshot, SnapshotClosed
+
+
+def test_a_read_while_closed_raises_and_what_was_read_before_stays_readable() -> None:
+    snapshot = Snapshot.capture()
+    mine = snapshot.process(os.getpid())
+    assert mine is not None and mine.pid == os.getpid()
+    with snapshot.closed():
+        assert snapshot.process(os.getpid()) == mine  # gathered before: no read
+        with pytest.raises(SnapshotClosed, match="PID 1 read while judging"):
+            snapshot.process(1)
+        with pytest.raises(SnapshotClosed):
+            snapshot.pid_exists(os.getppid())
+        with pytest.raises(SnapshotClosed):
+            snapshot.working_directories()
+    assert snapshot.process(1) is not None or not os.path.exists("/proc/1")  # open again
+
+
+def test_the_capture_is_dated_by_the_callers_clock() -> None:
+    moment = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    snapshot = Snapshot.capture(clock=lambda: moment)
+    assert snapshot.captured_at == moment
+    assert snapshot.booted_at < moment
