@@ -6,20 +6,42 @@ import os
 import stat
 from collections.abc import Callable
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Protocol
 
 from lockwarden.formats.record import EARLIEST, LATEST, Record, RecordProblem, parse_record
 from lockwarden.formats.trust import distrust_reason
 from lockwarden.model import Claim, InodeKey
 from lockwarden.safe_read import UnsafeRecord, read_record
-from lockwarden.structs import replace
+from lockwarden.structs import replace, struct
+
+
+class HolderAction(StrEnum):
+    """What may safely be done to a live holder of a format's lock once it is past its budget."""
+
+    STOP = "stop"  # its unit (`systemctl stop`), else SIGTERM: the holder's own way out
+    SHUTDOWN = "shutdown"  # its unit, else its own shutdown command; never a signal
+    WAIT = "wait"  # nothing: cut off mid-work, it leaves what the lock guards broken
+
+
+@struct
+class SafeAction:
+    """A format's declared safe action, and why (said in the advice; required unless STOP)."""
+
+    kind: HolderAction
+    why: str = ""
+
+
+STOP_HOLDER = SafeAction(HolderAction.STOP)
 
 
 class Format(Protocol):
-    """A lock layout: recognises its files and reads them into a Claim, knowing no policy."""
+    """A lock layout: recognises its files and reads them into a Claim, knowing no policy.
+    `holder_action` is what the advice may suggest for a live holder past its budget."""
 
     name: str
     summary: str
+    holder_action: SafeAction
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         """True when `path` (already lstat-ed) looks like this format; only cheap checks."""

@@ -24,7 +24,7 @@ import re
 import stat
 from datetime import datetime
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
+from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim, StaleProof
 from lockwarden.safe_read import UnsafeRecord, list_directory, read_record
@@ -192,6 +192,7 @@ def _owner_from_candidates(host: str, candidates: tuple[int, ...], layout: str) 
 
 class SoftLockFile:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "py-filelock SoftFileLock, or lockfile's LinkLockFile / MkdirLockFile / PIDLockFile"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

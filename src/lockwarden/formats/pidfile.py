@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import absent, claim_from_record_file, key_of, lstat_or_none
+from lockwarden.formats.base import (
+    STOP_HOLDER,
+    absent,
+    claim_from_record_file,
+    key_of,
+    lstat_or_none,
+)
 from lockwarden.model import Claim
 from lockwarden.structs import replace
 
@@ -14,6 +20,7 @@ NAME = "pidfile"
 
 class Pidfile:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a file holding the holder's PID, removed by the holder when it exits"
 
     def detect(self, path: str, status: os.stat_result) -> bool:
