@@ -151,6 +151,16 @@ def test_system_service_state_directory_is_private() -> None:
     assert directives["StateDirectoryMode"] == ["0700"]
 
 
+def test_system_service_keeps_a_private_runtime_directory_between_runs() -> None:
+    """ProtectSystem=strict leaves /run read-only: the memory of what a degraded run sent
+    (alerting.runtime_directory) needs its own directory, kept after each oneshot run."""
+    directives = unit_directives(SYSTEM_UNITS / "lockwarden.service")
+    assert directives["ProtectSystem"] == ["strict"]
+    assert directives["RuntimeDirectory"] == ["lockwarden"]
+    assert directives["RuntimeDirectoryMode"] == ["0700"]
+    assert directives["RuntimeDirectoryPreserve"] == ["yes"]
+
+
 def test_user_service_keeps_state_under_local_state_not_state_directory() -> None:
     """systemd 252 puts a user unit's StateDirectory= under ~/.config, where lockwarden does
     not look; the unit makes ~/.local/state/lockwarden itself and says so to lockwarden."""

@@ -119,6 +119,10 @@ HOLDERS = {
         "store-timer", "/srv/timer/timer.lock", "kernel", "holder-timer.service",
         [FLOCK, "/srv/timer/timer.lock"], ready="/srv/timer/timer.lock.ready",
     ),
+    "blind": Holder(
+        "store-blind", "/srv/blind/blind.lock", "kernel", "holder-blind.service",
+        [FLOCK, "/srv/blind/blind.lock"], ready="/srv/blind/blind.lock.ready",
+    ),
 }  # fmt: skip
 
 
@@ -278,7 +282,7 @@ def prepare(system: System) -> None:
         "chmod 0700 /home/lwuser\n"
         "install -d -o lwuser -m 0700 /home/lwuser/store\n"
         "install -d -o lwother -m 0755 /srv/other /tmp/lw-tmp\n"
-        "install -d /srv/full /srv/nocaps /srv/stale /srv/upgrade /srv/timer\n"
+        "install -d /srv/full /srv/nocaps /srv/stale /srv/upgrade /srv/timer /srv/blind\n"
         f"systemd-run --unit=receiver /usr/local/bin/receiver {RECEIVED} {PORT}\n"
     )
     machine.run("apt-get", "install", "-y", "-q", "--no-install-recommends", "/root/previous.deb")
@@ -492,6 +496,91 @@ def test_user_units_with_lingering_keep_their_state_under_local_state(system: Sy
     assert "own-store" in journal and "degraded" not in journal, journal
     time.sleep(1)
     assert len(system.delivered("/user", holder.lock, "alert")) == 1
+    system.systemctl("stop", holder.unit)
+
+
+DROP_INS = "/etc/systemd/system/lockwarden.service.d"
+OPEN_STATE = "/var/lib/lw-open"  # a state directory elsewhere, as an operator may configure it
+
+
+def receiver_answers(system: System) -> None:
+    """The receiver accepts again (an earlier scenario may have left it refusing)."""
+    (system.machine.root / RECEIVED.lstrip("/") / "status").unlink(missing_ok=True)
+
+
+def notices(system: System, title_end: str) -> list[str]:
+    """Titles of the "state degraded" / "usable again" notices the receiver accepted."""
+    return [
+        str(request["body"].get("title", ""))
+        for request in system.received()
+        if request["status"] == 200
+        and isinstance(request["body"], dict)
+        and title_end in str(request["body"].get("title", ""))
+    ]
+
+
+def test_an_unusable_state_directory_is_said_once_and_its_healing_once(system: System) -> None:
+    """[state] path in a directory every user may write (refused: anyone could silence
+    alerts). Three runs through the unit say it once (the memory of that lives in
+    RuntimeDirectory=, the one writable place under /run), and healing it is said once."""
+    machine = system.machine
+    receiver_answers(system)
+    machine.run("install", "-d", "-m", "0777", OPEN_STATE)
+    machine.write(f"{DROP_INS}/state-elsewhere.conf", f"[Service]\nReadWritePaths={OPEN_STATE}\n")
+    config = machine.root / "etc/lockwarden/config.toml"
+    good = config.read_text()
+    config.write_text(good + f'\n[state]\npath = "{OPEN_STATE}/state.jsonl"\n')
+    system.systemctl("daemon-reload")
+    try:
+        mark = system.cursor()
+        for _ in range(3):
+            system.run_service()
+        system.await_journal(r"state degraded: state directory \S+ is writable by every", mark)
+        assert len(notices(system, "lockwarden state degraded")) == 1, system.received()
+        runtime = machine.run("stat", "-c", "%a %U", "/run/lockwarden", check=False)
+        assert runtime.stdout.split() == ["700", "root"], runtime  # kept after each run
+
+        mark = system.cursor()
+        machine.run("chmod", "0700", OPEN_STATE)
+        system.run_service()
+        healed = wait_for(lambda: notices(system, "lockwarden state usable again"))
+        assert len(healed) == 1, system.received()
+        system.run_service()
+        journal = system.service_journal(mark)
+        assert "state usable again" in journal, journal
+        assert len(notices(system, "lockwarden state degraded")) == 1, system.received()
+        assert len(notices(system, "lockwarden state usable again")) == 1, system.received()
+    finally:
+        config.write_text(good)
+        (machine.root / DROP_INS.lstrip("/") / "state-elsewhere.conf").unlink()
+        system.systemctl("daemon-reload")
+
+
+def test_a_holder_the_unit_may_not_read_is_unknown_naming_cap_sys_ptrace(system: System) -> None:
+    """The unit without capabilities (a drop-in) and a root service with all of them holding
+    a lock past critical_after: not OK, CAP_SYS_PTRACE named, alerted; without the drop-in
+    the holder is named again."""
+    holder = HOLDERS["blind"]
+    receiver_answers(system)
+    system.machine.write(f"{DROP_INS}/no-caps.conf", "[Service]\nCapabilityBoundingSet=\n")
+    system.systemctl("daemon-reload")
+    try:
+        pid = system.start_holder(holder)
+        time.sleep(2.5)  # past critical_after
+        mark = system.cursor()
+        system.run_service()
+        block = finding(system.await_journal(rf"^  UNKNOWN\s+{holder.lock}\s", mark), holder.lock)
+        assert "CAP_SYS_PTRACE" in block and f"PID {pid}" not in block, block
+        alerts = wait_for(lambda: system.delivered("/system", holder.lock, "alert"))
+        assert len(alerts) == 1 and "CAP_SYS_PTRACE" in alerts[0]["message"], system.received()
+    finally:
+        (system.machine.root / DROP_INS.lstrip("/") / "no-caps.conf").unlink()
+        system.systemctl("daemon-reload")
+    mark = system.cursor()
+    system.run_service()
+    journal = system.await_journal(rf"^  \w+\s+{holder.lock}\s+held\w*\s+.*PID {pid}", mark)
+    block = finding(journal, holder.lock)
+    assert holder.unit in block and "CAP_SYS_PTRACE" not in block, block
     system.systemctl("stop", holder.unit)
 
 

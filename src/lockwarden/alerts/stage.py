@@ -104,12 +104,20 @@ def policies(config: Config) -> dict[str, LockPolicy]:
 
 
 class JournalWriter:
-    """Appends records; after the first failure it stops trying and remembers why."""
+    """Appends records; after the first failure it stops trying and remembers why.
 
-    def __init__(self, journal: Journal, problems: list[str]) -> None:
+    With a `fallback` journal (the runtime directory's), a record the journal cannot take goes
+    there instead, and so does every later one: a journal that loads but cannot be written
+    (read-only, full) then still remembers what this run sent, and the next run does not send
+    it again."""
+
+    def __init__(
+        self, journal: Journal, problems: list[str], fallback: Journal | None = None
+    ) -> None:
         self.journal = journal
         self.problems = problems
         self.broken = False
+        self.fallback = fallback
 
     def append(self, record: Record) -> None:
         if self.broken:
@@ -117,8 +125,17 @@ class JournalWriter:
         try:
             self.journal.append(record)
         except StateError as error:
-            self.broken = True
             self.problems.append(str(error))
+            if (
+                self.fallback is None
+                or self.fallback is self.journal
+                or not _private_directory(self.fallback.directory)
+            ):
+                self.broken = True
+                return
+            self.journal.close()
+            self.journal = self.fallback
+            self.append(record)
 
 
 def load_history(
@@ -172,8 +189,9 @@ def alert_stage(
     read_only = dry_run or not config.notify.configured
     delivered_before: list[datetime] = []
     history = load_history(journal, problems, read_only, delivered_before)
-    if problems and not read_only:
-        journal, history = _fallback(journal, history, config)
+    fallback = None if read_only else _fallback_journal(config)
+    if fallback is not None:
+        journal, history = _with_fallback(journal, history, fallback, problems)
     plan = decide(findings, history, now, policies(config), hostname)
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
     checkpoint("after-decide")
@@ -183,12 +201,13 @@ def alert_stage(
         outcome.state_problems = [] if not dry_run else problems
         outcome.unsent = 0 if dry_run else len(plan.outgoing)
         return outcome
-    writer = JournalWriter(journal, problems)
+    writer = JournalWriter(journal, problems, fallback)
     for record in plan.records:
         writer.append(record)
     _deliver(config, plan, writer, outcome, hostname, now)
-    _compact(journal, writer, config)
+    _compact(writer.journal, writer, config)
     journal.close()
+    writer.journal.close()
     return outcome
 
 
@@ -352,18 +371,54 @@ def _nofollow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def _fallback(journal: Journal, history: History, config: Config) -> tuple[Journal, History]:
-    """While the state directory is unusable, remember this run in the runtime directory, so
-    each run does not page again for the same incident (at most one repeat when it heals)."""
+def _fallback_journal(config: Config) -> Journal | None:
+    """The runtime directory's journal: where a run records what the state journal cannot
+    take, so each run does not page again for the same incident. Nothing is made until it
+    is needed. None without a runtime directory (then an unusable state journal means a
+    repeat each run)."""
     directory = runtime_directory(state_path(config))
-    if directory is None or not _private_directory(directory):
+    if directory is None:
+        return None
+    return Journal(os.path.join(directory, "state.jsonl"), config.state.max_bytes)
+
+
+def _with_fallback(
+    journal: Journal, history: History, fallback: Journal, problems: list[str]
+) -> tuple[Journal, History]:
+    """The journal this run writes and the history it decides on, given the fallback.
+
+    While the state journal cannot be read, the run decides on the fallback's records and
+    writes there. Once it can, what the fallback holds (the runs it could not record) is
+    appended to it and the fallback removed; a journal that still refuses the write keeps the
+    run on the fallback, deciding on both."""
+    if not os.path.lexists(fallback.path) and not problems:
+        return journal, history  # the usual run: nothing to remember from a degraded one
+    if not _private_directory(fallback.directory):
         return journal, history
-    fallback = Journal(os.path.join(directory, "state.jsonl"), config.state.max_bytes)
     try:
-        return fallback, fold(fallback.load().records)
+        remembered = fallback.load().records
     except StateError as error:
         log.debug("no fallback journal: %s", error)
         return journal, history
+    if problems:
+        return fallback, fold(remembered)
+    try:
+        mine = journal.load().records
+        for record in remembered:
+            journal.append(record)
+    except StateError as error:
+        problems.append(str(error))
+        journal.close()
+        return fallback, fold(mine + remembered)
+    _remove_fallback(fallback)
+    return journal, fold(mine + remembered)
+
+
+def _remove_fallback(fallback: Journal) -> None:
+    try:
+        os.unlink(fallback.path)
+    except OSError as error:  # the next run appends its records again: a duplicate, not a loss
+        log.debug("cannot remove %s: %s", fallback.path, error.strerror)
 
 
 def _retry(notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetime) -> Job:

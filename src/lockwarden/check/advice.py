@@ -6,12 +6,18 @@ it was written to), or waiting. A package manager is never to be killed: dpkg, r
 off mid-transaction leave the package database half-written. A database server is stopped
 through its unit or its own shutdown command, never with a signal that skips its checkpoint.
 Only a plain process outside any unit gets `kill PID` (SIGTERM, which lets it clean up).
+
+Each format declares its own safe action where it is defined (`holder_action`, a
+formats.base.SafeAction: dpkg's and pacman's locks say wait, whoever holds them). The process
+names below cover a package manager or database server holding a lock of any other format,
+a plain kernel lock above all.
 """
 
 from __future__ import annotations
 
 import shlex
 
+from lockwarden.formats.base import STOP_HOLDER, HolderAction, SafeAction
 from lockwarden.model import Holder, State
 
 # Process names (the kernel's 15-character comm) of package managers and their front ends.
@@ -32,8 +38,18 @@ PACKAGE_MANAGERS = frozenset(
     }
 )
 DATABASE_SERVERS = frozenset({"postgres", "postmaster", "mysqld", "mariadbd", "mongod"})
-# Formats whose lock belongs to a package manager whatever process holds it.
-PACKAGE_MANAGER_FORMATS = frozenset({"dpkg", "pacman"})
+# What a package manager or database server found by its name is told (a format's own
+# declaration says more: its repair command).
+PACKAGE_MANAGER_WAIT = SafeAction(
+    HolderAction.WAIT,
+    "never kill a package manager mid-transaction (it leaves the package database broken). "
+    "If it is truly hung, stop it only between packages and run `dpkg --configure -a` (or "
+    "your distribution's repair) afterwards",
+)
+DATABASE_SHUTDOWN = SafeAction(
+    HolderAction.SHUTDOWN,
+    "pg_ctl stop -m fast, mysqladmin shutdown; never kill -9 a database server",
+)
 
 
 # An SQL statement to run on a database server, not a shell command.
@@ -72,31 +88,41 @@ def program_of(holder: Holder) -> str:
     return holder.cmdline[0].rsplit("/", 1)[-1] if holder.cmdline else ""
 
 
-def is_package_manager(holder: Holder, lock_format: str) -> bool:
-    return lock_format in PACKAGE_MANAGER_FORMATS or program_of(holder) in PACKAGE_MANAGERS
+def declared_action(lock_format: str) -> SafeAction:
+    """The safe action the lock's format declares; a lock of no registered format (a database
+    key, a holder seen without one) declares nothing beyond the default."""
+    from lockwarden.formats import FORMATS  # the lock's own format: already loaded by now
+
+    if lock_format not in FORMATS:
+        return STOP_HOLDER
+    return FORMATS[lock_format].holder_action
 
 
-def wait_for_package_manager(holder: Holder) -> str:
-    return (
-        f"wait for {holder.describe()} to finish; never kill a package manager mid-transaction "
-        "(it leaves the package database broken). If it is truly hung, stop it only between "
-        "packages and run `dpkg --configure -a` (or your distribution's repair) afterwards"
-    )
+def safe_action(holder: Holder, lock_format: str) -> SafeAction:
+    """The format's declared action, unless the holder's own name asks for more care."""
+    declared = declared_action(lock_format)
+    if declared.kind is HolderAction.WAIT:
+        return declared
+    if program_of(holder) in PACKAGE_MANAGERS:
+        return PACKAGE_MANAGER_WAIT
+    if declared.kind is HolderAction.SHUTDOWN:
+        return declared
+    if program_of(holder) in DATABASE_SERVERS:
+        return DATABASE_SHUTDOWN
+    return declared
 
 
 def advise_holder(holder: Holder, sharers: tuple[Holder, ...], lock_format: str) -> str:
     """The action for a live holder past its budget."""
-    if is_package_manager(holder, lock_format):
-        return wait_for_package_manager(holder)
+    safe = safe_action(holder, lock_format)
+    if safe.kind is HolderAction.WAIT:
+        return f"wait for {holder.describe()} to finish; {safe.why}"
     if holder.unit:
         if holder.user_unit:
             return f"systemctl --user -M {holder.user}@ stop {holder.unit}"
         return f"systemctl stop {holder.unit}"
-    if program_of(holder) in DATABASE_SERVERS:
-        return (
-            f"shut {holder.describe()} down with its own command (pg_ctl stop -m fast, "
-            "mysqladmin shutdown); never kill -9 a database server"
-        )
+    if safe.kind is HolderAction.SHUTDOWN:
+        return f"shut {holder.describe()} down with its own command ({safe.why})"
     pids = [holder.pid, *(sharer.pid for sharer in sharers if sharer.pid is not None)]
     return "kill " + " ".join(str(pid) for pid in pids)
 

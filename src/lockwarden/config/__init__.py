@@ -1,4 +1,4 @@
-"""TOML -> frozen records (structs.py), checked against one schema that also documents every key.
+"""TOML -> frozen dataclasses, checked against one schema that also documents every key.
 
 Every problem names the file and the key path (`lock[2].critical_after: ...`, lock tables
 counted from 1 in file order), unknown keys are refused with the closest valid key suggested,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Protocol
 
 from lockwarden.formats.record import EARLIEST, LATEST, Record, RecordProblem, parse_record
@@ -15,11 +16,32 @@ from lockwarden.model import Claim, InodeKey
 from lockwarden.support.safe_read import UnsafeRecord, read_record
 
 
+class HolderAction(StrEnum):
+    """What may safely be done to a live holder of a format's lock once it is past its budget."""
+
+    STOP = "stop"  # its unit (`systemctl stop`), else SIGTERM: the holder's own way out
+    SHUTDOWN = "shutdown"  # its unit, else its own shutdown command; never a signal
+    WAIT = "wait"  # nothing: cut off mid-work, it leaves what the lock guards broken
+
+
+@dataclass(frozen=True)
+class SafeAction:
+    """A format's declared safe action, and why (said in the advice; required unless STOP)."""
+
+    kind: HolderAction
+    why: str = ""
+
+
+STOP_HOLDER = SafeAction(HolderAction.STOP)
+
+
 class Format(Protocol):
-    """A lock layout: recognises its files and reads them into a Claim, knowing no policy."""
+    """A lock layout: recognises its files and reads them into a Claim, knowing no policy.
+    `holder_action` is what the advice may suggest for a live holder past its budget."""
 
     name: str
     summary: str
+    holder_action: SafeAction
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         """True when `path` (already lstat-ed) looks like this format; only cheap checks."""

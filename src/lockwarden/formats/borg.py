@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from lockwarden.formats.base import key_of, lstat_or_none, mtime_of, unreadable
+from lockwarden.formats.base import STOP_HOLDER, key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
@@ -40,6 +40,7 @@ class BorgHolder:
 
 class BorgRepository:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a borg 1.x repository: lock.exclusive/HOSTID.PID-THREAD and lock.roster"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

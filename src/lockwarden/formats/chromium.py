@@ -14,7 +14,7 @@ import shlex
 import stat
 from dataclasses import replace
 
-from lockwarden.formats.base import lstat_or_none
+from lockwarden.formats.base import STOP_HOLDER, lstat_or_none
 from lockwarden.formats.symlink_lock import (
     LinkRecord,
     RecordProblem,
@@ -43,6 +43,7 @@ CHROMIUM_EXECUTABLES = (
 
 class ChromiumProfile:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a Chromium/Chrome user-data-dir: SingletonLock -> HOST-PID"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

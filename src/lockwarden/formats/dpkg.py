@@ -13,6 +13,7 @@ import os
 import stat
 from dataclasses import replace
 
+from lockwarden.formats.base import HolderAction, SafeAction
 from lockwarden.formats.kernel import KernelLockFile
 from lockwarden.model import Claim, StaleProof
 
@@ -34,6 +35,12 @@ NEVER_REMOVE = (
 
 class DpkgLock:
     name = NAME
+    holder_action = SafeAction(
+        HolderAction.WAIT,
+        "never kill a package manager mid-transaction (it leaves the package database "
+        "broken). If it is truly hung, stop it only between packages and run "
+        "`dpkg --configure -a` afterwards",
+    )
     summary = "a dpkg/apt lock file (POSIX lock; never stale, never to be deleted)"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

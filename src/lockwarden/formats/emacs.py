@@ -14,6 +14,7 @@ import stat
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from lockwarden.formats.base import STOP_HOLDER
 from lockwarden.formats.symlink_lock import (
     LinkRecord,
     RecordProblem,
@@ -29,6 +30,7 @@ PREFIX = ".#"
 
 class EmacsLock:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "an Emacs file lock: .#FILE -> USER@HOST.PID[:BOOT]"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

@@ -25,7 +25,7 @@ import stat
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
+from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
 from lockwarden.model import Claim, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record, scan_directory
@@ -192,6 +192,7 @@ def _owner_from_candidates(host: str, candidates: tuple[int, ...], layout: str) 
 
 class SoftLockFile:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "py-filelock SoftFileLock, or lockfile's LinkLockFile / MkdirLockFile / PIDLockFile"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

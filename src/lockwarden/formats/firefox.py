@@ -20,7 +20,7 @@ import shlex
 import stat
 from dataclasses import replace
 
-from lockwarden.formats.base import key_of, lstat_or_none
+from lockwarden.formats.base import STOP_HOLDER, key_of, lstat_or_none
 from lockwarden.formats.symlink_lock import (
     LinkRecord,
     RecordProblem,
@@ -49,6 +49,7 @@ FIREFOX_EXECUTABLES = (
 
 class FirefoxProfile:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a Firefox/Thunderbird profile: lock -> IP:+PID and an fcntl-locked .parentlock"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

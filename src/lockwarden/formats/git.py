@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of, unreadable
+from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.model import Claim, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
@@ -88,6 +88,7 @@ def _linked_work_trees(git_directory: str) -> list[str]:
 
 class GitLock:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a git *.lock file (held while a git process works in the repository)"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

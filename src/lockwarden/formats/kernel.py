@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import absent, key_of, unreadable
+from lockwarden.formats.base import STOP_HOLDER, absent, key_of, unreadable
 from lockwarden.model import Claim
 
 NAME = "kernel"
@@ -17,6 +17,7 @@ NAME = "kernel"
 
 class KernelLockFile:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a file held with flock, fcntl/lockf or OFD locks; its content is ignored"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

@@ -15,7 +15,7 @@ import shlex
 import stat
 from dataclasses import replace
 
-from lockwarden.formats.base import lstat_or_none
+from lockwarden.formats.base import STOP_HOLDER, lstat_or_none
 from lockwarden.formats.symlink_lock import (
     LinkRecord,
     RecordProblem,
@@ -31,6 +31,7 @@ LOCK_FILES = ("wlock", os.path.join("store", "lock"))
 
 class Mercurial:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a Mercurial repository: .hg/wlock and .hg/store/lock -> HOST[/PIDNS]:PID"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

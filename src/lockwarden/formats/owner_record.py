@@ -12,6 +12,7 @@ import stat
 from dataclasses import replace
 
 from lockwarden.formats.base import (
+    STOP_HOLDER,
     absent,
     claim_from_record_file,
     key_of,
@@ -29,6 +30,7 @@ PREFERRED_RECORDS = ("owner.json", "owner", "record.json", "info", "info.json", 
 
 class OwnerRecord:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a LOCK directory (mkdir) or file holding JSON, key=value lines or a bare PID"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

@@ -9,7 +9,15 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of, unreadable
+from lockwarden.formats.base import (
+    HolderAction,
+    SafeAction,
+    absent,
+    key_of,
+    lstat_or_none,
+    mtime_of,
+    unreadable,
+)
 from lockwarden.model import Claim, StaleProof
 
 NAME = "pacman"
@@ -18,6 +26,12 @@ LOCK_NAME = "db.lck"
 
 class PacmanLock:
     name = NAME
+    holder_action = SafeAction(
+        HolderAction.WAIT,
+        "never kill a package manager mid-transaction (it leaves the package database "
+        "broken). If it is truly hung, stop it, check the database with `pacman -Dk`, and "
+        "only then remove db.lck",
+    )
     summary = "pacman's db.lck (held while a process has it open)"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

@@ -6,7 +6,13 @@ import os
 import stat
 from dataclasses import replace
 
-from lockwarden.formats.base import absent, claim_from_record_file, key_of, lstat_or_none
+from lockwarden.formats.base import (
+    STOP_HOLDER,
+    absent,
+    claim_from_record_file,
+    key_of,
+    lstat_or_none,
+)
 from lockwarden.model import Claim
 
 NAME = "pidfile"
@@ -14,6 +20,7 @@ NAME = "pidfile"
 
 class Pidfile:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "a file holding the holder's PID, removed by the holder when it exits"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

@@ -15,7 +15,14 @@ import os
 import stat
 from dataclasses import replace
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
+from lockwarden.formats.base import (
+    HolderAction,
+    SafeAction,
+    absent,
+    key_of,
+    lstat_or_none,
+    mtime_of,
+)
 from lockwarden.formats.record import RecordProblem, parse_pid, parse_timestamp
 from lockwarden.model import Claim
 from lockwarden.support.safe_read import UnsafeRecord, read_record
@@ -34,6 +41,10 @@ def pid_file_for(path: str) -> str:
 
 class PostgresPidFile:
     name = NAME
+    holder_action = SafeAction(
+        HolderAction.SHUTDOWN,
+        "pg_ctl stop -m fast; never kill -9 a database server (it skips its checkpoint)",
+    )
     summary = "PostgreSQL's postmaster.pid (PID and start time; backends in the data directory)"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

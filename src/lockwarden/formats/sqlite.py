@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none
+from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none
 from lockwarden.model import ByteRange, Claim, InodeKey, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, read_head
 
@@ -59,6 +59,7 @@ def writer_ranges(database: InodeKey, shm: InodeKey | None) -> tuple[ByteRange, 
 
 class SqliteDatabase:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "an SQLite database (rollback journal or WAL): writers and readers by byte locks"
 
     def detect(self, path: str, status: os.stat_result) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from lockwarden.formats.base import absent, key_of, lstat_or_none, mtime_of
+from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_timestamp
 from lockwarden.model import Claim, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, read_record
@@ -45,6 +45,7 @@ def state_path_for(path: str) -> str:
 
 class TerraformState:
     name = NAME
+    holder_action = STOP_HOLDER
     summary = "Terraform's local state lock (fcntl on terraform.tfstate + .lock.info JSON)"
 
     def detect(self, path: str, status: os.stat_result) -> bool:
