@@ -220,6 +220,7 @@ class Processes:
                 )
                 self.pids.append(pid)
                 started.append(pid)
+        settle(started)
         return started
 
     def stop(self, pids: Sequence[int]) -> None:
@@ -240,6 +241,31 @@ class Processes:
 
     def stop_all(self) -> None:
         self.stop(list(self.pids))
+
+
+SETTLE_S = 30.0
+
+
+def settle(pids: Sequence[int]) -> None:
+    """Wait until every one of these processes sleeps: a run timed while a thousand new
+    processes still load their libraries would measure their start-up, not the host."""
+    deadline = time.monotonic() + SETTLE_S
+    waiting = list(pids)
+    while waiting:
+        waiting = [pid for pid in waiting if _state(pid) not in ("S", "")]
+        if waiting and time.monotonic() > deadline:
+            raise RuntimeError(f"{len(waiting)} started processes did not go to sleep")
+        if waiting:
+            time.sleep(0.01)
+
+
+def _state(pid: int) -> str:
+    """The state letter of /proc/PID/stat; empty when the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2 :][:1]
 
 
 @contextmanager
@@ -440,10 +466,20 @@ def alert_table(stage: Stage) -> str:
 
 @dataclass
 class Stage:
-    """The locks and holders the quiet runs inspect; `ten` is their config file."""
+    """The locks and holders the quiet runs inspect; `ten` is their config file, `tables`
+    its locks (and defaults) for configs that add their own [notify] and [state]."""
 
     ten: Path
+    tables: str
     alert_dir: Path
+
+
+def own_state(workdir: Path, name: str) -> str:
+    """A [state] table for a journal of this config's own in the temporary directory: every
+    run writes its sightings of kernel locks, and the host's journal is none of ours."""
+    directory = workdir / f"{name}-state"
+    directory.mkdir(mode=0o700)
+    return f'[state]\npath = "{directory / "state.jsonl"}"\n\n'
 
 
 def build_stage(workdir: Path, processes: Processes) -> Stage:
@@ -470,8 +506,9 @@ def build_stage(workdir: Path, processes: Processes) -> Stage:
     tables += [lock_table("daemon", pidfile, "pidfile")]
     tables += [lock_table(f"absent-{n}", locks / f"absent-{n}.pid", "pidfile") for n in range(2)]
     ten = workdir / "ten.toml"
-    ten.write_text(DEFAULTS_TABLE + "".join(tables))
-    return Stage(ten, alert_dir)
+    text = DEFAULTS_TABLE + "".join(tables)
+    ten.write_text(own_state(workdir, "ten") + text)
+    return Stage(ten, text, alert_dir)
 
 
 def many_tables(workdir: Path, processes: Processes) -> tuple[list[str], list[int]]:
@@ -575,7 +612,7 @@ def quiet_rows(bench: Bench, stage: Stage) -> tuple[list[Row], list[Sample]]:
     state.mkdir(mode=0o700)
     alerting.write_text(
         f'[state]\npath = "{state / "state.jsonl"}"\n\n'
-        '[notify]\nurls = ["json://127.0.0.1:9"]\n\n' + stage.ten.read_text()
+        '[notify]\nurls = ["json://127.0.0.1:9"]\n\n' + stage.tables
     )
     alerting.chmod(0o600)
     alerting_floors, alerting_values = bench.pair(floor, lockwarden(alerting))
@@ -617,7 +654,7 @@ def many_locks_row(bench: Bench, stage: Stage, processes: Processes) -> Row:
     """The 1,000-lock holders live only for this figure: the others' hosts do not have them."""
     tables, holders = many_tables(bench.workdir, processes)
     many = bench.workdir / "many.toml"
-    many.write_text(DEFAULTS_TABLE + "".join(tables))
+    many.write_text(own_state(bench.workdir, "many") + DEFAULTS_TABLE + "".join(tables))
     try:
         floors, values = bench.pair(lockwarden(stage.ten), lockwarden(many))
     finally:
@@ -659,7 +696,7 @@ def alert_row(bench: Bench, stage: Stage) -> Row:
     figure = "alert run: one new incident, one json:// receiver"
     with receiver() as endpoint:
         config = bench.workdir / "alert.toml"
-        text = stage.ten.read_text()
+        text = stage.tables
         config.write_text(
             f'[notify]\nurls = ["json://127.0.0.1:{endpoint.port}"]\n\n'
             f'[state]\npath = "{bench.workdir / "alert-state" / "state.jsonl"}"\n\n'
@@ -709,7 +746,7 @@ def journal_row(bench: Bench, stage: Stage, processes: Processes) -> Row:
     # contacted); without [notify] a quiet run skips the alert stage and never reads the journal.
     config.write_text(
         f'[state]\npath = "{state / "state.jsonl"}"\n\n'
-        '[notify]\nurls = ["json://127.0.0.1:9"]\n\n' + stage.ten.read_text()
+        '[notify]\nurls = ["json://127.0.0.1:9"]\n\n' + stage.tables
     )
     config.chmod(0o600)
     problem = config_problem(bench, config)
@@ -940,7 +977,11 @@ def descriptors_row(bench: Bench, processes: Processes) -> Row:
     lock = directory / "held.lock"
     lock.touch()
     config = bench.workdir / "forked.toml"
-    config.write_text(DEFAULTS_TABLE + lock_table("forked-held", lock, "kernel"))
+    config.write_text(
+        own_state(bench.workdir, "forked")
+        + DEFAULTS_TABLE
+        + lock_table("forked-held", lock, "kernel")
+    )
     with forked_host(processes, directory, lock, count) as holder:
         problem = holder_problem(bench, config, holder)
         if problem is not None:
@@ -964,7 +1005,7 @@ def child_env(workdir: Path) -> dict[str, str]:
     return env
 
 
-WIDTHS = (64, 10, 11, 20, 11)
+WIDTHS = (72, 10, 11, 20, 11)
 
 
 def print_row(row: Row) -> None:
