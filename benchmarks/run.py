@@ -1025,8 +1025,14 @@ def describe_host() -> str:
         apprise_version = "not installed"
     return (
         f"{socket.gethostname()}: Linux {uname.release}, {os.cpu_count()} CPUs, "
-        f"Python {sys.version.split()[0]}, apprise {apprise_version}"
+        f"Python {sys.version.split()[0]}, apprise {apprise_version}, {load_average()}"
     )
+
+
+def load_average() -> str:
+    """What else the machine was doing: a shared machine's load moves every +ms figure."""
+    one, five, _fifteen = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min)"
 
 
 FIGURES: dict[str, Callable[[Bench, Stage, Processes], list[Row]]] = {
@@ -1078,7 +1084,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     for note in bench.notes:
         print(f"# {note}")
-    print(f"# {time.monotonic() - started:.0f} s")
+    print(f"# {time.monotonic() - started:.0f} s; at the end, {load_average()}")
     return exit_status(rows)
 
 
