@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lockwarden.cli import exit_codes as cli
 from lockwarden.config import ENGINE_WATCHES, DatabaseWatch
 from lockwarden.databases.check import format_name
 from lockwarden.formats import FORMATS
 from lockwarden.output import prometheus
+from lockwarden.support import exit_codes as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

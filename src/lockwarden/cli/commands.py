@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden import __version__
 from lockwarden import config as config_module
-from lockwarden.cli.exit_codes import (
+from lockwarden.cli.once import AlertedRun
+from lockwarden.formats import format_names
+from lockwarden.model import Severity, State
+from lockwarden.output.report import render_json, render_text
+from lockwarden.pipeline import RunResult, inspect_path
+from lockwarden.support import logs
+from lockwarden.support.checkpoints import Checkpoint, skip
+from lockwarden.support.durations import DurationError, format_config_duration, parse_duration
+from lockwarden.support.exit_codes import (
     EXIT_BROKEN_PIPE,
     EXIT_BUSY,
     EXIT_CODES_HELP,
@@ -26,14 +34,6 @@ from lockwarden.cli.exit_codes import (
     EXIT_USAGE,
     HOLD_EXIT_CODES_HELP,
 )
-from lockwarden.cli.once import AlertedRun
-from lockwarden.formats import format_names
-from lockwarden.model import Severity, State
-from lockwarden.output.report import render_json, render_text
-from lockwarden.pipeline import RunResult, inspect_path
-from lockwarden.support import logs
-from lockwarden.support.checkpoints import Checkpoint, skip
-from lockwarden.support.durations import DurationError, format_config_duration, parse_duration
 
 if TYPE_CHECKING:
     pass

@@ -56,6 +56,7 @@ from lockwarden.model import Finding, InodeKey, State
 from lockwarden.pipeline import inspect_path
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.support.durations import format_duration, format_limit, parse_duration
+from lockwarden.support.exit_codes import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,6 @@ FORWARDED = (
 TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 SI_KERNEL = 0x80  # si_code of a signal the terminal driver sent to the foreground group
 PR_SET_PDEATHSIG = 1
-EXIT_NOT_EXECUTABLE = 126  # as a shell says it
-EXIT_NOT_FOUND = 127
 
 
 class HoldError(Exception):

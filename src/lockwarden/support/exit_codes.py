@@ -1,10 +1,12 @@
-"""Every exit code of the `lockwarden` command, and the help text that lists them: the one
-table (README's exit-code table is checked against it by tests/integration/test_docs.py)."""
+"""Every exit code of the `lockwarden` command (and of `lockwarden.hold()`'s child), and the
+help text that lists them: the one table (README's exit-code table is checked against it by
+tests/integration/test_docs.py)."""
 
 from __future__ import annotations
 
-# A child that could not be started, as a shell says it (`lockwarden hold`'s own API knows them).
-from lockwarden.holding.hold import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
+# `lockwarden hold`: a COMMAND that could not be started, as a shell says it.
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
 
 EXIT_OK = 0
 EXIT_WARNING = 1
