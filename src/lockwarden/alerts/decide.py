@@ -30,8 +30,9 @@ from lockwarden.alerts.messages import (
 )
 from lockwarden.config import AlertSettings
 from lockwarden.model import Finding, Severity, State
-from lockwarden.state.history import GOOD, History, Incident, Sent, timestamp
+from lockwarden.state.history import GOOD, History, Incident, Sent
 from lockwarden.state.journal import Record
+from lockwarden.support.durations import timestamp
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from lockwarden.check.advice import is_command, why_no_action
 from lockwarden.model import Finding, Holder, Severity, State, command_text
-from lockwarden.support.durations import format_duration, format_time
+from lockwarden.support.durations import format_duration, stamp
 
 ALERT = "alert"
 REMINDER = "reminder"
@@ -66,12 +66,6 @@ class Ended:
     opened_at: datetime
     held_since: datetime | None
     state: str
-
-
-def stamp(moment: datetime | None) -> str:
-    if moment is None:
-        return "unknown"
-    return format_time(moment)
 
 
 def holder_label(holder: Holder | None) -> str | None:

@@ -27,7 +27,6 @@ from lockwarden.state.history import (
     fold,
     keep_for_dedupe,
     keep_for_removal,
-    timestamp,
 )
 from lockwarden.state.journal import (
     Journal,
@@ -37,6 +36,7 @@ from lockwarden.state.journal import (
     state_directory_of,
 )
 from lockwarden.support.checkpoints import Checkpoint, skip
+from lockwarden.support.durations import timestamp
 
 if TYPE_CHECKING:
     from lockwarden.alerts.notify import Delivery, Notifier
@@ -158,7 +158,7 @@ def load_history(
 
 
 def _last_delivery(records: list[Record]) -> list[datetime]:
-    from lockwarden.state.history import parse_time
+    from lockwarden.support.durations import parse_time
 
     times = (
         parse_time(record.get("at"))

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden.model import Bound, Finding, State
-from lockwarden.state.history import parse_time, timestamp
 from lockwarden.state.journal import Record
+from lockwarden.support.durations import parse_time, timestamp
 
 SEEN = "seen"
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)

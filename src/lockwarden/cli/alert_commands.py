@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lockwarden.alerts.messages import stamp
 from lockwarden.cli.once import AlertedRun, run_and_alert
 from lockwarden.config import Config
 from lockwarden.output.report import json_document, render_text
 from lockwarden.support.checkpoints import Checkpoint, skip
+from lockwarden.support.durations import stamp
 from lockwarden.support.exit_codes import EXIT_CONFIG, EXIT_NOTIFY_FAILED, EXIT_UNKNOWN
 
 if TYPE_CHECKING:

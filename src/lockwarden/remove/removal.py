@@ -37,9 +37,9 @@ from lockwarden.formats import read_claim
 from lockwarden.formats.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
 from lockwarden.procfs.snapshot import Snapshot
-from lockwarden.state.history import History, timestamp
+from lockwarden.state.history import History
 from lockwarden.state.journal import Journal, Record, StateError
-from lockwarden.support.durations import format_duration, format_time
+from lockwarden.support.durations import format_duration, format_time, timestamp
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_link, read_record
 
 log = logging.getLogger(__name__)

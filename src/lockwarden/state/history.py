@@ -18,29 +18,15 @@ Pure: records in, typed history out. The record kinds (one JSON object per line)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
 from lockwarden.state.journal import Record, encode
+from lockwarden.support.durations import parse_time
 
 GOOD = "good"
 UNRESOLVED = "*"  # a message due before its services were known: every matching service
 KEEP_CLOSED_INCIDENTS = 50
 KEEP_RUNS = 5  # at least; compaction keeps max(resolve_after, unknown_after) + 1 if more
-
-
-def timestamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def parse_time(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 @dataclass

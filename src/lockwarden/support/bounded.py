@@ -30,14 +30,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar, cast
 
-# The C pickler itself: `pickle` the module adds ~2 ms of imports to every run for nothing
-# this module uses (the results come from our own fork, so any pickle is trusted).
-try:
-    from _pickle import dumps, loads
-except ImportError:  # an interpreter without the C accelerator
-    from pickle import dumps, loads
+# The results come from our own fork, so any pickle is trusted.
+from pickle import dumps, loads
+from typing import Generic, TypeVar, cast
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")

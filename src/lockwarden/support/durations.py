@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -74,3 +75,26 @@ def format_config_duration(seconds: float) -> str:
     if milliseconds:
         parts.append(f"{milliseconds}ms")
     return "".join(parts)
+
+
+def timestamp(moment: datetime) -> str:
+    """How the state journal writes a moment: RFC 3339 in UTC, to the second."""
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_time(text: Any) -> datetime | None:
+    """A moment the journal wrote (or any RFC 3339 text); None for anything else."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def stamp(moment: datetime | None) -> str:
+    """format_time, or "unknown" for a moment nobody recorded."""
+    if moment is None:
+        return "unknown"
+    return format_time(moment)

@@ -9,7 +9,7 @@ import pytest
 
 from lockwarden.check import sightings
 from lockwarden.model import Bound, Finding, Severity, State
-from lockwarden.state.history import timestamp
+from lockwarden.support.durations import timestamp
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 FIRST = NOW - timedelta(minutes=7)
