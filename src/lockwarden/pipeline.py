@@ -62,13 +62,13 @@ def inspect_locks(
     claims = [None if lock.database else next(read) for lock in locks]
     readable = (claim for claim in claims if isinstance(claim, Claim))
     snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
+    memory = remembered or {}
     gathered = [
         _gather(lock, claim, snapshot)
         if claim is not None
-        else _judge_database(lock, snapshot, now)
+        else _judge_database(lock, snapshot, now, memory.get(lock.name))
         for lock, claim in zip(locks, claims, strict=True)
     ]
-    memory = remembered or {}
     with snapshot.closed():
         return tuple(
             _judge(lock, seen, now, memory.get(lock.name))
@@ -89,12 +89,15 @@ def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Excep
     return [_claim_or_error(lock, outcome) for lock, outcome in reading.run(locks)]
 
 
-def _judge_database(lock: LockConfig, snapshot: Snapshot, now: datetime) -> Finding:
-    """A lock inside a database server (databases/): its driver loads only when one is set."""
+def _judge_database(
+    lock: LockConfig, snapshot: Snapshot, now: datetime, seen_since: dict[str, datetime] | None
+) -> Finding:
+    """A lock inside a database server (databases/): its driver loads only when one is set.
+    `seen_since`: the sighting memory of its sessions (a session's lock has no grant time)."""
     try:
         from lockwarden.databases.check import inspect_database
 
-        return inspect_database(lock, policy_for(lock), snapshot, now)
+        return inspect_database(lock, policy_for(lock), snapshot, now, first_seen=seen_since)
     except Exception as error:
         log.debug("checking %s failed", lock.name, exc_info=True)
         return _unknown(

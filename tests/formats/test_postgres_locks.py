@@ -163,7 +163,8 @@ def psql(server: Server, sessions: list[Psql], tcp: bool = True) -> Psql:
 
 
 def check(tmp_path: Path, lock: str, minutes: float = 0, **env: str) -> tuple[int, dict[str, Any]]:
-    config = write_config(tmp_path / "config.toml", "[[lock]]\n" + lock)
+    state = f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n'
+    config = write_config(tmp_path / "config.toml", state + "[[lock]]\n" + lock)
     moment = (datetime.now(UTC) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
     completed = run_cli("--once", "--json", "--config", config, "--now", moment, timeout=40, **env)
     assert completed.stdout, completed.stderr
@@ -203,14 +204,22 @@ def test_prisma_lock_held_over_tcp_names_the_backend_and_the_local_psql(
     assert finding["action"] is None  # within its budget: nothing to do
     assert "pg_cancel_backend" not in json.dumps(finding)
 
+    # Two hours on, the session's age bounds the hold from above only: not a page on its own.
     code, finding = check(tmp_path, lock, minutes=120)
-    assert (code, finding["state"]) == (2, "held_too_long")
+    assert (code, finding["state"]) == (0, "held"), finding
+    assert re.search(r"for at most (1h59m|2h00m)", finding["reason"]), finding["reason"]
+    # The next run (a minute later) knows it has been held at least since the last one saw it.
+    budget = lock.replace(
+        'warn_after = "30m"\ncritical_after = "1h"', 'warn_after = "1m"\ncritical_after = "1m"'
+    )
+    code, finding = check(tmp_path, budget, minutes=121)
+    assert (code, finding["state"]) == (2, "held_too_long"), finding
+    assert finding["held"]["bound"] == "at_least"
+    assert "for at least 1m00s (since its first sighting)" in finding["reason"], finding["reason"]
     assert "SELECT pg_terminate_backend(" in finding["action"]["line"]
     assert finding["action"]["line"].startswith(f"kill {holder.pid}")
     assert finding["action"]["argv"] is None  # a command and a fallback: not one argv
-    assert "writes to app-db blocked" in finding["reason"] and re.search(
-        r"for at most (1h59m|2h00m)", finding["reason"]
-    )
+    assert "writes to app-db blocked" in finding["reason"]
 
 
 def test_two_int_key_held_over_the_unix_socket_names_the_local_psql(
@@ -324,7 +333,8 @@ def test_wrong_password_is_unknown_and_never_printed(server: Server, tmp_path: P
     lock = lock_text(
         server, 'advisory_key = "prisma"', tcp=True, extra=password_file(tmp_path, wrong)
     )
-    config = write_config(tmp_path / "config.toml", "[[lock]]\n" + lock)
+    state = f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n'
+    config = write_config(tmp_path / "config.toml", state + "[[lock]]\n" + lock)
     completed = run_cli("--once", "-v", "--config", config, timeout=40)
     assert completed.returncode == 3, completed.stdout
     assert "password authentication failed" in completed.stdout

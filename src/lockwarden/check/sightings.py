@@ -108,7 +108,13 @@ def worth_writing(record: Record, latest: LastSeen | None) -> bool:
 
 
 def _undated_hold(finding: Finding) -> bool:
-    return finding.state in _HELD and finding.held_bound in _UNDATED and finding.key is not None
+    """Held with no recorded start: a kernel lock (its inode known), or a database session's
+    lock (its identity names the session)."""
+    database_session = finding.identity is not None and finding.identity.startswith(
+        ("pg-backend:", "mysql-connection:")
+    )
+    held = finding.state in _HELD and finding.held_bound in _UNDATED
+    return held and (finding.key is not None or database_session)
 
 
 def keep_latest_seen(records: list[Record]) -> list[Record]:

@@ -49,7 +49,9 @@ def inspect_database(
     snapshot: Snapshot,
     now: datetime,
     environ: Mapping[str, str] | None = None,
+    first_seen: Mapping[str, datetime] | None = None,
 ) -> Finding:
+    """`first_seen`: the sighting memory of this lock (session identity -> first sighting)."""
     watch = lock.database
     assert watch is not None, "inspect_database is for database locks"
     observation = observe(watch, os.environ if environ is None else environ)
@@ -59,7 +61,9 @@ def inspect_database(
         return judge_liquibase(lock.name, lock.path, observation, host or empty, policy, now)
     sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
     clients = find_clients(sessions, snapshot, "client") if sessions else {}
-    return judge_holds(lock.name, lock.path, format_name(watch), observation, clients, policy, now)
+    return judge_holds(
+        lock.name, lock.path, format_name(watch), observation, clients, policy, now, first_seen
+    )
 
 
 def _locked(observation: Observation) -> bool:

@@ -16,7 +16,7 @@ from datetime import datetime
 from lockwarden.check.advice import SQL_ADVICE, advise_holder, needs_action
 from lockwarden.check.classify import Policy, grade
 from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation
-from lockwarden.model import Finding, Holder, Severity, State, Waiter
+from lockwarden.model import Bound, Finding, Holder, Severity, State, Waiter
 from lockwarden.support.durations import format_duration, format_time
 
 LIQUIBASE_RELEASE = "liquibase release-locks"
@@ -33,18 +33,21 @@ class HoldBound:
 
 def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) -> HoldBound:
     """pg_locks records no grant time. A lock of the holder's transaction (every table lock)
-    was taken at or after xact_start; any other lock at or after backend_start: so `now` minus
-    that is an upper bound. A lower bound needs memory: held at least since a run first saw
-    it (`first_seen`, from the journal's first sighting of the incident), or, on MySQL, since
-    an idle session's last command ended (a lock is taken by a command, so before that)."""
+    was taken at or after xact_start, and the transaction's age is how long it is held (what
+    the budget is measured against). Any other lock was taken at or after backend_start: an
+    upper bound only, so a session's lock is known to be held at least since a run first saw
+    it (`first_seen`, the sighting memory), or, on MySQL, since an idle session's last command
+    ended (a lock is taken by a command, so before that)."""
     backend = hold.holder
-    start, since = (
-        (backend.xact_start, "xact_start")
-        if hold.transaction_scoped
-        else (backend.backend_start, "backend_start")
-    )
-    if start is not None:  # the server's clock may run ahead of ours: then it is just taken
-        return HoldBound(max((now - start).total_seconds(), 0.0), "at most", since)
+    if hold.transaction_scoped and backend.xact_start is not None:
+        # the server's clock may run ahead of ours: then it is just taken
+        return HoldBound(
+            max((now - backend.xact_start).total_seconds(), 0.0), "at most", "xact_start"
+        )
+    known = first_seen is not None and first_seen <= now
+    if backend.backend_start is not None and not hold.transaction_scoped and not known:
+        seconds = max((now - backend.backend_start).total_seconds(), 0.0)
+        return HoldBound(seconds, "at most", "backend_start")
     lower = [(backend.idle_for_s, "last command")] if backend.idle_for_s is not None else []
     if first_seen is not None and first_seen <= now:
         lower.append(((now - first_seen).total_seconds(), "first sighting"))
@@ -62,8 +65,10 @@ def judge_holds(
     clients: Mapping[int, Client],
     policy: Policy,
     now: datetime,
+    first_seen: Mapping[str, datetime] | None = None,
 ) -> Finding:
-    """An advisory lock or a table's blocked writers."""
+    """An advisory lock or a table's blocked writers. `first_seen`: the sighting memory of
+    this lock (session identity -> the first run that saw it held)."""
     base = _blank(name, path, format_name)
     if observation.problem:
         return replace(
@@ -80,8 +85,9 @@ def judge_holds(
             reason=f"free: {_free_words(format_name)}",
         )
     hold = max(observation.holds, key=lambda each: (len(each.waiters), _age(each, now)))
-    bound = hold_bound(hold, now)
-    state, severity = grade(State.HELD, bound.seconds, policy)
+    identity = _session_identity(hold.holder)
+    bound = hold_bound(hold, now, (first_seen or {}).get(identity))
+    state, severity = grade(State.HELD, bound.seconds, policy, _graded(hold, bound))
     client = clients.get(hold.holder.pid, Client(None))
     holder = client.holder or _backend_holder(hold.holder)
     return replace(
@@ -90,15 +96,32 @@ def judge_holds(
         severity=severity,
         reason=_reason(name, hold, client, bound, state, policy),
         held_for_s=bound.seconds,
+        held_bound=BOUNDS[bound.kind],
         holder=holder,
         waiters=tuple(_waiter(waiter, clients) for waiter in hold.waiters),
         sharers=tuple(
             _backend_holder(other.holder) for other in observation.holds if other is not hold
         ),
         action=backend_action(hold.holder, client) if needs_action(state) else None,
-        identity=_session_identity(hold.holder),
+        identity=identity,
         note=_session_note(hold.holder, client),
     )
+
+
+BOUNDS = {
+    "exact": Bound.EXACT,
+    "at least": Bound.AT_LEAST,
+    "at most": Bound.AT_MOST,
+    "unknown": Bound.UNKNOWN,
+}
+
+
+def _graded(hold: Hold, bound: HoldBound) -> Bound:
+    """What the budget is measured on: a transaction's age (its locks last as long as it
+    does), else only a duration known exactly or as a lower bound (ARCHITECTURE "Never" 7)."""
+    if hold.transaction_scoped and bound.since == "xact_start":
+        return Bound.EXACT
+    return BOUNDS[bound.kind]
 
 
 def _blank(name: str, path: str, format_name: str) -> Finding:

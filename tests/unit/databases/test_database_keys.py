@@ -77,6 +77,14 @@ def test_a_table_lock_is_held_at_most_since_its_transaction_started():
     assert (bound.seconds, bound.kind) == (20 * 60, "at most")
 
 
+def test_a_session_lock_seen_by_an_earlier_run_is_held_at_least_since_then():
+    """backend_start bounds a session's lock from above only; the sighting memory from below,
+    and only that may put it past its budget (graded as at_least, not at_most)."""
+    backend = Backend(pid=9, backend_start=NOW - timedelta(hours=3))
+    bound = hold_bound(Hold("x", backend), NOW, first_seen=NOW - timedelta(minutes=2))
+    assert (bound.seconds, bound.kind, bound.since) == (120, "at least", "first sighting")
+
+
 def test_without_session_times_only_the_first_sighting_bounds_it_from_below():
     backend = Backend(pid=9)
     assert hold_bound(Hold("x", backend), NOW).kind == "unknown"
