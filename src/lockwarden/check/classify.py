@@ -714,8 +714,12 @@ def explain(
             if declared_limit is not None
             else ""
         )
-        who = holder or "a holder lockwarden cannot name"
-        return f"writes to {name} blocked: {who} has held the lock {how_long}{past} — stop it"
+        if holder is None:  # still past its budget, known from below: say why none is named
+            return (
+                f"writes to {name} blocked: a holder lockwarden cannot name has held the lock "
+                f"{how_long}{past} ({verdict.reason})"
+            )
+        return f"writes to {name} blocked: {holder} has held the lock {how_long}{past} — stop it"
     if state is State.HELD and holder:
         budget = format_duration(policy.warn_after)
         if bound is Bound.AT_MOST and held_for is not None and held_for >= policy.warn_after:

@@ -319,3 +319,25 @@ def test_a_running_time_never_reaches_a_positive_budget() -> None:
         State.HELD_TOO_LONG,
         Severity.CRITICAL,
     )
+
+
+def test_a_hidden_holder_seen_past_its_budget_by_earlier_runs_is_critical_naming_the_right() -> (
+    None
+):
+    """Known from below (the sighting memory) to be held past critical_after: a page, even
+    though the holder cannot be named, and the reason still says which right would name it."""
+    claim = record(existence_is_lock=False, started_at=None, created_at=None)
+    seen = classify(
+        "k",
+        claim,
+        evidence(granted=(FLOCK,), unreadable_pids=4, unattributed=HIDDEN),
+        POLICY,
+        NOW,
+        {"inode:65024:77:64969": NOW - timedelta(hours=2)},
+    )
+    assert (seen.state, seen.severity, seen.held_bound) == (
+        State.HELD_TOO_LONG,
+        Severity.CRITICAL,
+        Bound.AT_LEAST,
+    )
+    assert "cannot name" in seen.reason and "CAP_SYS_PTRACE" in seen.reason, seen.reason
