@@ -55,11 +55,14 @@ run_release() {
     esac
     local python=${DEBIAN_PYTHON:-/usr/bin/python3}
     [ -x "$python" ] || python=python3
-    local venv=.venv-debian$name
+    # Kept with the other test caches (the system tests' root file systems), outside the
+    # checkout, so a clean clone reuses it; rebuilt whenever the pins or the Python change.
+    local venv=${LOCKWARDEN_TEST_CACHE:-/var/cache/lockwarden-tests}/venv-debian$name
     local wanted
     wanted="$("$python" -VV | head -1) ${pins[*]} ${test_pins[*]}"
     if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.pins" 2>/dev/null)" != "$wanted" ]; then
         rm -rf "$venv"
+        mkdir -p "$(dirname "$venv")"
         "$python" -m venv "$venv"
         if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
             "${pins[@]}" "${test_pins[@]}" >"$venv/pip.log" 2>&1; then
