@@ -152,6 +152,8 @@ class BoundedRun(Generic[Item, Result]):
             self._reap()
 
     def on_hung_mount(self, item: Item) -> Unanswered | None:
+        if not self.hung:  # no mount seen hung in this run: nothing to look up
+            return None
         mount = mount_of(self.path_of(item), self.mounts)
         return self.hung.get(mount.point) if mount is not None else None
 
