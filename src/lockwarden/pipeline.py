@@ -99,10 +99,7 @@ def _judge_database(
 
         return inspect_database(lock, policy_for(lock), snapshot, now, first_seen=seen_since)
     except Exception as error:
-        log.debug("checking %s failed", lock.name, exc_info=True)
-        return _unknown(
-            lock, f"internal error while inspecting it: {error} (run with -v for details)"
-        )
+        return _internal_error(lock, error)
 
 
 def _claim_or_error(lock: LockConfig, outcome: object) -> Claim | Exception:
