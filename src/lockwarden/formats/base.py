@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
-from lockwarden.formats.record import EARLIEST, LATEST, Record, RecordProblem, parse_record
+from lockwarden.formats.record import EARLIEST, LATEST, OwnerRecord, RecordProblem, parse_record
 from lockwarden.formats.trust import distrust_reason
 from lockwarden.model import Claim, InodeKey
 from lockwarden.support.safe_read import UnsafeRecord, read_record
@@ -99,7 +99,7 @@ def claim_from_record_file(
     *,
     existence_is_lock: bool,
     keys: tuple[InodeKey, ...],
-    kernel_style: Callable[[Record], bool] = lambda record: False,
+    kernel_style: Callable[[OwnerRecord], bool] = lambda record: False,
 ) -> Claim:
     """Read a record file safely and turn it into a Claim; an unsafe one becomes a problem.
 
@@ -149,7 +149,7 @@ def claim_from_record_file(
 def claim_from_record(
     format_name: str,
     path: str,
-    record: Record,
+    record: OwnerRecord,
     *,
     existence_is_lock: bool,
     keys: tuple[InodeKey, ...],

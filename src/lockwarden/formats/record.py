@@ -39,7 +39,7 @@ class RecordProblem(ValueError):
 
 
 @dataclass(frozen=True)
-class Record:
+class OwnerRecord:
     """The fields an owner record may carry, whatever its syntax."""
 
     pid: int | None = None
@@ -55,21 +55,21 @@ class Record:
     style: str = "empty"
 
 
-def parse_record(data: bytes, pid_max: int) -> Record:
+def parse_record(data: bytes, pid_max: int) -> OwnerRecord:
     """Parse record bytes; raise RecordProblem with a one-sentence reason."""
     try:
         text = data.decode("utf-8").strip()
     except UnicodeDecodeError as error:
         raise RecordProblem(f"the record is not valid UTF-8 (byte {error.start})") from error
     if not text:
-        return Record()
+        return OwnerRecord()
     if text.startswith("{"):
         return _from_mapping(_load_json(text), pid_max, "json")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if all("=" in line for line in lines):
         return _from_mapping(_key_values(lines), pid_max, "key-value")
     if len(lines) == 1:
-        return Record(pid=parse_pid(lines[0], pid_max), style="bare")
+        return OwnerRecord(pid=parse_pid(lines[0], pid_max), style="bare")
     raise RecordProblem("the record is neither JSON, key=value lines nor a bare PID")
 
 
@@ -116,12 +116,12 @@ def _key_values(lines: list[str]) -> dict[str, Any]:
     return mapping
 
 
-def _from_mapping(mapping: dict[str, Any], pid_max: int, style: str) -> Record:
+def _from_mapping(mapping: dict[str, Any], pid_max: int, style: str) -> OwnerRecord:
     pid_value = _first(mapping, PID_KEYS)
     timestamp = _first(mapping, TIME_KEYS)
     known = {*PID_KEYS, *ROLE_KEYS, *HOST_KEYS, *TIME_KEYS, "user", "boot_id", "start_ticks"}
     known |= {"pid_namespace", "max_hold"}
-    return Record(
+    return OwnerRecord(
         pid=None if pid_value is None else parse_pid(pid_value, pid_max),
         role=_text(_first(mapping, ROLE_KEYS)),
         host=_text(_first(mapping, HOST_KEYS)),
