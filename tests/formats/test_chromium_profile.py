@@ -13,6 +13,7 @@ import pytest
 
 from conftest import Children, require_tool, wait_until
 from lockcheck import inspect_lock, kill_group
+from lockwarden.check.advice import shell_argv
 from lockwarden.model import State
 
 CHROMIUM_FLAGS = (
@@ -56,7 +57,6 @@ def test_auto_picks_the_profile_and_names_the_browser_main_process(browser: Brow
     finding = inspect_lock(browser.profile)
 
     assert finding.format == "chromium-profile"
-    assert "auto picked chromium-profile" in (finding.note or "")
     assert finding.state is State.HELD
     assert finding.holder is not None and finding.holder.pid == browser.process.pid
     assert os.readlink(browser.profile / "SingletonLock").endswith(f"-{browser.process.pid}")
@@ -87,7 +87,9 @@ def test_killed_browser_leaves_a_stale_lock_with_proof(browser: Browser) -> None
     assert os.path.islink(browser.profile / "SingletonLock")  # Chromium left it behind
     assert finding.state is State.STALE
     assert finding.proof is not None and str(pid) in finding.proof
-    assert finding.action is not None and "SingletonLock" in finding.action
+    argv = shell_argv(finding.action or "")
+    assert argv is not None and argv[:3] == ["rm", "-f", "--"]
+    assert str(browser.profile / "SingletonLock") in argv
 
 
 def test_pid_reused_by_a_process_that_is_not_chromium_is_never_the_holder(

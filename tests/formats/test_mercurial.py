@@ -11,6 +11,7 @@ import pytest
 
 from conftest import Children, require_tool, wait_until
 from lockcheck import backdate, inspect_lock
+from lockwarden.check.advice import shell_argv
 from lockwarden.model import State
 
 HG_ENV = {**os.environ, "HGPLAIN": "1", "HGRCPATH": os.devnull}
@@ -54,14 +55,17 @@ def test_held_locks_name_hg_then_turn_stale_when_it_is_killed(
     stale = inspect_lock(repository)
 
     assert target == f"{socket.gethostname()}/{own_pid_namespace():x}:{holder.pid}"
-    assert held.format == "mercurial" and "auto picked mercurial" in (held.note or "")
+    assert held.format == "mercurial"
     assert held.state is State.HELD
     assert held.holder is not None and held.holder.pid == holder.pid
     assert store.state is State.HELD and store.holder is not None
     assert store.holder.pid == holder.pid
     assert stale.state is State.STALE
     assert stale.proof is not None and str(holder.pid) in stale.proof
-    assert stale.action is not None and "debuglocks --force-free-wlock" in stale.action
+    assert shell_argv(stale.action or "") == [
+        *("hg", "--cwd", str(repository), "debuglocks"),
+        *("--force-free-wlock", "--force-free-lock"),
+    ]
 
 
 def test_pid_reused_by_an_unrelated_process_is_never_the_holder(

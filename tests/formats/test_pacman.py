@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from format_helpers import inspect, picked
+from format_helpers import inspect
 
 from conftest import require_tool, run_json, wait_until
 from lockwarden.model import State
@@ -95,7 +95,7 @@ def test_a_child_holding_db_lck_open_is_the_holder(children, tmp_path):
     )
     code, document = run_json("inspect", str(lock))
     finding = document["locks"][0]
-    assert "format auto picked pacman" in finding["note"]
+    assert finding["format"] == "pacman"
     assert finding["state"] == "held" and finding["holders"][0]["pid"] == holder.pid
     assert code == 0
 
@@ -104,5 +104,5 @@ def test_a_pacman_lock_nobody_has_open_is_stale_with_proof(tmp_path):
     lock = tmp_path / "db.lck"
     lock.write_text("")
     finding = inspect(str(lock))
-    assert picked(finding) == "pacman"
+    assert finding.format == "pacman"
     assert_stale_or_honestly_unknown(finding, lock)

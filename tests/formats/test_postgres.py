@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from format_helpers import inspect, picked, unrelated_process
+from format_helpers import inspect, unrelated_process
 
 from conftest import run_json, wait_until
 from lockwarden.model import State
@@ -100,9 +100,9 @@ def test_auto_picks_postgres_for_the_data_directory(children, data_directory):
     server = start_server(children, data_directory)
     code, document = run_json("inspect", str(data_directory))
     finding = document["locks"][0]
-    assert "format auto picked postgres" in finding["note"]
+    assert finding["format"] == "postgres"
     assert finding["holders"][0]["pid"] == server.pid
-    assert picked(inspect(str(data_directory / "postmaster.pid"))) == "postgres"
+    assert inspect(str(data_directory / "postmaster.pid")).format == "postgres"
     assert code == 0
 
 

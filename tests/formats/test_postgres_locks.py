@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -198,7 +197,7 @@ def test_prisma_lock_held_over_tcp_names_the_backend_and_the_local_psql(
     assert finding["state"] == "held", finding
     assert code == 0
     assert finding["holders"][0]["pid"] == holder.pid
-    assert f"for PID {holder.pid} (psql) on this host" in finding["reason"]
+    assert finding["holders"][0]["name"] == "psql"
     assert "advisory lock 72707369 (prisma)" in finding["reason"]
     assert "user app" in finding["reason"] and "'deploy-migrate'" in finding["reason"]
     assert finding["action"] is None  # within its budget: nothing to do
@@ -207,7 +206,8 @@ def test_prisma_lock_held_over_tcp_names_the_backend_and_the_local_psql(
     # Two hours on, the session's age bounds the hold from above only: not a page on its own.
     code, finding = check(tmp_path, lock, minutes=120)
     assert (code, finding["state"]) == (0, "held"), finding
-    assert re.search(r"for at most (1h59m|2h00m)", finding["reason"]), finding["reason"]
+    assert finding["held"]["bound"] == "at_most", finding
+    assert 119 * 60 <= finding["held"]["seconds"] <= 121 * 60, finding
     # The next run (a minute later) knows it has been held at least since the last one saw it.
     budget = lock.replace(
         'warn_after = "30m"\ncritical_after = "1h"', 'warn_after = "1m"\ncritical_after = "1m"'
@@ -215,7 +215,7 @@ def test_prisma_lock_held_over_tcp_names_the_backend_and_the_local_psql(
     code, finding = check(tmp_path, budget, minutes=121)
     assert (code, finding["state"]) == (2, "held_too_long"), finding
     assert finding["held"]["bound"] == "at_least"
-    assert re.search(r"for at least 1m0\ds \(since its first sighting\)", finding["reason"])
+    assert 60 <= finding["held"]["seconds"] < 70  # since the sighting a minute before
     assert "SELECT pg_terminate_backend(" in finding["action"]["line"]
     assert finding["action"]["line"].startswith(f"kill {holder.pid}")
     assert finding["action"]["argv"] is None  # a command and a fallback: not one argv
@@ -251,10 +251,10 @@ def test_idle_in_transaction_table_lock_with_a_blocked_writer(
     _code, finding = check(tmp_path, lock)
     assert finding["state"] == "held", finding
     assert finding["holders"][0]["pid"] == holder.pid
-    assert "IDLE IN TRANSACTION" in finding["reason"] and "1 waiting" in finding["reason"]
+    assert "IDLE IN TRANSACTION" in finding["reason"]
     assert [waiter["pid"] for waiter in finding["waiters"]] == [writer.pid]
     assert "INSERT INTO orders" in json.dumps(finding["waiters"])
-    assert "since its xact_start" in finding["reason"]
+    assert finding["held"]["bound"] == "at_most", finding  # from its xact_start
 
     _code, schema_wide = check(tmp_path, lock_text(server, 'table = "public.*"'))
     assert schema_wide["holders"][0]["pid"] == holder.pid

@@ -9,7 +9,7 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
-from format_helpers import inspect, picked
+from format_helpers import inspect
 
 from conftest import run_json
 from lockwarden.formats.terraform import TerraformState
@@ -71,19 +71,19 @@ def test_auto_picks_terraform_from_the_directory_the_state_or_the_info(children,
     holder, state, info = hold_state(children, tmp_path, f"bob@{socket.gethostname()}")
     code, document = run_json("inspect", str(tmp_path))  # the real CLI, once
     finding = document["locks"][0]
-    assert "format auto picked terraform" in finding["note"], finding
+    assert finding["format"] == "terraform", finding
     assert finding["holders"][0]["pid"] == holder.pid
     assert code == 0
     for given in (state, info):
         found = inspect(str(given))
-        assert picked(found) == "terraform"
+        assert found.format == "terraform"
         assert found.holder is not None and found.holder.pid == holder.pid
 
 
 def test_state_without_info_or_lock_is_free(tmp_path):
     (tmp_path / "terraform.tfstate").write_text("{}")
     finding = inspect(str(tmp_path))
-    assert picked(finding) == "terraform"
+    assert finding.format == "terraform"
     assert finding.state is State.FREE
 
 
