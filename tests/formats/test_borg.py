@@ -11,7 +11,7 @@ import pytest
 
 from conftest import Children, require_tool, wait_until
 from lockcheck import backdate, inspect_lock, kill_group
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 
 def borg_env(base: Path) -> dict[str, str]:
@@ -146,7 +146,7 @@ def test_same_name_on_another_machine_is_unknown_unless_configured(
     configured = inspect_lock(tmp_path, host_aliases=(other_machine,))
 
     assert unconfigured.state is State.UNKNOWN
-    assert "machine id" in unconfigured.reason
+    assert unconfigured.unknown_cause is UnknownCause.OTHER_HOST  # same name, another machine id
     assert configured.state is State.HELD
 
 

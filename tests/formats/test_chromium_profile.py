@@ -14,7 +14,7 @@ import pytest
 from conftest import Children, require_tool, wait_until
 from lockcheck import inspect_lock, kill_group
 from lockwarden.check.advice import shell_argv
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 CHROMIUM_FLAGS = (
     "--headless=new",
@@ -73,7 +73,7 @@ def test_lock_from_a_renamed_host_is_judged_here_only_when_configured(
     renamed = inspect_lock(profile, host_aliases=("old-container-name",))
 
     assert unconfigured.state is State.UNKNOWN
-    assert "old-container-name" in unconfigured.reason
+    assert unconfigured.unknown_cause is UnknownCause.OTHER_HOST
     assert renamed.state is State.HELD
     assert renamed.holder is not None and renamed.holder.pid == browser.process.pid
 
@@ -111,7 +111,7 @@ def test_another_host_is_unknown_never_stale(children: Children, tmp_path: Path)
     finding = inspect_lock(tmp_path / "SingletonLock")
 
     assert finding.state is State.UNKNOWN
-    assert "some-other-machine" in finding.reason
+    assert finding.unknown_cause is UnknownCause.OTHER_HOST
 
 
 def test_a_target_that_is_not_host_pid_is_unknown(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_a_target_that_is_not_host_pid_is_unknown(tmp_path: Path) -> None:
     finding = inspect_lock(tmp_path, "chromium-profile")
 
     assert finding.state is State.UNKNOWN
-    assert "HOST-PID" in finding.reason
+    assert finding.unknown_cause is UnknownCause.UNREADABLE_RECORD
 
 
 def test_profile_without_a_lock_is_free(tmp_path: Path) -> None:

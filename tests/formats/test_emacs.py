@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import Children, require_tool, wait_until
 from lockcheck import backdate, inspect_lock
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 
 def edit_in_emacs(children: Children, edited: Path) -> subprocess.Popen[str]:
@@ -95,4 +95,4 @@ def test_another_host_is_unknown(tmp_path: Path) -> None:
     finding = inspect_lock(lock)
 
     assert finding.state is State.UNKNOWN
-    assert "laptop.example.org" in finding.reason
+    assert finding.unknown_cause is UnknownCause.OTHER_HOST

@@ -12,7 +12,7 @@ import pytest
 from conftest import Children, require_tool, wait_until
 from lockcheck import backdate, inspect_lock
 from lockwarden.check.advice import shell_argv
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 HG_ENV = {**os.environ, "HGPLAIN": "1", "HGRCPATH": os.devnull}
 
@@ -80,7 +80,7 @@ def test_pid_reused_by_an_unrelated_process_is_never_the_holder(
 
     assert finding.state is State.UNKNOWN  # wall-clock times only: no proof, never held
     assert finding.holder is None
-    assert "probably another process that reused the PID" in finding.reason
+    assert finding.unknown_cause is UnknownCause.PID_REUSE_SUSPECTED
 
 
 def test_lock_from_another_pid_namespace_is_unknown(children: Children, repository: Path) -> None:
@@ -92,7 +92,7 @@ def test_lock_from_another_pid_namespace_is_unknown(children: Children, reposito
     finding = inspect_lock(repository)
 
     assert finding.state is State.UNKNOWN
-    assert "namespace" in finding.reason
+    assert finding.unknown_cause is UnknownCause.OTHER_PID_NAMESPACE
 
 
 def test_old_style_lock_without_a_host_is_unknown(repository: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from format_helpers import inspect
 
 from conftest import require_tool, run_json, wait_until
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 from lockwarden.procfs.snapshot import Snapshot
 
 DESC = "%NAME%\nlockwarden-test\n\n%VERSION%\n1.0-1\n\n%ARCH%\nany\n\n"
@@ -68,7 +68,7 @@ def assert_stale_or_honestly_unknown(finding, lock: Path) -> None:  # type: igno
     them has the file open: then the finding must say unknown and why, never stale."""
     if blind_processes():
         assert finding.state is State.UNKNOWN, finding.reason
-        assert "could not be read" in finding.reason
+        assert finding.unknown_cause is UnknownCause.MISSING_RIGHT
         return
     assert finding.state is State.STALE, finding.reason
     assert "no process has" in (finding.proof or "") and "open" in finding.proof

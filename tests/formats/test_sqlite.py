@@ -10,7 +10,7 @@ import pytest
 from format_helpers import inspect, start_sqlite_shell
 
 from conftest import require_tool, run_json
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 
 def make_database(path: Path, wal: bool = False) -> str:
@@ -106,7 +106,7 @@ def test_a_file_that_is_not_a_database_is_not_read_as_one(tmp_path):
     fake.write_bytes(b"SQLite format 2\x00" + b"\x00" * 100)
     finding = inspect(str(fake), "sqlite")
     assert finding.state is State.UNKNOWN
-    assert "not an SQLite 3 database" in finding.reason
+    assert finding.unknown_cause is UnknownCause.UNREADABLE_RECORD
 
 
 def test_a_large_database_is_judged_without_reading_it_whole(children, tmp_path):

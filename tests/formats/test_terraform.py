@@ -13,7 +13,7 @@ from format_helpers import inspect
 
 from conftest import run_json
 from lockwarden.formats.terraform import TerraformState
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 TERRAFORM_HOLDER = """
 import fcntl, json, os, sys
@@ -92,7 +92,7 @@ def test_leftover_info_from_another_host_is_unknown_not_stale(tmp_path):
     (tmp_path / ".terraform.tfstate.lock.info").write_text(lock_info("carol@ci-runner-17"))
     finding = inspect(str(tmp_path), "terraform")
     assert finding.state is State.UNKNOWN
-    assert "ci-runner-17" in finding.reason
+    assert finding.unknown_cause is UnknownCause.OTHER_HOST
 
 
 def test_an_unrelated_process_locking_another_file_does_not_hold_the_state(children, tmp_path):

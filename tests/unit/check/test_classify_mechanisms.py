@@ -20,6 +20,7 @@ from lockwarden.model import (
     Process,
     StaleProof,
     State,
+    UnknownCause,
 )
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -194,8 +195,9 @@ def test_candidate_pid_younger_than_the_record_is_unknown_not_stale():
     times only, so no proof either way."""
     claim = existence(pid_candidates=(100, 1000), started_at=NOW - timedelta(hours=1))
     running = {100: None, 1000: process(1000, NOW - timedelta(minutes=1))}  # started after
-    state, text = judge(claim, evidence(candidate_processes=running))
-    assert state is State.UNKNOWN and "probably another process" in text
+    finding = judged(claim, evidence(candidate_processes=running))
+    assert finding.state is State.UNKNOWN
+    assert finding.unknown_cause is UnknownCause.PID_REUSE_SUSPECTED
 
 
 def test_candidate_pids_two_running_is_unknown():
