@@ -35,10 +35,10 @@ FAMILIES = (
     ),
 )
 # `X == "text"` is prose only where X is words (`finding.state == "held"` is a field).
-PROSE_FIELD = r"reason|proof|note|removal|why|line|title|text|body|markdown|std(out|err)|message"
+PROSE_FIELD = r"reason|proof|note|removal|line|title|text|body|markdown|std(out|err)|message"
 PROSE_FIELD += r"|summary|picked|describe|advise_holder|output"
 # Dictionaries and identifiers whose names look like text.
-NOT_TEXT = {"kept.messages", "retried.outgoing[0].message_id"}
+NOT_TEXT = {"kept.messages", "retried.outgoing[0].message_id", "reminders[0]['message']"}
 REGEX_CALLS = {"re.search", "re.match", "re.fullmatch", "re.findall"}
 
 
@@ -54,8 +54,9 @@ def last_name(node: ast.expr) -> str:
 
 
 def is_text_literal(node: ast.expr) -> bool:
+    """A string or f-string with something in it (`stdout == ""` says nothing was printed)."""
     return isinstance(node, ast.JoinedStr) or (
-        isinstance(node, ast.Constant) and isinstance(node.value, str)
+        isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value != ""
     )
 
 
