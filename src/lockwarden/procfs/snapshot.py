@@ -156,15 +156,16 @@ def read_within(path: str, seconds: float) -> str | None:
     return found[0] if found else None
 
 
-def _read_small(path: str) -> bytes | None:
-    """One read of a small /proc file (an fdinfo entry) with no text layer; None if gone.
-    PermissionError is raised: the kernel's ptrace check refused, which a scan must count.
+def _read_small(path: str, directory: int | None = None) -> bytes | None:
+    """One read of a small /proc file (an fdinfo entry, `path` relative to the open
+    `directory` if one is given) with no text layer; None if gone. PermissionError is raised:
+    the kernel's ptrace check refused, which a scan must count.
 
     Called once per open descriptor on the host, so it avoids open()'s buffered text wrapper,
     which costs more than the read itself.
     """
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
     except PermissionError:
         raise
     except OSError:
@@ -177,6 +178,17 @@ def _read_small(path: str) -> bytes | None:
         return None
     finally:
         os.close(descriptor)
+
+
+def _open_directory(path: str) -> int | None:
+    """A /proc directory opened to open its entries by name; None if gone. PermissionError
+    is raised, as by _read_small."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except PermissionError:
+        raise
+    except OSError:
+        return None
 
 
 def _namespace_id(link: str) -> int | None:
@@ -664,35 +676,42 @@ def _table_descriptors(
     file was a wasted call. So the link is read first only while the descriptor before was not
     a file; after a file, fdinfo alone decides, and a descriptor on the same mount as that file
     is taken for a file too (descriptors come in runs: 50 data files, then 200 sockets). The
-    order changes what a descriptor costs, never what is found."""
-    links, infos = f"{base}/fd/", f"{base}/fdinfo/"
+    order changes what a descriptor costs, never what is found. The fdinfo directory is opened
+    once, at the first descriptor it must tell about, so each entry is opened by its name."""
+    links = f"{base}/fd/"
     found: list[tuple[InodeKey, Descriptor]] = []
+    infos: int | None = None
     file_mount: bytes | None = None  # the mount of the file before, while in a run of files
-    for fd_name in fd_names:
-        if file_mount is None:
-            try:
-                target = os.readlink(links + fd_name)
-            except FileNotFoundError:
-                continue  # closed meanwhile
-            except OSError:  # no right to it, or a path longer than PATH_MAX: fdinfo decides
-                target = ""
-            if target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES):
+    try:
+        for fd_name in fd_names:
+            if file_mount is None:
+                try:
+                    target = os.readlink(links + fd_name)
+                except FileNotFoundError:
+                    continue  # closed meanwhile
+                except OSError:  # no right to it, or a path longer than PATH_MAX: fdinfo decides
+                    target = ""
+                if target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES):
+                    continue
+            if infos is None and (infos := _open_directory(f"{base}/fdinfo")) is None:
+                break  # the process (or thread) is gone
+            raw = _read_small(fd_name, infos)
+            if raw is None:  # closed meanwhile
+                file_mount = None
                 continue
-        try:
-            raw = _read_small(infos + fd_name)
-        except PermissionError:
-            return found, False
-        if raw is None:  # closed meanwhile
-            file_mount = None
-            continue
-        mount, inode = _fdinfo_identity(raw)
-        # fdinfo alone goes on deciding while descriptors are files on one mount
-        file_mount = mount if inode is not None and file_mount in (None, mount) else None
-        if inode is not None and inode not in inodes:
-            continue  # kernels before 5.14 print no ino: line; they pay for a stat instead
-        descriptor = _descriptor(links + fd_name, pid, int(fd_name), raw, keys)
-        if descriptor is not None:
-            found.append(descriptor)
+            mount, inode = _fdinfo_identity(raw)
+            # fdinfo alone goes on deciding while descriptors are files on one mount
+            file_mount = mount if inode is not None and file_mount in (None, mount) else None
+            if inode is not None and inode not in inodes:
+                continue  # kernels before 5.14 print no ino: line; they pay for a stat instead
+            descriptor = _descriptor(links + fd_name, pid, int(fd_name), raw, keys)
+            if descriptor is not None:
+                found.append(descriptor)
+    except PermissionError:  # the kernel's ptrace check refused its fdinfo
+        return found, False
+    finally:
+        if infos is not None:
+            os.close(infos)
     return found, True
 
 
