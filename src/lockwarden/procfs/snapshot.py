@@ -735,12 +735,11 @@ def _fdinfo_identity(raw: bytes) -> tuple[bytes | None, bytes | None]:
     has not (no ino: before Linux 5.14, no mnt_id: before 3.15). Read once per descriptor on
     the host: the kernel prints `ino:` on the line after `mnt_id:`, which two partitions find;
     an entry laid out otherwise is searched field by field."""
-    _before, found, rest = raw.partition(b"\nmnt_id:\t")
-    mount, _newline, rest = rest.partition(b"\n")
-    if found and mount.isdigit() and rest.startswith(b"ino:\t"):
-        inode = rest[5:].partition(b"\n")[0]
-        if inode.isdigit():
-            return mount, inode
+    _before, found_mount, rest = raw.partition(b"\nmnt_id:\t")
+    mount, found_inode, rest = rest.partition(b"\nino:\t")
+    inode = rest.partition(b"\n")[0]
+    if found_mount and found_inode and mount.isdigit() and inode.isdigit():
+        return mount, inode
     return _fdinfo_field(raw, b"\nmnt_id:"), _fdinfo_field(raw, b"\nino:")
 
 
