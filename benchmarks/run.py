@@ -76,7 +76,7 @@ FORKED_EXIT_S = 60.0
 # descriptor that is a file, which only its fdinfo tells without a stat that could hang (an
 # open, a read and a close: about 1.8 readlinks of kernel time here). Within 2x of the walk.
 DESCRIPTORS_LIMIT = 2.0
-DESCRIPTORS_RUNS = 3  # each run takes seconds at this size
+DESCRIPTORS_RUNS = 5  # each run takes seconds at this size; 3 medians swung by a third
 
 FLOCK_MANY = """
 import fcntl, os, resource, sys, time
