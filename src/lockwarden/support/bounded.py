@@ -28,7 +28,7 @@ import signal
 import struct as binary
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 
 # The results come from our own fork, so any pickle is trusted.
@@ -141,7 +141,10 @@ class BoundedRun(Generic[Item, Result]):
         self.hung: dict[str, Unanswered] = {}  # by mount point
         self._children: list[int] = []
 
-    def run(self, items: Sequence[Item]) -> Iterator[tuple[Item, Result | BaseException]]:
+    def run(
+        self, items: Sequence[Item]
+    ) -> Generator[tuple[Item, Result | BaseException], None, None]:
+        """The outcomes, as each comes; closing the generator stops the reading."""
         pending: deque[Item] = deque(items)
         try:
             while pending:
