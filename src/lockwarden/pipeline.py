@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import Evidence, gather, keys_to_scan
 from lockwarden.check.sightings import Memory
-from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER, Config, LockConfig
+from lockwarden.config import (
+    DEFAULT_CRITICAL_AFTER,
+    DEFAULT_FS_TIMEOUT,
+    DEFAULT_WARN_AFTER,
+    Config,
+    LockConfig,
+)
 from lockwarden.formats import read_claim
 from lockwarden.model import Claim, Finding, Severity, State, UnknownCause, worst
 from lockwarden.procfs.snapshot import Snapshot
@@ -52,13 +58,17 @@ def inspect_locks(
     snapshot: Snapshot,
     now: datetime,
     remembered: Memory | None = None,
+    reads: FileReads | None = None,
 ) -> tuple[Finding, ...]:
     """Three steps: read every lock's claim (so one descriptor scan serves them all), gather
     what the host says about each (evidence; a database lock's server is asked here), then
     judge with the snapshot closed: judging is pure and reads nothing of the host.
-    `remembered`: the sighting memory of kernel locks (sightings.py)."""
+    `remembered`: the sighting memory of kernel locks (sightings.py). `reads`: the claims of
+    these locks already being read (FileReads), else they are read here."""
     on_files = [lock for lock in locks if not lock.database]
-    read = iter(read_claims(on_files, snapshot.pid_max))
+    if reads is None:
+        reads = FileReads(on_files, snapshot.pid_max)
+    read = iter(reads.claims())
     claims = [None if lock.database else next(read) for lock in locks]
     readable = (claim for claim in claims if isinstance(claim, Claim))
     snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
@@ -76,17 +86,81 @@ def inspect_locks(
         )
 
 
-def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Exception]:
-    """Each lock's claim, read within its fs_timeout (see bounded.py): a lock whose file
-    system does not answer is Unanswered, and so is every later lock on that mount; a lock
-    that could not be read is the exception that said why (it becomes unknown: one
+class FileReads:
+    """What a run reads on the file systems it watches, in one disposable child (bounded.py):
+    first, when asked, a probe of the state directory, then each file lock's claim, each
+    within its fs_timeout. One child where a probe and the claims took two, and the claims
+    are read while the run loads its sighting memory.
+
+    A path whose file system does not answer is Unanswered, and so is every later one on that
+    mount (a state directory on a hung mount costs the locks beside it no further wait); a
+    lock that could not be read is the exception that said why (it becomes unknown: one
     unreadable lock must not hide the others)."""
 
-    def read(lock: LockConfig) -> tuple[Claim, tuple[LockConfig, ...]]:
-        return read_claim(lock.path, lock.format, pid_max), ()
+    def __init__(
+        self,
+        locks: Sequence[LockConfig],
+        pid_max: int,
+        state_directory: str | None = None,
+        fs_timeout: float = DEFAULT_FS_TIMEOUT,
+    ) -> None:
+        """`locks`: file locks (no database lock). `state_directory`: probe it first (an
+        lstat) within `fs_timeout`; state_problem() says what it found."""
+        self.locks = tuple(locks)
+        self.state_directory = state_directory
+        self._probed: str | None = None  # what the probe found, once taken
 
-    reading = BoundedRun(read, lambda lock: lock.path, lambda lock: lock.fs_timeout)
-    return [_claim_or_error(lock, outcome) for lock, outcome in reading.run(locks)]
+        def read(item: LockConfig | str) -> tuple[Claim | bool, tuple[()]]:
+            if isinstance(item, str):  # the state directory: does its file system answer?
+                return os.path.lexists(item), ()
+            return read_claim(item.path, item.format, pid_max), ()
+
+        def deadline(item: LockConfig | str) -> float:
+            return fs_timeout if isinstance(item, str) else item.fs_timeout
+
+        items: list[LockConfig | str] = list(self.locks)
+        if state_directory is not None:
+            items.insert(0, state_directory)
+        reading = BoundedRun(read, _path_of, deadline)
+        self._outcomes = reading.run(items)
+
+    def state_problem(self) -> str | None:
+        """Why the state directory must not be touched this run (its file system did not
+        answer: a hung mount would otherwise stall the run's own process, where no deadline
+        can reach it), or None. Waits for the probe only, never for a claim."""
+        if self.state_directory is None:
+            return None
+        if self._probed is None:
+            _directory, outcome = next(self._outcomes)
+            hung = isinstance(outcome, Unanswered)
+            self._probed = f"state directory {self.state_directory}: {outcome}" if hung else ""
+        return self._probed or None
+
+    def claims(self) -> list[Claim | Exception]:
+        """Each lock's claim, in the order of `locks`."""
+        self.state_problem()  # the probe's answer comes first
+        try:
+            return [_claim_or_error(lock, outcome) for lock, outcome in self._pairs()]
+        finally:
+            self.close()
+
+    def _pairs(self) -> Iterator[tuple[LockConfig, object]]:
+        for lock in self.locks:
+            _item, outcome = next(self._outcomes)
+            yield lock, outcome
+
+    def close(self) -> None:
+        """Stop reading (the child is left to end by itself; see bounded.py)."""
+        self._outcomes.close()
+
+
+def _path_of(item: LockConfig | str) -> str:
+    return item if isinstance(item, str) else item.path
+
+
+def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Exception]:
+    """Each lock's claim, read within its fs_timeout (see FileReads)."""
+    return FileReads(locks, pid_max).claims()
 
 
 def _judge_database(
@@ -185,9 +259,14 @@ def run_once(
     now: datetime,
     proc: str = "/proc",
     remembered: Memory | None = None,
+    snapshot: Snapshot | None = None,
+    reads: FileReads | None = None,
 ) -> RunResult:
-    snapshot = Snapshot.capture(proc, read_timeout=config.fs_timeout)
-    findings = inspect_locks(config.locks, snapshot, now, remembered)
+    """`snapshot` and `reads`: the run's snapshot and its file reads, when the caller started
+    them (cli/once.py probes the state directory in the same child as the claims)."""
+    if snapshot is None:
+        snapshot = Snapshot.capture(proc, read_timeout=config.fs_timeout)
+    findings = inspect_locks(config.locks, snapshot, now, remembered, reads)
     notes: list[str] = []
     if config.builtin:
         notes.append(

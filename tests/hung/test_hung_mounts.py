@@ -201,6 +201,42 @@ def test_every_lock_on_a_hung_mount_is_unknown_and_the_mount_is_asked_once(
     hanging.abort(mount)
 
 
+def test_a_state_directory_and_a_lock_on_one_hung_mount_cost_one_deadline(
+    tmp_path: Path, children: Children, hanging: HangingMounts, orphans: Orphans
+) -> None:
+    """The state directory's probe and the claims are read by one process: the mount seen hung
+    by the probe is not asked again for the lock on it, and the local lock is read as usual."""
+    flock_file = tmp_path / "db.lock"
+    flocked = children.python(FLOCK_HOLDER, str(flock_file))
+    mount = hanging.mount("hang")
+    config = write_config(
+        tmp_path / "config.toml",
+        f"""
+[defaults]
+fs_timeout = "{FS_TIMEOUT_S:g}s"
+[state]
+path = "{mount / "state" / "journal.jsonl"}"
+[[lock]]
+name = "on-mount"
+path = "{mount / "store" / "LOCK"}"
+[[lock]]
+name = "db"
+path = "{flock_file}"
+format = "kernel"
+""",
+    )
+    done = _lockwarden(hanging, "--once", "--config", config, "--json")
+    locks = _by_name(json.loads(done.stdout))
+    on_mount = locks["on-mount"]
+    assert (on_mount["state"], on_mount["unknown_cause"]) == ("unknown", "no_answer")
+    assert f"{mount} (fuse.hangfs)" in on_mount["reason"]  # which mount, for the person
+    assert locks["db"]["state"] == "held"
+    assert locks["db"]["holders"][0]["pid"] == flocked.pid
+    assert f"state directory {mount / 'state'}" in done.stderr, done.stderr  # the lost memory
+    assert len(orphans.workers()) == 1  # the probe's process, stuck; the claims went on
+    hanging.abort(mount)
+
+
 def test_a_mount_whose_contents_never_come_costs_the_lock_too(
     tmp_path: Path, hanging: HangingMounts, orphans: Orphans
 ) -> None:

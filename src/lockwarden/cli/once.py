@@ -15,7 +15,8 @@ from lockwarden.check import sightings
 from lockwarden.check.sightings import LastSeen, Memory
 from lockwarden.config import Config
 from lockwarden.model import Finding, Severity
-from lockwarden.pipeline import RunResult, run_once
+from lockwarden.pipeline import FileReads, RunResult, run_once
+from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.state.journal import (
     Journal,
     Record,
@@ -23,7 +24,6 @@ from lockwarden.state.journal import (
     RunLock,
     StateError,
     default_state_path,
-    probe_state_dir,
     state_directory_of,
 )
 from lockwarden.support.checkpoints import Checkpoint, skip
@@ -64,17 +64,41 @@ def run_and_alert(
     (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes.
     A state directory whose file system does not answer is not touched at all: the run
     inspects, alerts and reports without it, and says so. `checkpoint`: checkpoints.py."""
-    removing = any(lock.remove_stale for lock in config.locks)
+    snapshot = Snapshot.capture(read_timeout=config.fs_timeout)
     # Every run reads the sighting memory, so every run first makes sure the state
-    # directory's file system answers.
-    unusable = _state_unusable(config)
+    # directory's file system answers: in the child that then reads the locks' claims, which
+    # it does while this process reads the memory.
+    reads = FileReads(
+        [lock for lock in config.locks if not lock.database],
+        snapshot.pid_max,
+        state_directory_of(config.state.path),
+        config.fs_timeout,
+    )
+    try:
+        unusable = reads.state_problem()
+        return _run(config, now, dry_run, on_start, checkpoint, snapshot, reads, unusable)
+    finally:
+        reads.close()
+
+
+def _run(
+    config: Config,
+    now: datetime,
+    dry_run: bool,
+    on_start: Callable[[], None] | None,
+    checkpoint: Checkpoint,
+    snapshot: Snapshot,
+    reads: FileReads,
+    unusable: str | None,
+) -> AlertedRun:
+    removing = any(lock.remove_stale for lock in config.locks)
     # Alertmanager is told every run (a firing alert must be renewed, a cleared one ended).
     stateful = config.notify.configured or removing or config.alertmanager.configured
     if not (stateful or dry_run):
         if on_start is not None:
             on_start()
         sighting = SightingMemory(config, now, unusable)
-        result = run_once(config, now, remembered=sighting.memory)
+        result = run_once(config, now, remembered=sighting.memory, snapshot=snapshot, reads=reads)
         result = sighting.remember(result, lock_first=True)
         if all(finding.severity is Severity.OK for finding in result.findings):
             # Alerting is off and nothing is wrong: nothing to decide, count or send, so the
@@ -87,7 +111,7 @@ def run_and_alert(
         if on_start is not None:
             on_start()
         sighting = SightingMemory(config, now, unusable)
-        result = run_once(config, now, remembered=sighting.memory)
+        result = run_once(config, now, remembered=sighting.memory, snapshot=snapshot, reads=reads)
         if not dry_run:
             result = sighting.remember(result, lock_first=run_lock is None)
         return _alert(config, now, dry_run, result, run_lock, unusable, checkpoint)
@@ -194,11 +218,6 @@ class SightingMemory:
             if run_lock is not None:
                 run_lock.release()
         return None
-
-
-def _state_unusable(config: Config) -> str | None:
-    """Why the state directory must not be touched this run (its file system hangs), or None."""
-    return probe_state_dir(state_directory_of(config.state.path), config.fs_timeout)
 
 
 def _take_run_lock(config: Config) -> RunLock | None:

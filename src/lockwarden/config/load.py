@@ -133,12 +133,14 @@ def _apply(
 ) -> dict[str, Any]:
     if not table.keys() <= _keys(options):
         _refuse_unknown(table, set(_keys(options)), prefix, report)
-    values: dict[str, Any] = {}
+    shared, fresh = _defaults(options)
+    values = dict(shared)  # every key, in schema order
+    for option in fresh:
+        values[option.key] = _default(option)
     for option in options:
         if option.key not in table:
             if option.default is REQUIRED:
                 report(f"{prefix}{option.key}", f"is required (e.g. {option.example!r})")
-            values[option.key] = _default(option)
             continue
         try:
             values[option.key] = option.convert(table[option.key])
@@ -160,6 +162,26 @@ def _keys(options: tuple[Option, ...]) -> frozenset[str]:
     if cached is None:
         cached = _KEYS[id(options)] = (options, frozenset(option.key for option in options))
     return cached[1]
+
+
+_DEFAULTS: dict[int, tuple[tuple[Option, ...], dict[str, Any], tuple[Option, ...]]] = {}
+
+
+def _defaults(options: tuple[Option, ...]) -> tuple[dict[str, Any], tuple[Option, ...]]:
+    """A schema's defaults as converted once (a config of 1,000 locks takes them 1,000 times),
+    and the options whose converted default can be changed by whoever gets it: those are
+    converted afresh for each table."""
+    cached = _DEFAULTS.get(id(options))
+    if cached is None:
+        shared = {option.key: _default(option) for option in options}
+        fresh = tuple(
+            option
+            for option in options
+            if option.default not in (None, REQUIRED)
+            and not isinstance(shared[option.key], _IMMUTABLE)
+        )
+        cached = _DEFAULTS[id(options)] = (options, shared, fresh)
+    return cached[1], cached[2]
 
 
 def _default(option: Option) -> Any:
@@ -206,8 +228,11 @@ def _locks(
             seen[name] = number
         _check_order(values, prefix, report)
         _check_removal(values, prefix, report)
-        if all(values[key] not in (None, REQUIRED) for key in ("name", "path")) and all(
-            isinstance(values[key], float) for key in ("warn_after", "critical_after")
+        named = values["name"] not in (None, REQUIRED) and values["path"] not in (None, REQUIRED)
+        if (
+            named
+            and isinstance(values["warn_after"], float)
+            and isinstance(values["critical_after"], float)
         ):
             locks.append(LockConfig(**values))
     return locks

@@ -218,7 +218,7 @@ class Journal:
         checkpoint: Checkpoint = skip,
     ) -> None:
         """`unusable`: why this run must not touch the state directory at all (its file system
-        did not answer: see probe_state_dir); every access then fails at once with that.
+        did not answer: see pipeline.FileReads); every access then fails at once with that.
         `checkpoint`: see checkpoints.py (a given one splits each write at its step)."""
         self.path = path
         self.checkpoint = checkpoint
@@ -373,22 +373,6 @@ def _write_all(descriptor: int, data: bytes) -> None:
 def _remove_quietly(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
-
-
-def probe_state_dir(directory: str, fs_timeout: float) -> str | None:
-    """Why the state directory must not be touched this run, or None: its file system did not
-    answer an lstat within fs_timeout (a hung mount would otherwise stall the run's own
-    process, where no deadline can reach it; see bounded.py)."""
-    from lockwarden.support.bounded import BoundedRun, Unanswered
-
-    def look(path: str) -> tuple[bool, tuple[str, ...]]:
-        return os.path.lexists(path), ()
-
-    probe = BoundedRun(look, lambda path: path, lambda _path: fs_timeout)
-    for _path, outcome in probe.run([directory]):
-        if isinstance(outcome, Unanswered):
-            return f"state directory {directory}: {outcome}"
-    return None
 
 
 class RunLock:
