@@ -100,9 +100,7 @@ def question_for(claim: Claim) -> LockQuestion:
     return LockQuestion(
         keys=claim.keys,
         by_openers=_judged_by_openers(claim),
-        pids=tuple(
-            pid for pid in (claim.pid, *claim.other_pids, *claim.pid_candidates) if pid is not None
-        ),
+        pids=(() if claim.pid is None else (claim.pid,)) + claim.other_pids + claim.pid_candidates,
         twin_pid=claim.pid if claim.present and claim.existence_is_lock else None,
         work_directories=claim.work_directories if claim.present else (),
         machine_id=claim.host_node is not None,

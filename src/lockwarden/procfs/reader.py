@@ -110,11 +110,12 @@ class _Look:
     granted: tuple[KernelLock, ...]
     waiting: tuple[KernelLock, ...]
     descriptors: list[Descriptor] = field(default_factory=list)
+    unmatched: bool = False
+    """A granted lock that no descriptor found so far carries."""
 
-    @property
-    def unmatched(self) -> bool:
-        """A granted lock that no descriptor found so far carries."""
-        return bool(self.granted) and unmatched_locks(self.granted, self.descriptors) > 0
+    def found(self, descriptors: list[Descriptor]) -> None:
+        self.descriptors = descriptors
+        self.unmatched = bool(self.granted) and unmatched_locks(self.granted, descriptors) > 0
 
 
 def lock_identity(lock: KernelLock) -> tuple[str, str, int, int, int | None]:
@@ -125,7 +126,11 @@ def lock_identity(lock: KernelLock) -> tuple[str, str, int, int, int | None]:
 
 def unmatched_locks(granted: Iterable[KernelLock], descriptors: Iterable[Descriptor]) -> int:
     """Granted locks no descriptor carries."""
-    carried = {lock_identity(lock) for found in descriptors for lock in found.locks}
+    carried = {
+        (lock.kind, lock.mode, lock.pid, lock.start, lock.end)  # lock_identity, inlined: a
+        for found in descriptors  # run computes it for every held lock
+        for lock in found.locks
+    }
     return sum(1 for lock in granted if lock_identity(lock) not in carried)
 
 
@@ -297,9 +302,8 @@ class HostReader:
             return None
         walked = _scan_thread_tables(self.proc, keys, self.pid_entries())
         for look in missing:
-            look.descriptors += [
-                found for key in look.question.keys for found in walked.get(key, ())
-            ]
+            more = [found for key in look.question.keys for found in walked.get(key, ())]
+            look.found(look.descriptors + more)
         return {key: tuple(found) for key, found in walked.items()}
 
     def _mappings(self, looks: list[_Look]) -> dict[InodeKey, tuple[int, ...]]:
@@ -430,14 +434,17 @@ def _first_look(
     scan: DescriptorScan,
 ) -> _Look:
     kernel = [lock for key in question.keys for lock in parsed[key]]
-    look = _Look(
-        question,
-        granted=tuple(lock for lock in kernel if not lock.waiting),
-        waiting=tuple(lock for lock in kernel if lock.waiting),
-    )
+    if not (kernel or question.by_openers):  # most locks of a quiet run: nothing to follow
+        return _Look(question, (), ())
+    granted = tuple([lock for lock in kernel if not lock.waiting])
+    look = _Look(question, granted, () if len(granted) == len(kernel) else _waiting(kernel))
     if look.granted or question.by_openers:
-        look.descriptors = [found for key in question.keys for found in scan.by_key.get(key, ())]
+        look.found([found for key in question.keys for found in scan.by_key.get(key, ())])
     return look
+
+
+def _waiting(kernel: list[KernelLock]) -> tuple[KernelLock, ...]:
+    return tuple([lock for lock in kernel if lock.waiting])
 
 
 def _pids_to_read(
@@ -453,6 +460,8 @@ def _pids_to_read(
     wanted = set(request.pids)
     for look in looks:
         wanted.update(look.question.pids)
+        if not (look.granted or look.waiting or look.descriptors or look.question.work_directories):
+            continue
         wanted.update(lock.pid for lock in (*look.granted, *look.waiting) if lock.pid > 0)
         wanted.update(descriptor.pid for descriptor in look.descriptors)
         if look.question.work_directories:

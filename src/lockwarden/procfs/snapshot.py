@@ -341,8 +341,10 @@ class Snapshot:
 
 def locks_on(lock_lines: Mapping[int, Sequence[str]], key: InodeKey) -> list[KernelLock]:
     """The /proc/locks entries on this inode, parsed from the lines of its inode number."""
-    lines = "\n".join(lock_lines.get(key[1], ()))
-    return parse_proc_locks(lines).get(key, [])
+    lines = lock_lines.get(key[1])
+    if not lines:
+        return []
+    return parse_proc_locks("\n".join(lines)).get(key, [])
 
 
 def processes_under(cwds: WorkingDirectories, roots: Iterable[str]) -> tuple[int, ...]:
