@@ -73,9 +73,10 @@ DESCRIPTORS_EACH = 50
 FORKED_BYTES_EACH = 400 * 1024  # measured ~280 KiB of memory per forked child, with room
 FORKED_EXIT_S = 60.0
 # A bare walk reads one link per descriptor; naming a holder needs the inode of every
-# descriptor that can be a file as well. Within 2x of the walk, that costs no more than it.
+# descriptor that is a file, which only its fdinfo tells without a stat that could hang (an
+# open, a read and a close: about 1.8 readlinks of kernel time here). Within 2x of the walk.
 DESCRIPTORS_LIMIT = 2.0
-DESCRIPTORS_RUNS = 3  # each run takes seconds at this size
+DESCRIPTORS_RUNS = 5  # each run takes seconds at this size; 3 medians swung by a third
 
 FLOCK_MANY = """
 import fcntl, os, resource, sys, time

@@ -269,6 +269,36 @@ _BOUND_WORDS = {
 }
 
 
+class UnknownCause(enum.StrEnum):
+    """Why a lock's state cannot be told, for a machine to route on (the reason says it in
+    words, naming the path, host or right involved)."""
+
+    OTHER_HOST = "other_host"
+    """The record was written on another host (or on one of this name with another machine id)."""
+    OTHER_PID_NAMESPACE = "other_pid_namespace"
+    """The recorded PID is, or may be, of another PID namespace (lockwarden in a container)."""
+    PID_REUSE_SUSPECTED = "pid_reuse_suspected"
+    """The recorded PID runs, but by wall-clock times it may be another process."""
+    AMBIGUOUS = "ambiguous"
+    """More than one running process could be the holder."""
+    UNREADABLE_RECORD = "unreadable_record"
+    """The lock's record could not be read or parsed, or no format knows the layout."""
+    UNTRUSTED_RECORD = "untrusted_record"
+    """Someone other than the lock's writer could have written its record."""
+    MISSING_RIGHT = "missing_right"
+    """lockwarden may not read the lock, or its holders' descriptors or working directories."""
+    NO_ANSWER = "no_answer"
+    """The lock's file system did not answer in time (a hung mount)."""
+    MISSING_DIRECTORY = "missing_directory"
+    """The lock's directory does not exist (a wrong path, or a volume not mounted)."""
+    UNPROVEN = "unproven"
+    """No live holder is named, and nothing proves the lock left behind either."""
+    DATABASE = "database"
+    """The database server could not be asked (unreachable, login refused, timed out, ...)."""
+    INTERNAL_ERROR = "internal_error"
+    """lockwarden failed while inspecting it (a bug: run with -v for details)."""
+
+
 @dataclass(frozen=True)
 class Unattributed:
     """Kernel-lock holders or waiters no process could be named for, and why (only the causes
@@ -309,6 +339,9 @@ class Finding:
     key: InodeKey | None = None
     """(st_dev, st_ino) of the lock file, when it exists."""
     unattributed: Unattributed | None = None
+    unknown_cause: UnknownCause | None = None
+    """Why the state is unknown; None for every other state (and for lockwarden's own
+    `lockwarden:state` and `lockwarden:notify` findings, whose names say it)."""
 
     @property
     def holders(self) -> tuple[Holder, ...]:

@@ -17,7 +17,7 @@ from lockwarden.check.identify import Evidence, gather, request_for
 from lockwarden.check.sightings import Memory
 from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER, Config, LockConfig
 from lockwarden.formats import read_claim
-from lockwarden.model import Claim, Finding, Severity, State, worst
+from lockwarden.model import Claim, Finding, Severity, State, UnknownCause, worst
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.support.bounded import BoundedRun, Unanswered
@@ -137,9 +137,9 @@ Gathered = tuple[Claim, Evidence] | Finding
 
 def _gather(lock: LockConfig, claim: Claim | Exception, snapshot: Snapshot) -> Gathered:
     if isinstance(claim, Unanswered):
-        return _unknown(lock, str(claim))
+        return _unknown(lock, str(claim), UnknownCause.NO_ANSWER)
     if isinstance(claim, PermissionError):
-        return _unknown(lock, permission_problem(lock.path))
+        return _unknown(lock, permission_problem(lock.path), UnknownCause.MISSING_RIGHT)
     if isinstance(claim, Exception):
         return _internal_error(lock, RuntimeError(f"could not read {lock.path}: {claim}"))
     try:
@@ -165,10 +165,11 @@ def _judge(
 
 def _internal_error(lock: LockConfig, error: Exception) -> Finding:
     log.debug("inspecting %s failed", lock.name, exc_info=error)
-    return _unknown(lock, f"internal error while inspecting it: {error} (run with -v for details)")
+    reason = f"internal error while inspecting it: {error} (run with -v for details)"
+    return _unknown(lock, reason, UnknownCause.INTERNAL_ERROR)
 
 
-def _unknown(lock: LockConfig, reason: str) -> Finding:
+def _unknown(lock: LockConfig, reason: str, cause: UnknownCause) -> Finding:
     return Finding(
         name=lock.name,
         path=lock.path,
@@ -176,6 +177,7 @@ def _unknown(lock: LockConfig, reason: str) -> Finding:
         state=State.UNKNOWN,
         severity=Severity.UNKNOWN,
         reason=reason,
+        unknown_cause=cause,
     )
 
 

@@ -6,6 +6,7 @@ given as JOURNAL_STREAM, as systemd does, so the lines carry their journald prio
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -210,10 +211,11 @@ def test_world_writable_state_pages_once_not_every_run_and_resolves(
     journald = Journald(tmp_path)
     for minutes in (120, 121, 122, 123):
         code, stdout, stderr = journald.run(
-            "--once", "--config", str(scenario.config), "--now", scenario.at(minutes)
+            "--once", "--config", str(scenario.config), "--now", scenario.at(minutes), "--json"
         )
         assert code == 2
-        assert "state degraded" in stdout
+        states = {lock["name"]: lock["state"] for lock in json.loads(stdout)["locks"]}
+        assert states["lockwarden:state"] == "unknown"
         assert "<4>state degraded: state directory" in stderr  # said every run, paged once
     kinds = [title_kind(str(p["title"])) for p in receiver.payloads]
     assert kinds == ["writes blocked", "state degraded"]

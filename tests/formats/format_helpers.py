@@ -27,14 +27,6 @@ def inspect(path: str, lock_format: str = "auto", **settings: float) -> Finding:
     return inspect_locks([lock], HostReader(wall_clock), now)[0]
 
 
-def picked(finding: Finding) -> str:
-    """The format `auto` says it picked, from the finding's note."""
-    note = finding.note or ""
-    marker = "format auto picked "
-    assert marker in note, note
-    return note.split(marker, 1)[1].split(":", 1)[0]
-
-
 def start_sqlite_shell(
     children: Children, database: str, *statements: str
 ) -> subprocess.Popen[str]:

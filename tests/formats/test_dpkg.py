@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from format_helpers import inspect, picked
+from format_helpers import inspect
 
 from conftest import POSIX_HOLDER, require_tool, run_json, wait_until
 from lockwarden import config
@@ -96,7 +96,7 @@ def test_an_unheld_dpkg_lock_is_never_stale_and_never_to_be_removed(tmp_path):
     lock.parent.mkdir(parents=True)
     lock.write_text("")
     finding = inspect(str(lock))
-    assert picked(finding) == "dpkg"
+    assert finding.format == "dpkg"
     assert finding.state is State.FREE
     assert finding.action is None
 
@@ -109,7 +109,7 @@ def test_a_posix_holder_within_budget_gets_no_action_and_is_never_removed(childr
     holder = children.python(POSIX_HOLDER, str(lock))
     code, document = run_json("inspect", str(lock))
     finding = document["locks"][0]
-    assert "format auto picked dpkg" in finding["note"]
+    assert finding["format"] == "dpkg"
     assert finding["holders"][0]["pid"] == holder.pid
     assert finding["action"] is None
     assert finding["never_remove"]

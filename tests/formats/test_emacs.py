@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import Children, require_tool, wait_until
 from lockcheck import backdate, inspect_lock
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 
 def edit_in_emacs(children: Children, edited: Path) -> subprocess.Popen[str]:
@@ -47,7 +47,7 @@ def test_emacs_lock_names_emacs_then_turns_stale_when_it_is_killed(
     stale = inspect_lock(lock)
 
     assert os.readlink(lock).endswith(f".{holder.pid}") or f".{holder.pid}:" in os.readlink(lock)
-    assert held.format == "emacs" and "auto picked emacs" in (held.note or "")
+    assert held.format == "emacs"
     assert held.state is State.HELD
     assert held.holder is not None and held.holder.pid == holder.pid
     assert by_file.path == str(lock) and by_file.state is State.HELD
@@ -95,4 +95,4 @@ def test_another_host_is_unknown(tmp_path: Path) -> None:
     finding = inspect_lock(lock)
 
     assert finding.state is State.UNKNOWN
-    assert "laptop.example.org" in finding.reason
+    assert finding.unknown_cause is UnknownCause.OTHER_HOST

@@ -72,6 +72,7 @@ def test_a_profile_locked_on_another_host_is_unknown(tmp_path: Path) -> None:
     code, document = run_json("inspect", str(profile))
     [finding] = document["locks"]
     assert (code, finding["format"], finding["state"]) == (3, "firefox-profile", "unknown")
+    assert finding["unknown_cause"] == "other_host"
     assert "'192.0.2.7', not on this host" in finding["reason"]
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import Children, require_tool, wait_until
 from lockcheck import backdate, inspect_lock
-from lockwarden.model import State
+from lockwarden.check.advice import shell_argv
+from lockwarden.model import State, UnknownCause
 
 HG_ENV = {**os.environ, "HGPLAIN": "1", "HGRCPATH": os.devnull}
 
@@ -54,14 +55,17 @@ def test_held_locks_name_hg_then_turn_stale_when_it_is_killed(
     stale = inspect_lock(repository)
 
     assert target == f"{socket.gethostname()}/{own_pid_namespace():x}:{holder.pid}"
-    assert held.format == "mercurial" and "auto picked mercurial" in (held.note or "")
+    assert held.format == "mercurial"
     assert held.state is State.HELD
     assert held.holder is not None and held.holder.pid == holder.pid
     assert store.state is State.HELD and store.holder is not None
     assert store.holder.pid == holder.pid
     assert stale.state is State.STALE
     assert stale.proof is not None and str(holder.pid) in stale.proof
-    assert stale.action is not None and "debuglocks --force-free-wlock" in stale.action
+    assert shell_argv(stale.action or "") == [
+        *("hg", "--cwd", str(repository), "debuglocks"),
+        *("--force-free-wlock", "--force-free-lock"),
+    ]
 
 
 def test_pid_reused_by_an_unrelated_process_is_never_the_holder(
@@ -76,7 +80,7 @@ def test_pid_reused_by_an_unrelated_process_is_never_the_holder(
 
     assert finding.state is State.UNKNOWN  # wall-clock times only: no proof, never held
     assert finding.holder is None
-    assert "probably another process that reused the PID" in finding.reason
+    assert finding.unknown_cause is UnknownCause.PID_REUSE_SUSPECTED
 
 
 def test_lock_from_another_pid_namespace_is_unknown(children: Children, repository: Path) -> None:
@@ -88,7 +92,7 @@ def test_lock_from_another_pid_namespace_is_unknown(children: Children, reposito
     finding = inspect_lock(repository)
 
     assert finding.state is State.UNKNOWN
-    assert "namespace" in finding.reason
+    assert finding.unknown_cause is UnknownCause.OTHER_PID_NAMESPACE
 
 
 def test_old_style_lock_without_a_host_is_unknown(repository: Path) -> None:

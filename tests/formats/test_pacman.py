@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from format_helpers import inspect, picked
+from format_helpers import inspect
 
 from conftest import require_tool, run_json, wait_until
 from factories import capture_host
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 DESC = "%NAME%\nlockwarden-test\n\n%VERSION%\n1.0-1\n\n%ARCH%\nany\n\n"
 
@@ -68,7 +68,7 @@ def assert_stale_or_honestly_unknown(finding, lock: Path) -> None:  # type: igno
     them has the file open: then the finding must say unknown and why, never stale."""
     if blind_processes():
         assert finding.state is State.UNKNOWN, finding.reason
-        assert "could not be read" in finding.reason
+        assert finding.unknown_cause is UnknownCause.MISSING_RIGHT
         return
     assert finding.state is State.STALE, finding.reason
     assert "no process has" in (finding.proof or "") and "open" in finding.proof
@@ -93,7 +93,7 @@ def test_a_child_holding_db_lck_open_is_the_holder(children, tmp_path):
     )
     code, document = run_json("inspect", str(lock))
     finding = document["locks"][0]
-    assert "format auto picked pacman" in finding["note"]
+    assert finding["format"] == "pacman"
     assert finding["state"] == "held" and finding["holders"][0]["pid"] == holder.pid
     assert code == 0
 
@@ -102,5 +102,5 @@ def test_a_pacman_lock_nobody_has_open_is_stale_with_proof(tmp_path):
     lock = tmp_path / "db.lck"
     lock.write_text("")
     finding = inspect(str(lock))
-    assert picked(finding) == "pacman"
+    assert finding.format == "pacman"
     assert_stale_or_honestly_unknown(finding, lock)

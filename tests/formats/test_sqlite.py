@@ -7,10 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from format_helpers import inspect, picked, start_sqlite_shell
+from format_helpers import inspect, start_sqlite_shell
 
 from conftest import require_tool, run_json
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 
 def make_database(path: Path, wal: bool = False) -> str:
@@ -51,7 +51,7 @@ def test_readers_alone_leave_it_free_for_writes_and_are_listed(children, tmp_pat
 
     assert finding.state is State.FREE, finding.reason
     assert sorted(holder.pid for holder in finding.readers) == sorted(readers)
-    assert "only readers" in finding.reason and str(readers[0]) in finding.reason
+    assert (finding.holder, finding.sharers) == (None, ())  # only readers
 
 
 @pytest.mark.parametrize("wal", [False, True], ids=["rollback", "wal"])
@@ -84,20 +84,20 @@ def test_auto_picks_sqlite_for_the_database_and_its_wal_files(children, tmp_path
 
     code, document = run_json("inspect", database)  # the real CLI, once
     lock = document["locks"][0]
-    assert "format auto picked sqlite" in lock["note"], lock
+    assert lock["format"] == "sqlite", lock
     assert lock["holders"][0]["pid"] == writer.pid
     assert code == 0
     for given in (database + "-wal", database + "-shm"):
         finding = inspect(given)
-        assert picked(finding) == "sqlite"
+        assert finding.format == "sqlite"
         assert finding.path == database
         assert finding.holder is not None and finding.holder.pid == writer.pid
 
 
-def test_auto_says_it_picked_sqlite(tmp_path):
+def test_auto_picks_sqlite_for_a_plain_database(tmp_path):
     database = make_database(tmp_path / "plain.db")
     finding = inspect(database)
-    assert picked(finding) == "sqlite"
+    assert finding.format == "sqlite"
     assert finding.state is State.FREE
 
 
@@ -106,7 +106,7 @@ def test_a_file_that_is_not_a_database_is_not_read_as_one(tmp_path):
     fake.write_bytes(b"SQLite format 2\x00" + b"\x00" * 100)
     finding = inspect(str(fake), "sqlite")
     assert finding.state is State.UNKNOWN
-    assert "not an SQLite 3 database" in finding.reason
+    assert finding.unknown_cause is UnknownCause.UNREADABLE_RECORD
 
 
 def test_a_large_database_is_judged_without_reading_it_whole(children, tmp_path):

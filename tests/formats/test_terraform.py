@@ -9,11 +9,11 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
-from format_helpers import inspect, picked
+from format_helpers import inspect
 
 from conftest import run_json
 from lockwarden.formats.terraform import TerraformState
-from lockwarden.model import State
+from lockwarden.model import State, UnknownCause
 
 TERRAFORM_HOLDER = """
 import fcntl, json, os, sys
@@ -71,19 +71,19 @@ def test_auto_picks_terraform_from_the_directory_the_state_or_the_info(children,
     holder, state, info = hold_state(children, tmp_path, f"bob@{socket.gethostname()}")
     code, document = run_json("inspect", str(tmp_path))  # the real CLI, once
     finding = document["locks"][0]
-    assert "format auto picked terraform" in finding["note"], finding
+    assert finding["format"] == "terraform", finding
     assert finding["holders"][0]["pid"] == holder.pid
     assert code == 0
     for given in (state, info):
         found = inspect(str(given))
-        assert picked(found) == "terraform"
+        assert found.format == "terraform"
         assert found.holder is not None and found.holder.pid == holder.pid
 
 
 def test_state_without_info_or_lock_is_free(tmp_path):
     (tmp_path / "terraform.tfstate").write_text("{}")
     finding = inspect(str(tmp_path))
-    assert picked(finding) == "terraform"
+    assert finding.format == "terraform"
     assert finding.state is State.FREE
 
 
@@ -92,7 +92,7 @@ def test_leftover_info_from_another_host_is_unknown_not_stale(tmp_path):
     (tmp_path / ".terraform.tfstate.lock.info").write_text(lock_info("carol@ci-runner-17"))
     finding = inspect(str(tmp_path), "terraform")
     assert finding.state is State.UNKNOWN
-    assert "ci-runner-17" in finding.reason
+    assert finding.unknown_cause is UnknownCause.OTHER_HOST
 
 
 def test_an_unrelated_process_locking_another_file_does_not_hold_the_state(children, tmp_path):

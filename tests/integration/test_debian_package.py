@@ -170,10 +170,15 @@ def test_installed_lockwarden_names_the_holder_of_a_held_lock(
     codes = []
     for seconds in (50, 100, 150):
         moment = (first + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        later = run([str(installed), "--once", "--config", config, "--now", moment], env=CLEAN_ENV)
+        later = run(
+            [str(installed), "--once", "--config", config, "--now", moment, "--json"],
+            env=CLEAN_ENV,
+        )
         codes.append(later.returncode)
     assert codes == [0, 1, 2], later.stdout + later.stderr
-    assert "for at least 2m" in later.stdout and f"kill {holder.pid}" in later.stdout
+    [finding] = validate_report(json.loads(later.stdout))["locks"]
+    assert finding["held"]["bound"] == "at_least" and finding["held"]["seconds"] >= 120, finding
+    assert finding["action"]["argv"] == ["kill", str(holder.pid)]
 
 
 def test_installed_lockwarden_uses_debians_own_libraries(installed: Path) -> None:

@@ -13,6 +13,7 @@ whose directory vanishes is never called stale while its holder lives."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -258,12 +259,15 @@ def test_a_journal_that_loads_but_cannot_be_written_pages_once_per_incident(
     kinds = [title_kind(str(p["title"])) for p in receiver.payloads]
     assert kinds == ["writes blocked", "resolved", "writes blocked", "state degraded"], kinds
 
-    healed = scenario.once(245)
-    assert healed.returncode == 2 and "state degraded" not in healed.stdout, healed.stdout
+    healed = scenario.once(245, "--json")
+    report = json.loads(healed.stdout)
+    assert healed.returncode == 2 and report["alerts"]["state_problems"] == [], healed.stdout
+    assert [lock["name"] for lock in report["locks"]] == ["wa-store"]  # no state finding
     titles = [str(p["title"]) for p in receiver.payloads]
     assert len(titles) == 5 and titles[4].endswith("lockwarden state usable again"), titles
     moved = scenario.state_path.read_text().removeprefix(before)
-    assert '"type":"sent"' in moved  # the delivery the read-only journal could not take
+    moved_types = [json.loads(line)["type"] for line in moved.splitlines()]
+    assert "sent" in moved_types  # the delivery the read-only journal could not take
     scenario.release()
     scenario.once(246)
     titles = [str(p["title"]) for p in receiver.payloads]

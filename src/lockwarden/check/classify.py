@@ -23,6 +23,7 @@ from lockwarden.model import (
     Severity,
     StaleProof,
     State,
+    UnknownCause,
 )
 from lockwarden.support.durations import format_duration, format_limit, format_time
 
@@ -63,6 +64,8 @@ class Verdict:
     proof: str | None = None
     sharers: tuple[Holder, ...] = ()
     readers: tuple[Holder, ...] = ()
+    cause: UnknownCause | None = None
+    """Why, for an unknown one."""
 
 
 def classify(
@@ -107,6 +110,7 @@ def classify(
         never_remove=claim.never_remove,
         key=claim.keys[0] if claim.keys else None,
         unattributed=evidence.unattributed,
+        unknown_cause=verdict.cause if state is State.UNKNOWN else None,
     )
 
 
@@ -137,6 +141,7 @@ def _blind_past_budget(
         f"{how_long}, maybe past its {format_duration(policy.warn_after)} budget, by a holder "
         f"lockwarden cannot name: {why}",
         readers=verdict.readers,
+        cause=_blind_cause(evidence.unreadable_pids),
     )
 
 
@@ -146,13 +151,14 @@ def judge(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Ve
             State.UNKNOWN,
             f"its directory {evidence.missing_directory} does not exist, so the lock cannot be "
             "there: is the path right, and is its volume mounted?",
+            cause=UnknownCause.MISSING_DIRECTORY,
         )
     if not claim.present:
         return Verdict(State.FREE, f"free: nothing is at {claim.path}")
     if evidence.kernel_locked:
         return _kernel_verdict(claim, evidence)
     if claim.problem:
-        return Verdict(State.UNKNOWN, claim.problem)
+        return Verdict(State.UNKNOWN, claim.problem, cause=UnknownCause.UNREADABLE_RECORD)
     if not claim.existence_is_lock:
         return Verdict(State.FREE, _free_reason(claim, evidence), readers=evidence.readers)
     return _existence_verdict(claim, evidence, policy, now)
@@ -192,11 +198,11 @@ def _free_reason(claim: Claim, evidence: Evidence) -> str:
 
 def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
     if claim.distrust:
-        return Verdict(State.UNKNOWN, claim.distrust)
+        return Verdict(State.UNKNOWN, claim.distrust, cause=UnknownCause.UNTRUSTED_RECORD)
     # Another host's boot and PIDs prove nothing here, so the host is checked first.
     foreign_host = _foreign_host_reason(claim, evidence, policy.host_aliases)
     if foreign_host:
-        return Verdict(State.UNKNOWN, foreign_host)
+        return Verdict(State.UNKNOWN, foreign_host, cause=UnknownCause.OTHER_HOST)
     other_boot = _other_boot_proof(claim, evidence)
     if other_boot:
         return Verdict(State.STALE, "stale: its holder is gone", proof=other_boot)
@@ -216,9 +222,13 @@ def _recorded_pid_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> V
         return _unnamed_verdict(claim, evidence)
     foreign = _foreign_namespace_reason(claim, evidence) or _namespace_twin_reason(claim, evidence)
     if foreign:
-        return Verdict(State.UNKNOWN, foreign)
+        return Verdict(State.UNKNOWN, foreign, cause=UnknownCause.OTHER_PID_NAMESPACE)
     if len(evidence.other_processes) != len(claim.other_pids):
-        return Verdict(State.UNKNOWN, "the other holders the record lists were not looked up")
+        return Verdict(
+            State.UNKNOWN,
+            "the other holders the record lists were not looked up",
+            cause=UnknownCause.AMBIGUOUS,
+        )
     recorded = zip(
         (claim.pid, *claim.other_pids),
         (evidence.record_process, *evidence.other_processes),
@@ -240,12 +250,13 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
         return _unless_workers_remain(claim, evidence, Verdict(State.STALE, reason, proof=reused))
     suspect = _reuse_suspicion(claim, process.started_at)
     if suspect:
-        return Verdict(State.UNKNOWN, suspect)
+        return Verdict(State.UNKNOWN, suspect, cause=UnknownCause.PID_REUSE_SUSPECTED)
     if claim.owner_uid not in (None, 0, process.uid):
         return Verdict(
             State.UNKNOWN,
             f"the record is owned by uid {claim.owner_uid} but PID {pid} runs as "
             f"{process.user}; lockwarden does not trust it",
+            cause=UnknownCause.UNTRUSTED_RECORD,
         )
     return Verdict(State.HELD, "held", _with_record(holder_from_process(process), claim))
 
@@ -295,7 +306,8 @@ def _unless_workers_remain(claim: Claim, evidence: Evidence, stale: Verdict) -> 
         )
     blind = _blind_reason(evidence.unreadable_cwds, evidence, "working directories")
     if blind:
-        return Verdict(State.UNKNOWN, f"{stale.reason}, but {blind}")
+        cause = _blind_cause(evidence.unreadable_cwds)
+        return Verdict(State.UNKNOWN, f"{stale.reason}, but {blind}", cause=cause)
     proof = f"{stale.proof}; no {_names(claim)} process works in {where}"
     return replace(stale, proof=proof)
 
@@ -318,6 +330,7 @@ def _candidates_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Ver
         return Verdict(
             State.UNKNOWN,
             f"its name reads as PID {readings}, and {running} all run: cannot tell which holds it",
+            cause=UnknownCause.AMBIGUOUS,
         )
     unknown = next((verdict for _, verdict in outcomes if verdict.state is State.UNKNOWN), None)
     if unknown is not None:
@@ -338,12 +351,14 @@ def _leftover_record_verdict(claim: Claim, evidence: Evidence, policy: Policy) -
             State.UNKNOWN,
             f"the record was written on host {claim.host!r}, not on this host "
             f"({evidence.hostname}); its kernel lock would not show here",
+            cause=UnknownCause.OTHER_HOST,
         )
     if evidence.nested_pid_namespace:
         return Verdict(
             State.UNKNOWN,
             "lockwarden runs in a container's PID namespace, where /proc/locks hides locks "
             "held from outside it",
+            cause=UnknownCause.OTHER_PID_NAMESPACE,
         )
     proof = f"no process holds a kernel lock on it, and {claim.release_fact}"
     return Verdict(
@@ -366,7 +381,11 @@ def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datet
         )
     blind = _blind_reason(evidence.unreadable_cwds, evidence, "working directories")
     if blind:
-        return Verdict(State.UNKNOWN, f"no {_names(claim)} process seen in {where}, but {blind}")
+        return Verdict(
+            State.UNKNOWN,
+            f"no {_names(claim)} process seen in {where}, but {blind}",
+            cause=_blind_cause(evidence.unreadable_cwds),
+        )
     age = None if claim.created_at is None else (now - claim.created_at).total_seconds()
     threshold = policy.stale_after
     if age is None or threshold is None or age < threshold:
@@ -376,6 +395,7 @@ def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datet
             State.UNKNOWN,
             f"no {_names(claim)} process works in {where}, but the lock is only {old}{limit}: "
             "it may belong to a process just starting or one this host cannot see",
+            cause=UnknownCause.UNPROVEN,
         )
     proof = (
         f"no {_names(claim)} process has its working directory in {where}, "
@@ -406,6 +426,11 @@ def _blind_reason(unreadable: int, evidence: Evidence, what: str) -> str | None:
     return None
 
 
+def _blind_cause(unreadable: int) -> UnknownCause:
+    """What `_blind_reason` names: a missing right, else a container's PID namespace."""
+    return UnknownCause.MISSING_RIGHT if unreadable else UnknownCause.OTHER_PID_NAMESPACE
+
+
 def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
     if evidence.openers:
         opener = evidence.openers[0]
@@ -426,13 +451,17 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
             f"{format_time(claim.created_at)}, before this boot "
             f"({format_time(evidence.booted_at)}), and no process has it open; but a "
             "stepped wall clock can make a lock look older than it is, so check it by hand",
+            cause=UnknownCause.UNPROVEN,
         )
     hint = f"; {claim.stale_hint}" if claim.stale_hint else ""
+    cause = UnknownCause.UNPROVEN
     if claim.stale_proof is StaleProof.NO_OPENER and blind:
         hint = f"; {blind}{hint}"
+        cause = _blind_cause(evidence.unreadable_pids)
     return Verdict(
         State.UNKNOWN,
         f"the lock names no process and no process has it open; cannot tell who made it{hint}",
+        cause=cause,
     )
 
 

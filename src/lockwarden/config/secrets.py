@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.config import Config
+from lockwarden.config.settings import Config
 
 
 def holds_secrets(config: Config) -> bool:

@@ -16,7 +16,7 @@ from datetime import datetime
 from lockwarden.check.advice import SQL_ADVICE, advise_holder, needs_action
 from lockwarden.check.classify import Policy, grade
 from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation
-from lockwarden.model import Bound, Finding, Holder, Severity, State, Waiter
+from lockwarden.model import Bound, Finding, Holder, Severity, State, UnknownCause, Waiter
 from lockwarden.support.durations import format_duration, format_time
 
 LIQUIBASE_RELEASE = "liquibase release-locks"
@@ -76,6 +76,7 @@ def judge_holds(
             state=State.UNKNOWN,
             severity=Severity.UNKNOWN,
             reason=f"cannot check {observation.target}: {observation.problem}",
+            unknown_cause=UnknownCause.DATABASE,
         )
     if not observation.holds:
         return replace(
@@ -245,6 +246,7 @@ def judge_liquibase(
             state=State.UNKNOWN,
             severity=Severity.UNKNOWN,
             reason=f"cannot check {observation.target}: {observation.problem}",
+            unknown_cause=UnknownCause.DATABASE,
         )
     if row is None or not row.locked:
         return replace(
@@ -330,8 +332,10 @@ def _liquibase_left_over(
     """The row names this host and no Liquibase runs here: stale once older than stale_after."""
     age = None if row.granted is None else (now - row.granted).total_seconds()
     threshold = policy.stale_after
+    cause = UnknownCause.UNPROVEN
     if host.processes is None:
         why = "not every process of this host could be read, so a Liquibase run may be hidden"
+        cause = UnknownCause.MISSING_RIGHT
     elif age is None or threshold is None or age < threshold:
         old = "of unknown age" if age is None else f"only {format_duration(max(age, 0.0))} old"
         why = f"no Liquibase process runs here, but the lock is {old}: it may be just starting"
@@ -357,6 +361,7 @@ def _liquibase_left_over(
         state=State.UNKNOWN,
         severity=Severity.UNKNOWN,
         reason=f"Liquibase's lock row is locked by {row.locked_by} (this host): {why}",
+        unknown_cause=cause,
         identity=identity,
         note=f"LOCKGRANTED {_stamp(row.granted)}",
     )

@@ -107,6 +107,7 @@ def finding_document(finding: Finding) -> dict[str, Any]:
         "state": finding.state.value,
         "severity": finding.severity.label,
         "reason": finding.reason,
+        "unknown_cause": finding.unknown_cause.value if finding.unknown_cause else None,
         "proof": finding.proof,
         "held": {
             "seconds": seconds,

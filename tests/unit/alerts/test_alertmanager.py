@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FLOCK_HOLDER, Children, run_cli, write_config
 from factories import make_finding, make_holder
@@ -42,6 +43,15 @@ def finding(state: State, severity: Severity, pid: int | None = 42) -> Finding:
 
 def later(seconds: float) -> datetime:
     return NOW + timedelta(seconds=seconds)
+
+
+def gauge(textfile: Path, name: str) -> float:
+    """The one sample of a metric, as the reference parser reads the textfile."""
+    families = text_string_to_metric_families(textfile.read_text())
+    [value] = [
+        sample.value for family in families for sample in family.samples if sample.name == name
+    ]
+    return value
 
 
 def test_a_held_too_long_lock_fires_with_the_rules_labels() -> None:
@@ -193,7 +203,7 @@ def test_an_outage_costs_one_post_per_run_and_the_resolve_is_delivered_after(
         assert completed.returncode == 2, completed.stderr  # the lock's verdict, not the outage
         assert "alertmanager: NOT delivered to http://127.0.0.1" in completed.stdout
         assert "warning: alertmanager: NOT delivered" in completed.stderr
-        assert "lockwarden_alerts_undelivered 1" in textfile.read_text()
+        assert gauge(textfile, "lockwarden_alerts_undelivered") == 1
     assert len(alertmanager.posts) == 3  # one request per run, no burst
     assert all(post[0]["labels"]["holder_pid"] == str(holder.pid) for post in alertmanager.posts)
     holder.kill()
@@ -206,7 +216,7 @@ def test_an_outage_costs_one_post_per_run_and_the_resolve_is_delivered_after(
     assert resolve["labels"]["lock"] == "store"
     ends = datetime.fromisoformat(resolve["endsAt"].replace("Z", "+00:00"))
     assert ends <= datetime.now(UTC)  # ended, not renewed
-    assert "lockwarden_alerts_undelivered 0" in textfile.read_text()
+    assert gauge(textfile, "lockwarden_alerts_undelivered") == 0
     posts = len(alertmanager.posts)
     assert run_cli("--once", "--config", config).returncode == 0
     assert len(alertmanager.posts) == posts  # nothing owed, nothing firing: nothing posted

@@ -19,6 +19,7 @@ from lockwarden.model import (
     Severity,
     State,
     Unattributed,
+    UnknownCause,
 )
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -153,6 +154,7 @@ def test_classification_table(
     finding = classify("wa-store", claim, facts, POLICY, NOW)
     assert (finding.state, finding.severity) == (state, severity), finding.reason
     assert (finding.proof is not None) == (state is State.STALE)
+    assert (finding.unknown_cause is not None) == (state is State.UNKNOWN)
 
 
 def test_held_too_long_names_the_holder_unit_and_action() -> None:
@@ -227,8 +229,8 @@ def test_kernel_lock_with_hidden_holder_maybe_past_budget_is_unknown_never_ok(
         NOW,
     )
     assert (finding.state, finding.severity) == (State.UNKNOWN, Severity.UNKNOWN)
+    assert finding.unknown_cause is UnknownCause.MISSING_RIGHT
     assert "CAP_SYS_PTRACE" in finding.reason and "run as root" not in finding.reason
-    assert "maybe past its 15m00s budget" in finding.reason
 
 
 def test_incident_identity_is_pid_start_ticks_and_boot() -> None:

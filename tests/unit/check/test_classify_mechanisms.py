@@ -11,7 +11,17 @@ import pytest
 from factories import make_evidence, make_holder, make_process
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import Evidence, is_writer_lock
-from lockwarden.model import ByteRange, Claim, Holder, KernelLock, Process, StaleProof, State
+from lockwarden.model import (
+    ByteRange,
+    Claim,
+    Finding,
+    Holder,
+    KernelLock,
+    Process,
+    StaleProof,
+    State,
+    UnknownCause,
+)
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BOOTED = NOW - timedelta(days=1)
@@ -52,6 +62,10 @@ def judge(claim: Claim, seen: Evidence, policy: Policy = POLICY) -> tuple[State,
     return finding.state, f"{finding.reason} | {finding.proof} | {finding.action}"
 
 
+def judged(claim: Claim, seen: Evidence) -> Finding:
+    return classify("x", claim, seen, POLICY, NOW)
+
+
 def lock(mode: str, start: int, end: int | None, key: tuple[int, int] = KEY) -> KernelLock:
     return KernelLock(1, "POSIX", mode, 7, key, start, end, False)
 
@@ -84,7 +98,7 @@ def test_readers_alone_are_free_and_listed():
     finding = classify("db", claim, evidence(readers=(holder(5, "sqlite3"),)), POLICY, NOW)
     assert finding.state is State.FREE
     assert [reader.pid for reader in finding.readers] == [5]
-    assert "only readers" in finding.reason
+    assert (finding.holder, finding.sharers) == (None, ())  # only readers
 
 
 NO_OPENER = existence(stale_proof=StaleProof.NO_OPENER, release_fact="it keeps the file open")
@@ -154,15 +168,20 @@ def test_a_worker_that_started_after_the_lock_was_written_did_not_take_it():
     late = replace(holder(4, "git"), started_at=NOW - timedelta(minutes=10))
     assert judge(WORKED, evidence(workers=(late,)))[0] is State.STALE
     early = replace(holder(5, "git"), started_at=NOW - timedelta(hours=2))
-    state, text = judge(WORKED, evidence(workers=(early, late)))
-    assert state is State.HELD and "PID 5 (git)" in text and text.endswith("| None")
+    finding = judged(WORKED, evidence(workers=(early, late)))
+    assert finding.state is State.HELD and finding.holder == early
+    assert (finding.sharers, finding.action) == ((), None)
 
 
 def test_candidate_pids_held_only_by_the_one_that_runs():
     claim = existence(pid_candidates=(100, 1000, 10000), started_at=NOW - timedelta(hours=1))
     running = {100: None, 1000: process(1000, NOW - timedelta(hours=2)), 10000: None}
-    state, text = judge(claim, evidence(candidate_processes=running))
-    assert state is State.HELD and "by PID 1000 (tool)" in text
+    finding = judged(claim, evidence(candidate_processes=running))
+    assert finding.state is State.HELD
+    assert finding.holder is not None and (finding.holder.pid, finding.holder.name) == (
+        1000,
+        "tool",
+    )
 
 
 def test_candidate_pids_all_gone_is_stale():
@@ -176,8 +195,9 @@ def test_candidate_pid_younger_than_the_record_is_unknown_not_stale():
     times only, so no proof either way."""
     claim = existence(pid_candidates=(100, 1000), started_at=NOW - timedelta(hours=1))
     running = {100: None, 1000: process(1000, NOW - timedelta(minutes=1))}  # started after
-    state, text = judge(claim, evidence(candidate_processes=running))
-    assert state is State.UNKNOWN and "probably another process" in text
+    finding = judged(claim, evidence(candidate_processes=running))
+    assert finding.state is State.UNKNOWN
+    assert finding.unknown_cause is UnknownCause.PID_REUSE_SUSPECTED
 
 
 def test_candidate_pids_two_running_is_unknown():
@@ -211,8 +231,8 @@ def test_a_recorded_lock_start_only_rules_out_later_processes():
 
 def test_workers_outlive_a_dead_recorded_holder():
     claim = existence(pid=50, work_directories=("/srv/data",), worker_names=("postgres",))
-    state, text = judge(claim, evidence(workers=(holder(51, "postgres"),)))
-    assert state is State.HELD and "by PID 51 (postgres)" in text
+    finding = judged(claim, evidence(workers=(holder(51, "postgres"),)))
+    assert finding.state is State.HELD and finding.holder == holder(51, "postgres")
 
 
 def test_never_remove_keeps_rm_out_of_every_action():

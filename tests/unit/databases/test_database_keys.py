@@ -4,6 +4,7 @@ keys, /proc/net/tcp endpoints, and the bound on how long a session lock has been
 from __future__ import annotations
 
 import ipaddress
+import tomllib
 import zlib
 from datetime import UTC, datetime, timedelta
 
@@ -143,6 +144,6 @@ def test_check_config_shows_a_database_lock_without_a_path(tmp_path):
     )
     completed = run_cli("check-config", "--config", path)
     assert completed.returncode == 0, completed.stderr
-    assert 'database = "postgresql"' in completed.stdout
-    assert "advisory_key = [" in completed.stdout
-    assert "path =" not in completed.stdout.split("[[lock]]", 1)[1]
+    [lock] = tomllib.loads(completed.stdout)["lock"]  # the effective config is TOML
+    assert (lock["database"], lock["advisory_key"]) == ("postgresql", [1, 2])
+    assert "path" not in lock

@@ -27,12 +27,19 @@ time.sleep(120)
 """
 
 AUDITED_RUN = """
-import json, sys
+import json, sys, threading
 opened, listed = [], []
+directories = {}  # the /proc directory each thread opened last, to name what it opens in it
 
 def audit(event, args):
     if event == "open" and isinstance(args[0], str) and args[0].startswith("/proc"):
         opened.append(args[0])
+        directories[threading.get_ident()] = args[0]
+    elif event == "open" and isinstance(args[0], str) and args[0].isdigit():
+        # an fdinfo entry opened by its name in its /proc/PID/fdinfo directory (the audit
+        # event carries no dir_fd; each walking thread opens its entries in the directory
+        # it opened last)
+        opened.append(directories.get(threading.get_ident(), "?") + "/" + args[0])
     elif event == "os.listdir" and isinstance(args[0], str | bytes):  # psutil lists bytes
         listed.append(args[0] if isinstance(args[0], str) else args[0].decode())
 
