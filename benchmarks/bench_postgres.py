@@ -31,7 +31,7 @@ import psycopg  # noqa: E402
 from lockwarden.config import LockConfig, parse  # noqa: E402
 from lockwarden.databases.check import inspect_database  # noqa: E402
 from lockwarden.pipeline import policy_for  # noqa: E402
-from lockwarden.procfs.snapshot import Snapshot  # noqa: E402
+from lockwarden.procfs.reader import HostReader, Request, wall_clock  # noqa: E402
 
 PORT = 54339
 
@@ -95,10 +95,11 @@ def main(rounds: int) -> None:
             with psycopg.connect(dsn(base), connect_timeout=3) as connection:
                 connection.execute("SELECT 1").fetchone()
 
-        snapshot = Snapshot.capture()  # a run takes it anyway: not the database check's cost
+        host = HostReader(wall_clock)
+        host.capture(Request())  # a run takes it anyway: not the database check's cost
 
         def check() -> None:
-            finding = inspect_database(lock, policy, snapshot, datetime.now(UTC))
+            finding = inspect_database(lock, policy, host, datetime.now(UTC))
             assert finding.state.value == "held", finding.reason
 
         check()  # warm-up: imports, the first connection

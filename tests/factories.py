@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lockwarden.check.identify import Evidence
-from lockwarden.model import Finding, Holder, Process, Severity, State
+from lockwarden.model import Finding, Holder, InodeKey, Process, Severity, State
+from lockwarden.procfs.reader import HostReader, Request, wall_clock
+from lockwarden.procfs.snapshot import Snapshot
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 BOOTED = NOW - timedelta(days=1)
@@ -68,3 +70,24 @@ def make_finding(**fields: Any) -> Finding:
         reason="free",
     )
     return replace(base, **fields)
+
+
+def make_snapshot(**fields: Any) -> Snapshot:
+    """A host booted a day ago, seen at NOW, with no lock, descriptor or process captured."""
+    base = Snapshot(
+        boot_id="boot",
+        hostname="here",
+        captured_at=NOW,
+        uptime_s=86400.0,
+        clock_ticks=100,
+        pid_max=4194304,
+        pid_namespace=1,
+        nested_pid_namespace=False,
+    )
+    return replace(base, **fields)
+
+
+def capture_host(pids: tuple[int, ...] = (), scan_keys: tuple[InodeKey, ...] = ()) -> Snapshot:
+    """A real capture of this host, for the processes and inodes a test asks about."""
+    request = Request(pids=pids, scan_keys=frozenset(scan_keys))
+    return HostReader(wall_clock).capture(request)

@@ -18,7 +18,7 @@ from pathlib import Path
 from lockwarden.config import LockConfig
 from lockwarden.model import Finding
 from lockwarden.pipeline import inspect_locks
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import HostReader, wall_clock
 
 AN_HOUR_AGO = 3600
 
@@ -34,7 +34,7 @@ def inspect_lock(
         critical_after=3600.0,
         host_aliases=host_aliases,
     )
-    return inspect_locks([lock], Snapshot.capture(), datetime.now(UTC))[0]
+    return inspect_locks([lock], HostReader(wall_clock), datetime.now(UTC))[0]
 
 
 def backdate(path: str | Path, seconds: float = AN_HOUR_AGO) -> None:

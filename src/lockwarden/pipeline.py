@@ -1,6 +1,7 @@
-"""Wire the stages for one run: config -> snapshot -> claims -> evidence -> findings.
+"""Wire the stages for one run: config -> claims -> snapshot -> evidence -> findings.
 
-No argparse, no printing, no exit: the CLI does that. `now` is passed in.
+No argparse, no printing, no exit: the CLI does that. `now` and the clock the host snapshot
+is dated by are passed in.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.check.classify import Policy, classify
-from lockwarden.check.identify import Evidence, gather, keys_to_scan
+from lockwarden.check.identify import Evidence, gather, request_for
 from lockwarden.check.sightings import Memory
 from lockwarden.config import (
     DEFAULT_CRITICAL_AFTER,
@@ -23,6 +24,7 @@ from lockwarden.config import (
 )
 from lockwarden.formats import read_claim
 from lockwarden.model import Claim, Finding, Severity, State, UnknownCause, worst
+from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.support.bounded import BoundedRun, Unanswered
 
@@ -53,37 +55,56 @@ def policy_for(lock: LockConfig) -> Policy:
     )
 
 
-def inspect_locks(
+@dataclass(frozen=True)
+class Inspection:
+    """The findings of some locks, and the host snapshot they were judged by."""
+
+    snapshot: Snapshot
+    findings: tuple[Finding, ...]
+
+
+def inspect(
     locks: Sequence[LockConfig],
-    snapshot: Snapshot,
+    host: HostReader,
     now: datetime,
     remembered: Memory | None = None,
     reads: FileReads | None = None,
-) -> tuple[Finding, ...]:
-    """Three steps: read every lock's claim (so one descriptor scan serves them all), gather
-    what the host says about each (evidence; a database lock's server is asked here), then
-    judge with the snapshot closed: judging is pure and reads nothing of the host.
+) -> Inspection:
+    """Four steps: read every lock's claim; capture the host once for all of them (one
+    descriptor scan, and every follow-up read their judging needs); gather each lock's
+    evidence from that frozen snapshot (a database lock's server is asked here, and its
+    clients named through `host`: databases/check.py); then judge, which is pure.
     `remembered`: the sighting memory of kernel locks (sightings.py). `reads`: the claims of
     these locks already being read (FileReads), else they are read here."""
     on_files = [lock for lock in locks if not lock.database]
     if reads is None:
-        reads = FileReads(on_files, snapshot.pid_max)
+        reads = FileReads(on_files, host.pid_max)
     read = iter(reads.claims())
     claims = [None if lock.database else next(read) for lock in locks]
-    readable = (claim for claim in claims if isinstance(claim, Claim))
-    snapshot.scan_descriptors(keys_to_scan(readable, snapshot))
+    snapshot = host.capture(request_for(claim for claim in claims if isinstance(claim, Claim)))
     memory = remembered or {}
     gathered = [
         _gather(lock, claim, snapshot)
         if claim is not None
-        else _judge_database(lock, snapshot, now, memory.get(lock.name))
+        else _judge_database(lock, host, now, memory.get(lock.name))
         for lock, claim in zip(locks, claims, strict=True)
     ]
-    with snapshot.closed():
-        return tuple(
-            _judge(lock, seen, now, memory.get(lock.name))
-            for lock, seen in zip(locks, gathered, strict=True)
-        )
+    findings = tuple(
+        _judge(lock, seen, now, memory.get(lock.name))
+        for lock, seen in zip(locks, gathered, strict=True)
+    )
+    return Inspection(snapshot, findings)
+
+
+def inspect_locks(
+    locks: Sequence[LockConfig],
+    host: HostReader,
+    now: datetime,
+    remembered: Memory | None = None,
+    reads: FileReads | None = None,
+) -> tuple[Finding, ...]:
+    """The findings of `inspect`."""
+    return inspect(locks, host, now, remembered, reads).findings
 
 
 class FileReads:
@@ -164,14 +185,14 @@ def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Excep
 
 
 def _judge_database(
-    lock: LockConfig, snapshot: Snapshot, now: datetime, seen_since: dict[str, datetime] | None
+    lock: LockConfig, host: HostReader, now: datetime, seen_since: dict[str, datetime] | None
 ) -> Finding:
     """A lock inside a database server (databases/): its driver loads only when one is set.
     `seen_since`: the sighting memory of its sessions (a session's lock has no grant time)."""
     try:
         from lockwarden.databases.check import inspect_database
 
-        return inspect_database(lock, policy_for(lock), snapshot, now, first_seen=seen_since)
+        return inspect_database(lock, policy_for(lock), host, now, first_seen=seen_since)
     except Exception as error:
         return _internal_error(lock, error)
 
@@ -259,14 +280,18 @@ def run_once(
     now: datetime,
     proc: str = "/proc",
     remembered: Memory | None = None,
-    snapshot: Snapshot | None = None,
+    host: HostReader | None = None,
     reads: FileReads | None = None,
+    clock: Clock = wall_clock,
 ) -> RunResult:
-    """`snapshot` and `reads`: the run's snapshot and its file reads, when the caller started
-    them (cli/once.py probes the state directory in the same child as the claims)."""
-    if snapshot is None:
-        snapshot = Snapshot.capture(proc, read_timeout=config.fs_timeout)
-    findings = inspect_locks(config.locks, snapshot, now, remembered, reads)
+    """`host` and `reads`: the run's host reader and its file reads, when the caller started
+    them (cli/once.py probes the state directory in the same child as the claims). `clock`:
+    the wall clock the host snapshot is dated by (its boot time derives from it); `now` may
+    differ (`--now` asks what a run would say at another time)."""
+    if host is None:
+        host = HostReader(clock, proc, read_timeout=config.fs_timeout)
+    inspection = inspect(config.locks, host, now, remembered, reads)
+    snapshot, findings = inspection.snapshot, inspection.findings
     notes: list[str] = []
     if config.builtin:
         notes.append(
@@ -285,6 +310,7 @@ def inspect_path(
     critical_after: float = DEFAULT_CRITICAL_AFTER,
     proc: str = "/proc",
     name: str | None = None,
+    clock: Clock = wall_clock,
 ) -> RunResult:
     """One lock, no config: what `lockwarden inspect PATH` and the demo report. `name`: the
     finding's name (the CLI passes the whole path, so two inspected locks never share one)."""
@@ -295,6 +321,6 @@ def inspect_path(
         warn_after=warn_after,
         critical_after=critical_after,
     )
-    snapshot = Snapshot.capture(proc)
-    findings = inspect_locks([lock], snapshot, now)
-    return RunResult(snapshot.hostname, snapshot.boot_id, now, findings)
+    inspection = inspect([lock], HostReader(clock, proc), now)
+    snapshot = inspection.snapshot
+    return RunResult(snapshot.hostname, snapshot.boot_id, now, inspection.findings)

@@ -10,7 +10,7 @@ from conftest import Children
 from lockwarden.config import LockConfig
 from lockwarden.model import Finding
 from lockwarden.pipeline import inspect_locks
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import HostReader, wall_clock
 
 
 def inspect(path: str, lock_format: str = "auto", **settings: float) -> Finding:
@@ -24,7 +24,7 @@ def inspect(path: str, lock_format: str = "auto", **settings: float) -> Finding:
         stale_after=settings.get("stale_after", 600.0),
     )
     now = datetime.now(UTC)
-    return inspect_locks([lock], Snapshot.capture(), now)[0]
+    return inspect_locks([lock], HostReader(wall_clock), now)[0]
 
 
 def start_sqlite_shell(

@@ -23,9 +23,9 @@ import pytest
 from format_helpers import inspect, unrelated_process
 
 from conftest import run_json
+from factories import capture_host
 from lockwarden.formats.filelock_soft import decode_start_token, parse_link_name, pid_readings
 from lockwarden.model import State, UnknownCause
-from lockwarden.procfs.snapshot import Snapshot
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lockwarden-tests"
 HOUR = 3600
@@ -87,9 +87,7 @@ def hold_lockfile(children, path: Path, kind: str) -> subprocess.Popen[str]:  # 
 
 
 def every_descriptor_readable() -> bool:
-    snapshot = Snapshot.capture()
-    snapshot.scan_descriptors([(0, 0)])
-    return snapshot.unreadable_pids == 0
+    return capture_host(scan_keys=((0, 0),)).unreadable_pids == 0
 
 
 @pytest.mark.parametrize(
@@ -170,7 +168,7 @@ def test_token_is_decoded_to_this_boot_and_the_holder_s_start_ticks(children, tm
     lock = tmp_path / "data.lock"
     holder = hold_soft_lock(children, lock, None)
     boot_id, ticks = decode_start_token(int(lock.read_text().splitlines()[2]))
-    snapshot = Snapshot.capture()
+    snapshot = capture_host(pids=(holder.pid,))
     process = snapshot.process(holder.pid)
     assert process is not None
     assert boot_id == snapshot.boot_id
@@ -179,7 +177,7 @@ def test_token_is_decoded_to_this_boot_and_the_holder_s_start_ticks(children, tm
 
 def test_a_reused_pid_in_a_token_record_is_never_the_holder(children, tmp_path):
     reused = unrelated_process(children)
-    snapshot = Snapshot.capture()
+    snapshot = capture_host(pids=(reused,))
     process = snapshot.process(reused)
     assert process is not None
     token = uuid.UUID(snapshot.boot_id).int << 64 | (process.start_ticks - 1)

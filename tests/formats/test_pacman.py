@@ -11,8 +11,8 @@ import pytest
 from format_helpers import inspect
 
 from conftest import require_tool, run_json, wait_until
+from factories import capture_host
 from lockwarden.model import State, UnknownCause
-from lockwarden.procfs.snapshot import Snapshot
 
 DESC = "%NAME%\nlockwarden-test\n\n%VERSION%\n1.0-1\n\n%ARCH%\nany\n\n"
 
@@ -76,9 +76,7 @@ def assert_stale_or_honestly_unknown(finding, lock: Path) -> None:  # type: igno
 
 
 def blind_processes() -> int:
-    snapshot = Snapshot.capture()
-    snapshot.scan_descriptors([(0, 0)])
-    return snapshot.unreadable_pids
+    return capture_host(scan_keys=((0, 0),)).unreadable_pids
 
 
 def test_a_child_holding_db_lck_open_is_the_holder(children, tmp_path):

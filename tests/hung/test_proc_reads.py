@@ -16,7 +16,8 @@ from pathlib import Path
 
 from conftest import FLOCK_HOLDER, Children
 from lockwarden.check.identify import holder_from_process
-from lockwarden.procfs.snapshot import Snapshot, read_within
+from lockwarden.procfs.reader import HostReader, Request, wall_clock
+from lockwarden.procfs.snapshot import read_within
 
 
 def test_a_holder_whose_command_line_does_not_answer_is_still_named_by_pid(
@@ -29,10 +30,11 @@ def test_a_holder_whose_command_line_does_not_answer_is_still_named_by_pid(
         shutil.copyfile(f"/proc/{holder.pid}/{name}", entry / name)
     cmdline = entry / "cmdline"
     os.mkfifo(cmdline)
-    snapshot = Snapshot.capture(read_timeout=0.2)
-    snapshot.proc = str(tmp_path / "proc")
+    host = HostReader(wall_clock, read_timeout=0.2)
+    host.capture(Request())  # the boot time from the real /proc
+    host.proc = str(tmp_path / "proc")  # the holder's details from the copy
     try:
-        process = snapshot.process(holder.pid)
+        process = host.process(holder.pid)
         assert process is not None
         assert process.cmdline == ()
         kernel_name = Path(f"/proc/{holder.pid}/comm").read_text().strip()
@@ -43,7 +45,8 @@ def test_a_holder_whose_command_line_does_not_answer_is_still_named_by_pid(
 
 def test_a_command_line_that_answers_is_read_whole(children: Children, tmp_path: Path) -> None:
     holder = children.python(FLOCK_HOLDER, str(tmp_path / "db.lock"))
-    process = Snapshot.capture(read_timeout=5).process(holder.pid)
+    host = HostReader(wall_clock, read_timeout=5)
+    process = host.capture(Request(pids=(holder.pid,))).process(holder.pid)
     assert process is not None
     assert process.cmdline[1] == "-c"
     assert process.cmdline[-1] == str(tmp_path / "db.lock")

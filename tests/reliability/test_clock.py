@@ -25,6 +25,7 @@ from conftest import FLOCK_HOLDER, Children, run_json, write_config
 from lockwarden.config import LockConfig
 from lockwarden.model import Finding, State, UnknownCause
 from lockwarden.pipeline import inspect_locks
+from lockwarden.procfs.reader import HostReader, Request
 from lockwarden.procfs.snapshot import Snapshot
 from reliability.support import Figures
 
@@ -61,16 +62,29 @@ def lock(name: str, path: Path, lock_format: str) -> LockConfig:
 
 
 def stepped(snapshot: Snapshot, step: timedelta) -> Snapshot:
-    """The same host, seen after the wall clock moved by `step`: a fresh snapshot (no cached
-    process times) whose capture time moved; uptime and start ticks are the kernel's."""
-    return replace(
-        snapshot,
-        captured_at=snapshot.captured_at + step,
-        _processes={},
-        _scan=None,
-        _scanned_keys=frozenset(),
-        _nested_pids=None,
-    )
+    """The same host, seen after the wall clock moved by `step`: its capture time moved, and
+    with it the boot time and every process's start time derived from it; uptime and start
+    ticks are the kernel's."""
+    processes = {
+        pid: None if process is None else replace(process, started_at=process.started_at + step)
+        for pid, process in snapshot.processes.items()
+    }
+    return replace(snapshot, captured_at=snapshot.captured_at + step, processes=processes)
+
+
+class SteppedHost(HostReader):
+    """One real capture of the host (the first one asked for, at `moment`), replayed as seen
+    with the wall clock moved by `step`: every step judges the same kernel numbers."""
+
+    def __init__(self, moment: datetime) -> None:
+        super().__init__(lambda: moment)
+        self.step = timedelta(0)
+        self.real: Snapshot | None = None
+
+    def capture(self, request: Request) -> Snapshot:
+        if self.real is None:
+            self.real = super().capture(request)
+        return stepped(self.real, self.step)
 
 
 @pytest.fixture
@@ -99,11 +113,14 @@ def test_clock_steps_make_nothing_held_too_long_or_stale(
     holders: list[LockConfig], figures: Figures
 ) -> None:
     figure = figures.row("10 clock steps (run.inspect_locks)")
-    real = Snapshot.capture()
+    moment = datetime.now(UTC)
+    host = SteppedHost(moment)
     baseline: dict[str, float | None] = {}
     for step in STEPS:
-        snapshot = stepped(real, step)
-        findings = inspect_locks(holders, snapshot, snapshot.captured_at)
+        host.step = step
+        findings = inspect_locks(holders, host, moment + step)
+        assert host.real is not None
+        snapshot = stepped(host.real, step)
         for finding in findings:
             wrong = finding.state in (State.HELD_TOO_LONG, State.STALE)
             figure.count(0.0, failed=wrong)
@@ -133,9 +150,9 @@ def test_forward_day_step_does_not_make_a_fresh_lock_look_older_than_the_boot(
 ) -> None:
     """A lock made a moment ago looks made before the boot once the clock jumps a day ahead
     (the boot time is derived from the clock). Without a PID there is no proof either way."""
-    snapshot = stepped(Snapshot.capture(), timedelta(days=1))
+    moment = datetime.now(UTC) + timedelta(days=1)
     pidless = next(lock for lock in holders if lock.name == "pidless-mkdir")
-    finding = inspect_locks([pidless], snapshot, snapshot.captured_at)[0]
+    finding = inspect_locks([pidless], HostReader(lambda: moment), moment)[0]
     assert finding.state is State.UNKNOWN, finding.reason
     assert finding.unknown_cause is UnknownCause.UNPROVEN  # made "before this boot" by the clock
 

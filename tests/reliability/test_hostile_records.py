@@ -9,8 +9,9 @@ world-writable directory without the sticky bit, not reached through a symlink a
 world-writable directory), and a live PID it names runs as the record file's owner (or the file
 is root's). Anything else is `unknown`, with the reason.
 
-Every case drives the real pipeline: formats.read_claim -> identify.gather -> classify.classify
-with a real host.Snapshot, on real files in a temporary directory; a few go through the real CLI.
+Every case drives the real pipeline: formats.read_claim -> capture -> identify.gather ->
+classify.classify with a real capture of the host, on real files in a temporary directory; a
+few go through the real CLI.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psutil
 import pytest
@@ -34,12 +36,14 @@ from hypothesis import strategies as st
 
 from conftest import run_json
 from lockwarden.check.classify import Policy, classify
-from lockwarden.check.identify import gather
+from lockwarden.check.identify import gather, request_for
 from lockwarden.formats import read_claim
 from lockwarden.model import Finding, InodeKey, State
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import HostReader, wall_clock
+from lockwarden.procfs.snapshot import DescriptorScan
 from reliability.support import Figures, paused_deadline, require_root, within_deadline
 
+T = TypeVar("T")
 POLICY = Policy(warn_after=900.0, critical_after=3600.0)
 NOBODY = 65534
 TRUSTED_VERDICTS = {State.STALE, State.HELD, State.HELD_TOO_LONG}
@@ -87,49 +91,62 @@ def processes() -> Iterator[Processes]:
     finished = subprocess.Popen(["true"])
     finished.wait()
     try:
-        yield Processes(sleeper.pid, finished.pid, Snapshot.capture().pid_max)
+        yield Processes(sleeper.pid, finished.pid, HostReader(wall_clock).pid_max)
     finally:
         sleeper.kill()
         sleeper.wait()
 
 
-class CaseSnapshot(Snapshot):
-    """The real snapshot, except that the case's alarm is paused while it scans descriptors.
+class CaseHost(HostReader):
+    """The real host reader, except that the case's alarm is paused while it reads what
+    every run reads whatever its records say: /proc/locks and the boot, and the scan of
+    descriptors.
 
     That scan walks every descriptor of every process on the host (a run does it once, for all
     its locks); its cost depends on the host, not on the record. Everything the record drives
-    (read, parse, identify, classify) runs on the case's clock.
+    (read, parse, the processes it names, identify, classify) runs on the case's clock.
     """
 
-    paused_s: float = 0.0
+    def __init__(self, scanned: tuple[frozenset[InodeKey], DescriptorScan] | None) -> None:
+        super().__init__(wall_clock)
+        self.scanned = scanned
+        self.paused_s = 0.0
 
-    def lend_scan(self, scanned: Snapshot) -> None:
-        self._scan, self._scanned_keys = scanned._scan, scanned._scanned_keys
+    def read_host(self, read_locks: bool) -> Any:
+        return self._paused(lambda: super(CaseHost, self).read_host(read_locks))
 
-    def scan_descriptors(self, keys: Iterable[InodeKey]) -> None:
+    def scan_descriptors(self, keys: frozenset[InodeKey]) -> DescriptorScan:
+        if self.scanned is not None and keys <= self.scanned[0]:
+            return self.scanned[1]
+        return self._paused(lambda: super(CaseHost, self).scan_descriptors(keys))
+
+    def _paused(self, read: Callable[[], T]) -> T:
         started = time.perf_counter()
         with paused_deadline():
-            super().scan_descriptors(keys)
+            found = read()
         self.paused_s += time.perf_counter() - started
+        return found
 
 
 def timed_inspect(
-    target: Path, format_name: str, scanned: Snapshot | None = None
+    target: Path,
+    format_name: str,
+    scanned: tuple[frozenset[InodeKey], DescriptorScan] | None = None,
 ) -> tuple[Finding, float]:
-    """The finding, and the time the case's own work took (the host-wide scan left out).
+    """The finding, and the time the case's own work took (the host-wide reads left out).
 
-    `scanned` lends its descriptor scan, as one run's scan serves all its locks: the generated
-    cases rewrite the same files in place (same inodes) and nothing else opens them.
+    `scanned` lends a descriptor scan of these inodes, as one run's scan serves all its locks:
+    the generated cases rewrite the same files in place (same inodes) and nothing else opens
+    them.
     """
-    snapshot = CaseSnapshot.capture()
-    if scanned is not None:
-        snapshot.lend_scan(scanned)
-    finding, seconds = within_deadline(lambda: inspect(target, format_name, snapshot))
-    return finding, seconds - snapshot.paused_s
+    host = CaseHost(scanned)
+    finding, seconds = within_deadline(lambda: inspect(target, format_name, host))
+    return finding, seconds - host.paused_s
 
 
-def inspect(path: Path, format_name: str, snapshot: Snapshot) -> Finding:
-    claim = read_claim(str(path), format_name, snapshot.pid_max)
+def inspect(path: Path, format_name: str, host: HostReader) -> Finding:
+    claim = read_claim(str(path), format_name, host.pid_max)
+    snapshot = host.capture(request_for([claim]))
     return classify("hostile", claim, gather(claim, snapshot), POLICY, datetime.now(UTC))
 
 
@@ -506,13 +523,14 @@ def test_generated_records_are_never_wrongly_believed(
     arenas: dict[tuple[str, int], tuple[Path, Path]], processes: Processes, figures: Figures
 ) -> None:
     figure = figures.row("1 hostile records (hypothesis)")
-    boot_id = Snapshot.capture().boot_id
-    scanned = Snapshot.capture()
-    scanned.scan_descriptors(
+    host = HostReader(wall_clock)
+    boot_id = host.read_host(read_locks=False)[0].boot_id
+    keys = frozenset(
         (status.st_dev, status.st_ino)
         for paths in arenas.values()
         for status in map(os.lstat, paths)
     )
+    scanned = (keys, host.scan_descriptors(keys))
 
     @settings(
         max_examples=HYPOTHESIS_RECORDS,

@@ -3,6 +3,9 @@
 This is the identity check of the pipeline: kernel holders from fdinfo (never the PID printed
 in /proc/locks alone), waiters, processes that merely have the lock open, and the process that
 now owns the PID the record names. No judgement happens here; classify.py does that.
+
+Two halves: `request_for` says what the claims need of the host (the capture reads it all,
+eagerly, before any lock is judged), and `gather` only looks facts up in the frozen snapshot.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from lockwarden.model import (
     Unattributed,
     Waiter,
 )
+from lockwarden.procfs.reader import LockQuestion, Request, unmatched_locks
 from lockwarden.procfs.snapshot import Descriptor, Snapshot
 
 
@@ -75,15 +79,32 @@ def holder_from_process(process: Process, lock_kind: str | None = None) -> Holde
     )
 
 
-def keys_to_scan(claims: Iterable[Claim], snapshot: Snapshot) -> set[InodeKey]:
-    """Inodes whose descriptors the run must find: kernel-locked ones, and existence locks
-    that name no PID (judged by who has them open)."""
-    wanted: set[InodeKey] = set()
-    for claim in claims:
-        for key in claim.keys:
-            if snapshot.kernel_locks(key) or _judged_by_openers(claim):
-                wanted.add(key)
-    return wanted
+def request_for(
+    claims: Iterable[Claim],
+    scan_keys: Iterable[InodeKey] = (),
+    name_hidden: bool = False,
+) -> Request:
+    """What the host must be asked for these claims to be judged (procfs/reader.py captures it,
+    with the follow-up reads that depend on what it finds). `scan_keys`, `name_hidden`: what
+    removal needs beyond judging (every opener of the files it would remove)."""
+    return Request(
+        locks=tuple(question_for(claim) for claim in claims),
+        scan_keys=frozenset(scan_keys),
+        name_hidden=name_hidden,
+    )
+
+
+def question_for(claim: Claim) -> LockQuestion:
+    """What one claim asks of the host: its inodes, the PIDs its record names, and which of
+    the costlier reads its judging may need."""
+    return LockQuestion(
+        keys=claim.keys,
+        by_openers=_judged_by_openers(claim),
+        pids=(() if claim.pid is None else (claim.pid,)) + claim.other_pids + claim.pid_candidates,
+        twin_pid=claim.pid if claim.present and claim.existence_is_lock else None,
+        work_directories=claim.work_directories if claim.present else (),
+        machine_id=claim.host_node is not None,
+    )
 
 
 def is_writer_lock(lock: KernelLock, claim: Claim) -> bool:
@@ -158,16 +179,10 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     )
 
 
-def _lock_identity(lock: KernelLock) -> tuple[str, str, int, int, int | None]:
-    """What a /proc/locks line and an fdinfo `lock:` line of the same lock have in common
-    (their ordinal numbers differ)."""
-    return (lock.kind, lock.mode, lock.pid, lock.start, lock.end)
-
-
 def _unmatched(granted: tuple[KernelLock, ...], descriptors: list[Descriptor]) -> int:
-    """Granted locks no descriptor found so far carries."""
-    carried = {_lock_identity(lock) for found in descriptors for lock in found.locks}
-    return sum(1 for lock in granted if _lock_identity(lock) not in carried)
+    """Granted locks no descriptor found so far carries (the capture decided its follow-up
+    reads by the same count)."""
+    return unmatched_locks(granted, descriptors)
 
 
 def _unattributed(

@@ -603,12 +603,12 @@ def command_discover(arguments: argparse.Namespace) -> int:
         render_discovery,
         write_config,
     )
-    from lockwarden.procfs.snapshot import Snapshot
+    from lockwarden.procfs.reader import HostReader, wall_clock
 
     now = now_of(arguments)
     discovery = discover_locks(
         arguments.directories,
-        Snapshot.capture(),
+        HostReader(wall_clock),
         now,
         arguments.max_depth,
         databases=arguments.database,

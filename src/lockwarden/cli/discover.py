@@ -1,11 +1,12 @@
 """Find candidate locks on this host, judge them like any configured lock, and write a config.
 
 Two sources: every inode in /proc/locks resolved to a path through the descriptors that hold it
-(`/proc/PID/fd` links, from the snapshot's one descriptor scan), and the layouts the layout
+(`/proc/PID/fd` links, from one capture of the host), and the layouts the layout
 formats recognise by name (a Chromium profile, a Mercurial or borg repository, an Emacs `.#FILE`)
 under the directories given, walked to a bounded depth and entry count without following
 symlinks and never into /proc, /sys or /dev. Nothing found is locked, opened for writing or
-changed; the candidates go through the normal pipeline (run.inspect_locks).
+changed; the candidates go through the normal pipeline (pipeline.inspect), which captures the
+host again for them: finding the candidates and judging them are two captures, each one call.
 
 `discover_locks()` is what `lockwarden discover` and other commands (`init`) call.
 """
@@ -24,7 +25,8 @@ import tomli_w
 from lockwarden import config as config_module
 from lockwarden.formats import LAYOUT_FORMATS, choose_format
 from lockwarden.model import Finding, InodeKey
-from lockwarden.pipeline import inspect_locks
+from lockwarden.pipeline import inspect
+from lockwarden.procfs.reader import HostReader, Request
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.support.atomic import write_new
 from lockwarden.support.bounded import BoundedRun, Unanswered
@@ -61,7 +63,7 @@ class Discovery:
 
 def discover_locks(
     directories: Sequence[str],
-    snapshot: Snapshot,
+    host: HostReader,
     now: datetime,
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_entries: int = DEFAULT_MAX_ENTRIES,
@@ -69,13 +71,16 @@ def discover_locks(
 ) -> Discovery:
     """Candidates from the kernel's lock table, the directories and the PostgreSQL
     connections given, each judged now."""
-    kernel, kernel_notes = kernel_lock_candidates(snapshot)
+    kernel, kernel_notes = kernel_lock_candidates(host)
     layouts, walk_notes = layout_candidates(directories, max_depth, max_entries)
     inside, database_notes = database_candidates(databases)
     candidates = _unique([*kernel, *layouts, *inside])
-    findings = inspect_locks(lock_configs(candidates), snapshot, now)
+    inspection = inspect(lock_configs(candidates), host, now)
     notes = (*kernel_notes, *walk_notes, *database_notes)
-    return Discovery(tuple(candidates), findings, notes, snapshot.hostname, snapshot.boot_id, now)
+    snapshot = inspection.snapshot
+    return Discovery(
+        tuple(candidates), inspection.findings, notes, snapshot.hostname, snapshot.boot_id, now
+    )
 
 
 def database_candidates(connections: Sequence[str]) -> tuple[list[Candidate], list[str]]:
@@ -105,12 +110,12 @@ def database_candidates(connections: Sequence[str]) -> tuple[list[Candidate], li
 
 
 def kernel_lock_candidates(
-    snapshot: Snapshot, fs_timeout: float = config_module.DEFAULT_FS_TIMEOUT
+    host: HostReader, fs_timeout: float = config_module.DEFAULT_FS_TIMEOUT
 ) -> tuple[list[Candidate], list[str]]:
     """Every locked inode in /proc/locks, named by a path a holder's descriptor points at (each
     checked within fs_timeout: a locked file on a hung mount is left out, its mount named)."""
+    snapshot = host.capture(Request(all_locked=True))
     keys = list(snapshot.locks)
-    snapshot.scan_descriptors(keys)
     targets = {key: _link_targets(key, snapshot) for key in keys}
 
     def name(key: InodeKey) -> tuple[Candidate | None, tuple[InodeKey, ...]]:
@@ -154,9 +159,8 @@ def _link_targets(key: InodeKey, snapshot: Snapshot) -> list[str]:
     """Where the descriptors on this inode point: procfs links, read without touching the file."""
     targets = []
     for descriptor in snapshot.descriptors(key):
-        try:
-            target = os.readlink(f"{snapshot.proc}/{descriptor.pid}/fd/{descriptor.fd}")
-        except OSError:
+        target = snapshot.fd_target(descriptor.pid, descriptor.fd)
+        if target is None:
             continue
         if target.startswith("/") and not target.endswith(DELETED_SUFFIX):
             targets.append(target)

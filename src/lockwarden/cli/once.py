@@ -16,7 +16,7 @@ from lockwarden.check.sightings import LastSeen, Memory
 from lockwarden.config import Config
 from lockwarden.model import Finding, Severity
 from lockwarden.pipeline import FileReads, RunResult, run_once
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import HostReader, wall_clock
 from lockwarden.state.journal import (
     Journal,
     Record,
@@ -64,19 +64,19 @@ def run_and_alert(
     (raises RunBusy when another run holds it). A dry run decides only: no lock, no writes.
     A state directory whose file system does not answer is not touched at all: the run
     inspects, alerts and reports without it, and says so. `checkpoint`: checkpoints.py."""
-    snapshot = Snapshot.capture(read_timeout=config.fs_timeout)
+    host = HostReader(wall_clock, read_timeout=config.fs_timeout)
     # Every run reads the sighting memory, so every run first makes sure the state
     # directory's file system answers: in the child that then reads the locks' claims, which
     # it does while this process reads the memory.
     reads = FileReads(
         [lock for lock in config.locks if not lock.database],
-        snapshot.pid_max,
+        host.pid_max,
         state_directory_of(config.state.path),
         config.fs_timeout,
     )
     try:
         unusable = reads.state_problem()
-        return _run(config, now, dry_run, on_start, checkpoint, snapshot, reads, unusable)
+        return _run(config, now, dry_run, on_start, checkpoint, host, reads, unusable)
     finally:
         reads.close()
 
@@ -87,7 +87,7 @@ def _run(
     dry_run: bool,
     on_start: Callable[[], None] | None,
     checkpoint: Checkpoint,
-    snapshot: Snapshot,
+    host: HostReader,
     reads: FileReads,
     unusable: str | None,
 ) -> AlertedRun:
@@ -98,7 +98,7 @@ def _run(
         if on_start is not None:
             on_start()
         sighting = SightingMemory(config, now, unusable)
-        result = run_once(config, now, remembered=sighting.memory, snapshot=snapshot, reads=reads)
+        result = run_once(config, now, remembered=sighting.memory, host=host, reads=reads)
         result = sighting.remember(result, lock_first=True)
         if all(finding.severity is Severity.OK for finding in result.findings):
             # Alerting is off and nothing is wrong: nothing to decide, count or send, so the
@@ -111,7 +111,7 @@ def _run(
         if on_start is not None:
             on_start()
         sighting = SightingMemory(config, now, unusable)
-        result = run_once(config, now, remembered=sighting.memory, snapshot=snapshot, reads=reads)
+        result = run_once(config, now, remembered=sighting.memory, host=host, reads=reads)
         if not dry_run:
             result = sighting.remember(result, lock_first=run_lock is None)
         return _alert(config, now, dry_run, result, run_lock, unusable, checkpoint)

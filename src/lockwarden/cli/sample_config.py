@@ -67,11 +67,11 @@ def host_candidates(directories: Sequence[str] = ()) -> list[Candidate]:
         layout_candidates,
         lock_names,
     )
-    from lockwarden.procfs.snapshot import Snapshot
+    from lockwarden.procfs.reader import HostReader, wall_clock
 
     known = well_known_candidates()
     taken_paths = {candidate.path for candidate in known}
-    kernel, _notes = kernel_lock_candidates(Snapshot.capture())
+    kernel, _notes = kernel_lock_candidates(HostReader(wall_clock))
     layouts, _notes = layout_candidates(directories, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES)
     found = []
     for candidate in (*kernel, *layouts):

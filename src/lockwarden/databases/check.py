@@ -1,4 +1,12 @@
-"""One database lock, checked: ask the server, find the clients here, judge."""
+"""One database lock, checked: ask the server, find the clients here, judge.
+
+The one documented exception to "the snapshot is captured once, then nothing reads /proc":
+which processes are worth reading here (a session's client socket, the Liquibase processes)
+is known only once the server has answered, and a server is asked only when its lock is
+checked, after the capture. So this stage reads, through the run's HostReader (the same boot
+time, the same process cache), only what the server's answer names: the sessions' clients
+(peers.py) or the Liquibase processes. Its judging (judge.py) stays pure: it receives them.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +22,7 @@ from lockwarden.databases.judge import LiquibaseHost, judge_holds, judge_liquiba
 from lockwarden.databases.observe import Observation
 from lockwarden.databases.peers import find_clients
 from lockwarden.model import Finding, Holder
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import HostReader
 
 # What a running Liquibase looks like: its launcher script, its jar, or its Java main class
 # (a path that merely contains the word, such as a config file's, is not Liquibase).
@@ -46,7 +54,7 @@ def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
 def inspect_database(
     lock: LockConfig,
     policy: Policy,
-    snapshot: Snapshot,
+    host: HostReader,
     now: datetime,
     environ: Mapping[str, str] | None = None,
     first_seen: Mapping[str, datetime] | None = None,
@@ -56,11 +64,11 @@ def inspect_database(
     assert watch is not None, "inspect_database is for database locks"
     observation = observe(watch, os.environ if environ is None else environ)
     if watch.watch == "liquibase_table":
-        host = liquibase_host(snapshot, lock.host_aliases) if _locked(observation) else None
-        empty = LiquibaseHost((snapshot.hostname,), ())
-        return judge_liquibase(lock.name, lock.path, observation, host or empty, policy, now)
+        here = liquibase_host(host, lock.host_aliases) if _locked(observation) else None
+        empty = LiquibaseHost((host.hostname,), ())
+        return judge_liquibase(lock.name, lock.path, observation, here or empty, policy, now)
     sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
-    clients = find_clients(sessions, snapshot, "client") if sessions else {}
+    clients = find_clients(sessions, host, "client") if sessions else {}
     return judge_holds(
         lock.name, lock.path, format_name(watch), observation, clients, policy, now, first_seen
     )
@@ -70,23 +78,23 @@ def _locked(observation: Observation) -> bool:
     return observation.liquibase is not None and observation.liquibase.locked
 
 
-def liquibase_host(snapshot: Snapshot, aliases: tuple[str, ...]) -> LiquibaseHost:
+def liquibase_host(host: HostReader, aliases: tuple[str, ...]) -> LiquibaseHost:
     """This host's names, and the Liquibase processes running here (None when a process's
     command line could not be read, or the host's processes are not all visible)."""
-    names = (snapshot.hostname, *aliases)
-    if snapshot.nested_pid_namespace:
+    names = (host.hostname, *aliases)
+    if host.nested_pid_namespace:
         return LiquibaseHost(names, None)
     found: list[Holder] = []
-    for entry in snapshot.pid_entries():
+    for entry in host.pid_entries():
         try:
-            with open(f"{snapshot.proc}/{entry}/cmdline", "rb") as handle:
+            with open(f"{host.proc}/{entry}/cmdline", "rb") as handle:
                 command = handle.read(1 << 16).lower()
         except FileNotFoundError:
             continue
         except OSError:
             return LiquibaseHost(names, None)
         if LIQUIBASE_COMMAND.search(command) and int(entry) != os.getpid():
-            process = snapshot.process(int(entry))
+            process = host.process(int(entry))
             if process is not None and process.alive:
                 found.append(holder_from_process(process))
     return LiquibaseHost(names, tuple(found))

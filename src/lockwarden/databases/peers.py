@@ -7,7 +7,8 @@ found in its fd table (the backend is a process here when the server runs here, 
 time matches backend_start), and the kernel's unix diagnostics (NETLINK_SOCK_DIAG, as `ss -x`
 reads them) give that socket's peer, the client's end.
 
-Everything is read once per check, only for sessions that hold or wait for a watched lock.
+Everything is read once per check, only for sessions that hold or wait for a watched lock,
+through the run's HostReader after the server answered (check.py says why).
 /proc/net/tcp shows this network namespace only: a client in a container is "not found here".
 """
 
@@ -22,7 +23,7 @@ from datetime import timedelta
 
 from lockwarden.check.identify import holder_from_process
 from lockwarden.databases.observe import Backend, Client
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import HostReader
 
 ESTABLISHED = "01"
 # A backend's process starts when the server forks it for the connection: its start time and
@@ -36,30 +37,30 @@ UDIAG_SHOW_PEER, UNIX_DIAG_PEER = 0x4, 2
 Endpoint = tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]
 
 
-def find_clients(backends: Iterable[Backend], snapshot: Snapshot, role: str) -> dict[int, Client]:
+def find_clients(backends: Iterable[Backend], host: HostReader, role: str) -> dict[int, Client]:
     """Each backend's client on this host, by backend PID; `role` labels the holder."""
     wanted = list({backend.pid: backend for backend in backends}.values())
     inodes: dict[int, int] = {}
     reasons: dict[int, str] = {}
-    tcp = _tcp_sockets(snapshot.proc) if any(b.client_addr for b in wanted) else {}
+    tcp = _tcp_sockets(host.proc) if any(b.client_addr for b in wanted) else {}
     peers = _unix_peers() if any(b.unix_socket for b in wanted) else {}
     for backend in wanted:
-        found = _client_socket(backend, snapshot, tcp, peers)
+        found = _client_socket(backend, host, tcp, peers)
         if isinstance(found, int):
             inodes[backend.pid] = found
         else:
             reasons[backend.pid] = found
-    owners = _socket_owners(snapshot, set(inodes.values())) if inodes else {}
+    owners = _socket_owners(host, set(inodes.values())) if inodes else {}
     clients = {pid: Client(None, why) for pid, why in reasons.items()}
     for pid, inode in inodes.items():
-        clients[pid] = _client(snapshot, owners.get(inode, []), inode, f"{role} {pid}")
+        clients[pid] = _client(host, owners.get(inode, []), inode, f"{role} {pid}")
     return clients
 
 
-def _client(snapshot: Snapshot, pids: list[int], inode: int, role: str) -> Client:
-    processes = [process for process in map(snapshot.process, pids) if process is not None]
+def _client(host: HostReader, pids: list[int], inode: int, role: str) -> Client:
+    processes = [process for process in map(host.process, pids) if process is not None]
     if not processes:
-        hidden = snapshot_hidden(snapshot)
+        hidden = hidden_note(host)
         why = f"socket {inode} is on this host but no process that has it could be read"
         return Client(None, f"{why}{hidden}")
     # A forked client shares its socket with its parent; the youngest is the one talking.
@@ -67,12 +68,12 @@ def _client(snapshot: Snapshot, pids: list[int], inode: int, role: str) -> Clien
     return Client(holder_from_process(process, lock_kind=role))
 
 
-def snapshot_hidden(snapshot: Snapshot) -> str:
+def hidden_note(host: HostReader) -> str:
     return " (run as root to read other users' descriptors)" if os.geteuid() != 0 else ""
 
 
 def _client_socket(
-    backend: Backend, snapshot: Snapshot, tcp: dict[Endpoint, int], peers: dict[int, int]
+    backend: Backend, host: HostReader, tcp: dict[Endpoint, int], peers: dict[int, int]
 ) -> int | str:
     """The inode of the client's socket on this host, or why there is none."""
     if backend.client_addr is not None and backend.client_port is not None:
@@ -91,11 +92,11 @@ def _client_socket(
         return backend.client_note or (
             "the session's client address is not visible (grant pg_read_all_stats)"
         )
-    return _unix_client_socket(backend, snapshot, peers)
+    return _unix_client_socket(backend, host, peers)
 
 
-def _unix_client_socket(backend: Backend, snapshot: Snapshot, peers: dict[int, int]) -> int | str:
-    process = snapshot.process(backend.pid)
+def _unix_client_socket(backend: Backend, host: HostReader, peers: dict[int, int]) -> int | str:
+    process = host.process(backend.pid)
     same = (
         process is not None
         and backend.backend_start is not None
@@ -106,11 +107,11 @@ def _unix_client_socket(backend: Backend, snapshot: Snapshot, peers: dict[int, i
             f"the client uses the server's unix socket, but backend {backend.pid} is not a "
             "process of this host (the server runs in a container or another PID namespace)"
         )
-    for inode in _socket_inodes(snapshot.proc, backend.pid):
+    for inode in _socket_inodes(host.proc, backend.pid):
         peer = peers.get(inode)
         if peer:
             return peer
-    hidden = snapshot_hidden(snapshot)
+    hidden = hidden_note(host)
     return f"backend {backend.pid}'s unix socket and its peer could not be read{hidden}"
 
 
@@ -131,12 +132,12 @@ def _socket_inodes(proc: str, pid: int) -> list[int]:
     return inodes
 
 
-def _socket_owners(snapshot: Snapshot, inodes: set[int]) -> dict[int, list[int]]:
+def _socket_owners(host: HostReader, inodes: set[int]) -> dict[int, list[int]]:
     """Which processes have these sockets open: one walk of every fd table."""
     links = {f"socket:[{inode}]": inode for inode in inodes}
     owners: dict[int, list[int]] = {}
-    for entry in snapshot.pid_entries():
-        directory = f"{snapshot.proc}/{entry}/fd"
+    for entry in host.pid_entries():
+        directory = f"{host.proc}/{entry}/fd"
         try:
             names = os.listdir(directory)
         except OSError:

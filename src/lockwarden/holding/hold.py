@@ -54,7 +54,7 @@ from lockwarden.formats import store_lock_path
 from lockwarden.formats.base import key_of, lstat_or_none
 from lockwarden.model import Finding, InodeKey, State
 from lockwarden.pipeline import inspect_path
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import Clock, HostReader, Request, wall_clock
 from lockwarden.support.durations import format_duration, format_limit, parse_duration
 from lockwarden.support.exit_codes import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 
@@ -173,11 +173,12 @@ def record_for(
     command: Sequence[str] | None,
     max_hold_s: float | None = None,
     proc: str = "/proc",
+    clock: Clock = wall_clock,
 ) -> HoldRecord:
-    """This process's identity, read the way the inspecting side reads it (host.Snapshot), so
-    the start ticks and boot id it records are exactly what `inspect` will compare. `command`
-    None means this process's own command line."""
-    snapshot = Snapshot.capture(proc, read_locks=False)
+    """This process's identity, read the way the inspecting side reads it (one capture of the
+    host through procfs), so the start ticks and boot id it records are exactly what `inspect`
+    will compare. `command` None means this process's own command line."""
+    snapshot = HostReader(clock, proc).capture(Request(read_locks=False, pids=(os.getpid(),)))
     me = snapshot.process(os.getpid())
     if me is None:
         raise LockUnavailable(f"cannot read this process's own identity from {proc}")
@@ -188,7 +189,7 @@ def record_for(
         boot_id=snapshot.boot_id,
         start_ticks=me.start_ticks,
         pid_namespace=me.pid_namespace,
-        started_at=datetime.now(UTC),
+        started_at=clock(),
         command=tuple(me.cmdline if command is None else command),
         user=_invoking_user(),
         max_hold_s=max_hold_s,

@@ -1,5 +1,9 @@
 """One snapshot of the host per run: kernel locks, their true holders, boot id, processes.
 
+The frozen `Snapshot` is what a run judges by; `HostReader.capture` (reader.py) fills it once,
+eagerly, with the facts the run's locks ask for, and nothing reads /proc after that. This
+module holds the snapshot and the readers of each /proc file that the capture calls.
+
 `/proc/locks` is read once and indexed by (device, inode). The PID printed there is whoever
 *took* the lock (a dead parent, or -1 for OFD locks), so holders are resolved from the `lock:`
 lines of `/proc/PID/fdinfo/FD`, in one scan of every process for all the inodes a run cares
@@ -15,12 +19,12 @@ on a hung mount blocks it).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import TypeVar
 
 import psutil
@@ -32,6 +36,8 @@ DEFAULT_PID_MAX = 4194304
 PROC_READ_TIMEOUT_S = 3.0
 
 log = logging.getLogger(__name__)
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True)
@@ -200,13 +206,20 @@ def _namespace_id(link: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-class SnapshotClosed(RuntimeError):
-    """The host was read while judging (see Snapshot.closed)."""
+class NotCaptured(LookupError):
+    """A fact the run's capture did not read was looked up: the capture's request and the
+    judging step disagree (a bug, found by any test), never a reason to read the host late."""
 
 
-@dataclass
+def _frozen(mapping: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """What the host looked like at one moment; the only reader of /proc in a run."""
+    """What the host looked like at one moment: every fact a run's judging needs, read once by
+    `HostReader.capture` (reader.py). Frozen and holding no reader: a look-up of a fact that
+    was not captured raises NotCaptured instead of reading /proc."""
 
     boot_id: str
     hostname: str
@@ -216,73 +229,35 @@ class Snapshot:
     pid_max: int
     pid_namespace: int | None
     nested_pid_namespace: bool
-    lock_lines: dict[int, list[str]]
-    proc: str = "/proc"
-    _locks: dict[InodeKey, list[KernelLock]] = field(default_factory=dict, repr=False)
-    _processes: dict[int, Process | None] = field(default_factory=dict, repr=False)
-    _scan: DescriptorScan | None = field(default=None, repr=False)
-    _scanned_keys: frozenset[InodeKey] = field(default=frozenset(), repr=False)
-    _node_id: int | None = field(default=None, repr=False)
-    _cwds: WorkingDirectories | None = field(default=None, repr=False)
-    _nested_pids: dict[int, tuple[int, ...]] | None = field(default=None, repr=False)
-    _pid_entries: tuple[str, ...] | None = field(default=None, repr=False)
+    lock_lines: Mapping[int, Sequence[str]] = field(default_factory=_frozen, repr=False)
+    """The raw /proc/locks lines by inode number (see index_proc_locks)."""
     euid: int = 0
     ptrace_capable: bool = True
     """Whether this process may read other users' (and more privileged) processes'
     /proc/PID/fdinfo: root with CAP_SYS_PTRACE in its effective set."""
-    _thread_scan: dict[InodeKey, list[Descriptor]] | None = field(default=None, repr=False)
-    _mapped: dict[InodeKey, tuple[int, ...]] = field(default_factory=dict, repr=False)
-    read_timeout: float = PROC_READ_TIMEOUT_S
-    _closed: bool = field(default=False, repr=False)
-
-    @classmethod
-    def capture(
-        cls,
-        proc: str = "/proc",
-        read_locks: bool = True,
-        read_timeout: float = PROC_READ_TIMEOUT_S,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    ) -> Snapshot:
-        """`read_locks=False` skips /proc/locks (which can hold thousands of lines) for callers
-        that only need identities, such as `lockwarden hold` writing its own record.
-        `read_timeout`: the longest a process's details that can block may take to read.
-        `clock`: the wall clock the capture is dated by (and the boot time derived from)."""
-        captured_at = clock()
-        uptime_s = float(_read_text(f"{proc}/uptime").split()[0])
-        try:
-            pid_max = int(_read_text(f"{proc}/sys/kernel/pid_max").strip())
-        except (OSError, ValueError):
-            pid_max = DEFAULT_PID_MAX
-        return cls(
-            boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
-            hostname=os.uname().nodename,  # gethostname() without importing socket
-            captured_at=captured_at,
-            uptime_s=uptime_s,
-            clock_ticks=os.sysconf("SC_CLK_TCK"),
-            pid_max=pid_max,
-            pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
-            nested_pid_namespace=_own_namespace_is_nested(proc),
-            lock_lines=(index_proc_locks(_read_text(f"{proc}/locks")) if read_locks else {}),
-            proc=proc,
-            euid=os.geteuid(),
-            ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),
-            read_timeout=read_timeout,
-        )
-
-    @contextlib.contextmanager
-    def closed(self) -> Iterator[Snapshot]:
-        """While judging: everything the run reads of the host has been read. A read of /proc
-        in this block raises SnapshotClosed, so a judging step that reaches for the host is a
-        bug found by any test, not a slow path found in production."""
-        self._closed = True
-        try:
-            yield self
-        finally:
-            self._closed = False
-
-    def _reading(self, what: str) -> None:
-        if self._closed:
-            raise SnapshotClosed(f"{what} read while judging: gather it before (pipeline.py)")
+    parsed_locks: Mapping[InodeKey, tuple[KernelLock, ...]] = field(
+        default_factory=_frozen, repr=False
+    )
+    scanned_keys: frozenset[InodeKey] = frozenset()
+    found_descriptors: Mapping[InodeKey, tuple[Descriptor, ...]] = field(
+        default_factory=_frozen, repr=False
+    )
+    unreadable_pids: int = 0
+    hidden_pids: tuple[int, ...] = ()
+    """The processes whose open files could not be read in the descriptor scan."""
+    thread_tables: Mapping[InodeKey, tuple[Descriptor, ...]] | None = field(
+        default=None, repr=False
+    )
+    processes: Mapping[int, Process | None] = field(default_factory=_frozen, repr=False)
+    mappings: Mapping[InodeKey, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
+    blocked: Mapping[int, tuple[BlockedCall, ...]] = field(default_factory=_frozen, repr=False)
+    twins: Mapping[int, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
+    cwds: WorkingDirectories | None = field(default=None, repr=False)
+    working_in: Mapping[tuple[str, ...], tuple[int, ...]] = field(
+        default_factory=_frozen, repr=False
+    )
+    fd_targets: Mapping[tuple[int, int], str] = field(default_factory=_frozen, repr=False)
+    machine_id: int | None = None
 
     @property
     def booted_at(self) -> datetime:
@@ -292,14 +267,10 @@ class Snapshot:
         return self.booted_at + timedelta(seconds=ticks / self.clock_ticks)
 
     def node_id(self) -> int:
-        """This machine's id as borg records it beside the host name (`uuid.getnode()`, the MAC);
-        asked only when a lock records one, since finding it may cost a subprocess."""
-        if self._node_id is None:
-            self._reading("the machine id")
-            import uuid  # only borg records a machine id; most runs never ask
-
-            self._node_id = uuid.getnode()
-        return self._node_id
+        """This machine's id as borg records it beside the host name (`uuid.getnode()`)."""
+        if self.machine_id is None:
+            raise NotCaptured("the machine id was not captured")
+        return self.machine_id
 
     def valid_pid(self, pid: object) -> bool:
         """Only an int in 2..pid_max names a process (0, -1 and True are traps for kill())."""
@@ -313,158 +284,95 @@ class Snapshot:
         )
 
     def kernel_locks(self, key: InodeKey) -> list[KernelLock]:
-        """The /proc/locks entries on this inode, parsed on first use (see index_proc_locks)."""
-        if key not in self._locks:
-            lines = "\n".join(self.lock_lines.get(key[1], ()))
-            self._locks[key] = parse_proc_locks(lines).get(key, [])
-        return self._locks[key]
-
-    def pid_exists(self, pid: int) -> bool:
-        """kill(pid, 0): EPERM means it exists and belongs to someone else."""
-        if not self.valid_pid(pid):
-            return False
-        self._reading(f"whether PID {pid} exists")
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        """The /proc/locks entries on this inode: parsed at capture for the keys asked about,
+        else from the captured lines (see index_proc_locks)."""
+        if key in self.parsed_locks:
+            return list(self.parsed_locks[key])
+        return locks_on(self.lock_lines, key)
 
     def process(self, pid: int) -> Process | None:
         """Identity and details of a live (or zombie) process, None when there is none."""
         if not self.valid_pid(pid):
             return None
-        if pid not in self._processes:
-            self._reading(f"PID {pid}")
-            self._processes[pid] = self._read_process(pid)
-        return self._processes[pid]
-
-    def _read_process(self, pid: int) -> Process | None:
-        base = f"{self.proc}/{pid}"
-        try:
-            facts = _process_facts(pid)
-            # start ticks, not psutil's create_time: an identity must match the kernel's count
-            stat_text = _read_text(f"{base}/stat")
-        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
-            return None  # gone (a zombie is still there: psutil's ZombieProcess is handled)
-        name = stat_text[stat_text.find("(") + 1 : stat_text.rfind(")")]
-        start_ticks = int(stat_text[stat_text.rfind(")") + 2 :].split()[19])
-        raw_cmdline = read_within(f"{base}/cmdline", self.read_timeout)
-        if raw_cmdline is None:  # still named by its PID and kernel name, from stat
-            log.warning(
-                "the command line of PID %d did not answer within %gs (a process stuck on a "
-                "hung mount?); named by its PID",
-                pid,
-                self.read_timeout,
-            )
-            raw_cmdline = ""
-        try:
-            unit, user_unit = unit_from_cgroup(_read_text(f"{base}/cgroup"))
-        except OSError:
-            unit, user_unit = None, False
-        return Process(
-            pid=pid,
-            start_ticks=start_ticks,
-            state=facts.state,
-            threads=facts.threads,
-            uid=facts.uid,
-            user=facts.user,
-            cmdline=tuple(part for part in raw_cmdline.split("\0") if part),
-            name=name,
-            unit=unit,
-            user_unit=user_unit,
-            pid_namespace=_namespace_id(f"{base}/ns/pid"),
-            started_at=self.ticks_to_time(start_ticks),
-        )
-
-    def pid_entries(self) -> tuple[str, ...]:
-        """The process directories of /proc, listed once per run for every scan that needs it."""
-        if self._pid_entries is None:
-            self._reading("the process list")
-            self._pid_entries = tuple(str(pid) for pid in psutil.pids())
-        return self._pid_entries
-
-    def namespace_twins(self, pid: int) -> tuple[int, ...]:
-        """Processes (by their PID here) whose PID in a nested namespace is `pid`."""
-        if self._nested_pids is None:
-            self._nested_pids = _scan_nested_pids(self.proc, self.pid_entries(), self.pid_namespace)
-        return self._nested_pids.get(pid, ())
+        if pid not in self.processes:
+            raise NotCaptured(f"PID {pid} was not captured")
+        return self.processes[pid]
 
     def descriptors(self, key: InodeKey) -> list[Descriptor]:
-        """Every open descriptor on this inode, from one scan shared by the whole run."""
-        if self._scan is None or key not in self._scanned_keys:
-            self.scan_descriptors([key])
-        assert self._scan is not None
-        return self._scan.by_key.get(key, [])
-
-    @property
-    def unreadable_pids(self) -> int:
-        return self._scan.unreadable_pids if self._scan else 0
-
-    @property
-    def hidden_pids(self) -> tuple[int, ...]:
-        """The processes whose open files could not be read in the last descriptor scan."""
-        return tuple(self._scan.hidden) if self._scan else ()
-
-    def scan_descriptors(self, keys: Iterable[InodeKey]) -> None:
-        """Walk /proc/*/fdinfo once for all these inodes (and those asked about before)."""
-        wanted = frozenset(keys) | self._scanned_keys
-        if self._scan is not None and wanted == self._scanned_keys:
-            return
-        self._reading("open descriptors")
-        self._scan = _scan_descriptors(self.proc, wanted, self.pid_entries())
-        self._scanned_keys = wanted
+        """Every open descriptor on this inode in the processes' tables (/proc/PID/fd)."""
+        if key not in self.scanned_keys:
+            raise NotCaptured(f"the descriptors on inode {key} were not captured")
+        return list(self.found_descriptors.get(key, ()))
 
     def thread_descriptors(self, key: InodeKey) -> list[Descriptor]:
         """Descriptors on this inode in threads' own tables (/proc/PID/task/TID/fd), which
         /proc/PID/fd does not show: a thread that unshared its descriptor table, or every
-        thread of a process whose main thread exited. Walked once, only when a lock has a
-        holder the process tables did not show."""
-        if self._thread_scan is None:
-            self._reading("threads' descriptor tables")
-            keys = frozenset(self._scanned_keys | {key})
-            self._thread_scan = _scan_thread_tables(self.proc, keys, self.pid_entries())
-        return self._thread_scan.get(key, [])
+        thread of a process whose main thread exited."""
+        if self.thread_tables is None or key not in self.scanned_keys:
+            raise NotCaptured(f"threads' descriptor tables were not captured for inode {key}")
+        return list(self.thread_tables.get(key, ()))
 
     def blocked_calls(self, pid: int) -> list[BlockedCall]:
         """The lock calls this process's threads are blocked in (fcntl F_SETLKW/F_OFD_SETLKW,
-        flock), from /proc/PID/task/TID/syscall: how an OFD waiter, which /proc/locks shows
-        as PID -1, is named."""
-        self._reading(f"PID {pid}'s blocked calls")
-        return _blocked_calls(self.proc, pid)
+        flock): how an OFD waiter, which /proc/locks shows as PID -1, is named."""
+        if pid not in self.blocked:
+            raise NotCaptured(f"PID {pid}'s blocked calls were not captured")
+        return list(self.blocked[pid])
 
     def mapping_pids(self, key: InodeKey) -> tuple[int, ...]:
         """Processes that map this inode into memory (a mapping keeps the open file, and so its
-        flock, alive after the descriptor is closed). Read only for an unattributed lock."""
-        if key not in self._mapped:
-            self._reading("memory mappings")
-            self._mapped[key] = _mapping_pids(self.proc, key, self.pid_entries())
-        return self._mapped[key]
+        flock, alive after the descriptor is closed)."""
+        if key not in self.mappings:
+            raise NotCaptured(f"the memory mappings of inode {key} were not captured")
+        return self.mappings[key]
+
+    def namespace_twins(self, pid: int) -> tuple[int, ...]:
+        """Processes (by their PID here) whose PID in a nested namespace is `pid`."""
+        if pid not in self.twins:
+            raise NotCaptured(f"the namespace twins of PID {pid} were not captured")
+        return self.twins[pid]
 
     def working_directories(self) -> WorkingDirectories:
-        """Every process's working directory, read once per run and only when a lock asks."""
-        if self._cwds is None:
-            self._reading("working directories")
-            self._cwds = _read_working_directories(self.proc, self.pid_entries())
-        return self._cwds
+        """Every process's working directory (captured only when a lock asks)."""
+        if self.cwds is None:
+            raise NotCaptured("working directories were not captured")
+        return self.cwds
 
     def processes_working_in(self, directories: Iterable[str]) -> list[int]:
         """PIDs whose working directory is one of `directories` or below it."""
-        roots = [os.path.realpath(directory).rstrip("/") for directory in directories]
-        return [
-            pid
-            for pid, cwd in self.working_directories().by_pid.items()
-            if any(cwd == root or cwd.startswith(root + "/") for root in roots)
-        ]
+        wanted = tuple(directories)
+        if wanted not in self.working_in:
+            raise NotCaptured(f"the processes working in {', '.join(wanted)} were not captured")
+        return list(self.working_in[wanted])
+
+    def fd_target(self, pid: int, fd: int) -> str | None:
+        """Where a found descriptor's /proc/PID/fd link pointed (asked by `discover`), None
+        when it could not be read."""
+        return self.fd_targets.get((pid, fd))
+
+
+def locks_on(lock_lines: Mapping[int, Sequence[str]], key: InodeKey) -> list[KernelLock]:
+    """The /proc/locks entries on this inode, parsed from the lines of its inode number."""
+    lines = lock_lines.get(key[1])
+    if not lines:
+        return []
+    return parse_proc_locks("\n".join(lines)).get(key, [])
+
+
+def processes_under(cwds: WorkingDirectories, roots: Iterable[str]) -> tuple[int, ...]:
+    """PIDs whose working directory is one of `roots` (resolved) or below it."""
+    return tuple(
+        pid
+        for pid, cwd in cwds.by_pid.items()
+        if any(cwd == root or cwd.startswith(root + "/") for root in roots)
+    )
 
 
 @dataclass(frozen=True)
 class WorkingDirectories:
     """Every process's working directory, and the processes whose one could not be read."""
 
-    by_pid: dict[int, str]
+    by_pid: Mapping[int, str]
     unreadable_pids: tuple[int, ...]
 
 

@@ -31,11 +31,12 @@ from lockwarden.alerts.decide import Outgoing
 from lockwarden.alerts.messages import Message, Row, render_markdown, render_text
 from lockwarden.alerts.stage import JournalWriter, load_history, state_path
 from lockwarden.check.classify import classify
-from lockwarden.check.identify import gather, keys_to_scan
+from lockwarden.check.identify import gather, request_for
 from lockwarden.config import Config, LockConfig
 from lockwarden.formats import read_claim
 from lockwarden.formats.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
+from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.state.history import History
 from lockwarden.state.journal import Journal, Record, StateError
@@ -154,20 +155,21 @@ def _directory_content(path: str, record_path: str | None) -> bytes:
     return b"\n".join(parts)
 
 
-def judge_now(lock: LockConfig, now: datetime) -> Candidate:
-    """Read and classify the lock again from a fresh host snapshot; raise Refused unless it is
-    stale, removable, and nobody has it locked or open."""
+def judge_now(lock: LockConfig, now: datetime, clock: Clock = wall_clock) -> Candidate:
+    """Read and classify the lock again from a fresh host snapshot (one capture, after the
+    lock was read); raise Refused unless it is stale, removable, and nobody has it locked or
+    open. `clock`: the wall clock the snapshot is dated by."""
     from lockwarden.pipeline import policy_for
 
-    snapshot = Snapshot.capture()
-    claim = read_claim(lock.path, lock.format, snapshot.pid_max)
+    host = HostReader(clock)
+    claim = read_claim(lock.path, lock.format, host.pid_max)
     why_not = refusal(claim)
     if why_not is not None:
         raise Refused(why_not)
     assert claim.remove_path is not None
     judged = fingerprint(claim.remove_path, claim.record_path)
     watched = {*claim.keys, judged.key, *_record_key(claim)}
-    snapshot.scan_descriptors(watched | keys_to_scan([claim], snapshot))
+    snapshot = host.capture(request_for([claim], scan_keys=watched, name_hidden=True))
     finding = classify(lock.name, claim, gather(claim, snapshot), policy_for(lock), now)
     if finding.state is not State.STALE:
         raise Refused(f"a fresh look finds it {finding.state.value}: {finding.reason}")
@@ -458,7 +460,7 @@ def _inspect(lock: LockConfig, now: datetime) -> Finding:
     """The lock as it is after the removal (free, or a new holder that was quick)."""
     from lockwarden.pipeline import inspect_locks
 
-    return inspect_locks([lock], Snapshot.capture(), now)[0]
+    return inspect_locks([lock], HostReader(wall_clock), now)[0]
 
 
 def render_removed(

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import Children, require_tool, run_cli, wait_until
+from factories import capture_host
 from lockcheck import kill_group
 from lockwarden.cli.discover import discover_locks, layout_candidates, lock_names
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import HostReader, wall_clock
 
 
 @dataclass
@@ -81,7 +82,7 @@ def held_locks(children: Children, tmp_path: Path) -> Iterator[HeldLocks]:
         [flock, "-x", str(flocked), "sleep", "60"], start_new_session=True
     )
     key = (os.stat(flocked).st_dev, os.stat(flocked).st_ino)
-    assert wait_until(lambda: key in Snapshot.capture().locks, timeout=10)
+    assert wait_until(lambda: key in capture_host().locks, timeout=10)
     borg = start_borg_lock(tmp_path)
     try:
         yield HeldLocks(tmp_path, database, flocked, tmp_path / "backups" / "repo")
@@ -163,7 +164,7 @@ def test_discover_locks_judges_a_found_layout(tmp_path: Path) -> None:
     (tmp_path / "profile").mkdir()
     (tmp_path / "profile" / "SingletonLock").symlink_to("another-machine-4242")
 
-    discovery = discover_locks([str(tmp_path)], Snapshot.capture(), datetime.now(UTC))
+    discovery = discover_locks([str(tmp_path)], HostReader(wall_clock), datetime.now(UTC))
     found = {
         candidate.path: finding
         for candidate, finding in zip(discovery.candidates, discovery.findings, strict=True)

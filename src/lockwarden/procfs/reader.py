@@ -1,0 +1,496 @@
+"""The one reader of /proc in a run: `HostReader.capture(request)` reads, eagerly and once,
+everything the judging step will need, and returns a frozen Snapshot (snapshot.py).
+
+What is read depends on what the locks ask (a `Request` built from their claims by
+check/identify.py) and on what the first reads found, under the same conditions that keep a
+quiet run cheap as when these reads were made on demand:
+
+* the descriptor scan only for inodes that are kernel-locked, or judged by who has them open;
+* threads' own descriptor tables only when a lock has a holder the process tables did not show;
+* memory mappings only for a lock still unattributed after that, when nothing else explains it;
+* blocked calls only for the openers of a lock with an OFD waiter;
+* namespace twins only for a record-named existence lock that no kernel lock holds;
+* working directories only when a present lock names directories its workers work in;
+* process details for every PID the record names, /proc/locks names, or a descriptor shows.
+
+After the capture the reader is still the host's edge for the one stage that must ask after
+judging began to gather: a database lock's clients (databases/peers.py), which only the
+server's answer names. It reads them through this reader, with the capture's boot time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
+from typing import TypeVar
+
+import psutil
+
+from lockwarden.model import InodeKey, KernelLock, Process
+from lockwarden.procfs.snapshot import (
+    CAP_SYS_PTRACE,
+    DEFAULT_PID_MAX,
+    PROC_READ_TIMEOUT_S,
+    BlockedCall,
+    Descriptor,
+    DescriptorScan,
+    Snapshot,
+    WorkingDirectories,
+    _blocked_calls,
+    _has_capability,
+    _mapping_pids,
+    _namespace_id,
+    _own_namespace_is_nested,
+    _process_facts,
+    _read_text,
+    _read_working_directories,
+    _scan_descriptors,
+    _scan_nested_pids,
+    _scan_thread_tables,
+    index_proc_locks,
+    locks_on,
+    log,
+    parse_proc_locks,
+    processes_under,
+    read_within,
+    unit_from_cgroup,
+)
+
+Clock = Callable[[], datetime]
+"""The wall clock a capture is dated by; the caller passes it (tests step it)."""
+
+
+def wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class LockQuestion:
+    """What one lock asks of the host, from its claim (check/identify.py builds it)."""
+
+    keys: tuple[InodeKey, ...] = ()
+    by_openers: bool = False
+    """Judged by who has it open: its descriptors are wanted even with no kernel lock."""
+    pids: tuple[int, ...] = ()
+    """The PIDs its record names (the holder, others listed, candidates)."""
+    twin_pid: int | None = None
+    """A record-named existence lock's PID: its namespace twins decide it when no kernel lock
+    holds the lock."""
+    work_directories: tuple[str, ...] = ()
+    """Directories its workers work in (a present lock's): the working directories are read."""
+    machine_id: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Everything a capture is asked for: the locks' questions, and what a caller beyond the
+    pipeline needs (removal, hold, discover)."""
+
+    locks: tuple[LockQuestion, ...] = ()
+    read_locks: bool = True
+    """False skips /proc/locks (thousands of lines) for a caller that needs only identities."""
+    scan_keys: frozenset[InodeKey] = frozenset()
+    """Inodes whose descriptors are wanted whatever their locks (removal's "nobody has it")."""
+    all_locked: bool = False
+    """Every inode /proc/locks lists, with its descriptors and their link targets (discover)."""
+    pids: tuple[int, ...] = ()
+    """Processes whose details are wanted whatever the locks say (hold: its own)."""
+    name_hidden: bool = False
+    """Details of every process whose descriptors could not be read (removal)."""
+
+
+@dataclass
+class _Look:
+    """One lock's first facts, from which its follow-up reads are decided."""
+
+    question: LockQuestion
+    granted: tuple[KernelLock, ...]
+    waiting: tuple[KernelLock, ...]
+    descriptors: list[Descriptor] = field(default_factory=list)
+    unmatched: bool = False
+    """A granted lock that no descriptor found so far carries."""
+
+    def found(self, descriptors: list[Descriptor]) -> None:
+        self.descriptors = descriptors
+        self.unmatched = bool(self.granted) and unmatched_locks(self.granted, descriptors) > 0
+
+
+def lock_identity(lock: KernelLock) -> tuple[str, str, int, int, int | None]:
+    """What a /proc/locks line and an fdinfo `lock:` line of the same lock have in common
+    (their ordinal numbers differ)."""
+    return (lock.kind, lock.mode, lock.pid, lock.start, lock.end)
+
+
+def unmatched_locks(granted: Iterable[KernelLock], descriptors: Iterable[Descriptor]) -> int:
+    """Granted locks no descriptor carries."""
+    carried = {
+        (lock.kind, lock.mode, lock.pid, lock.start, lock.end)  # lock_identity, inlined: a
+        for found in descriptors  # run computes it for every held lock
+        for lock in found.locks
+    }
+    return sum(1 for lock in granted if lock_identity(lock) not in carried)
+
+
+@dataclass(frozen=True)
+class _Base:
+    """The facts every capture reads first: the moment, the boot, this process's place."""
+
+    captured_at: datetime
+    uptime_s: float
+    boot_id: str
+    pid_namespace: int | None
+    nested_pid_namespace: bool
+    euid: int
+    ptrace_capable: bool
+
+    @property
+    def booted_at(self) -> datetime:
+        return self.captured_at - timedelta(seconds=self.uptime_s)
+
+
+class HostReader:
+    """Reads /proc for one run (`capture`), and a database lock's clients after it."""
+
+    def __init__(
+        self, clock: Clock, proc: str = "/proc", read_timeout: float = PROC_READ_TIMEOUT_S
+    ) -> None:
+        """`clock`: the wall clock each capture is dated by (and the boot time derived from).
+        `read_timeout`: the longest a process's details that can block may take to read."""
+        self.clock = clock
+        self.proc = proc
+        self.read_timeout = read_timeout
+        self.clock_ticks = os.sysconf("SC_CLK_TCK")
+        self.hostname = os.uname().nodename  # gethostname() without importing socket
+        self._pid_max: int | None = None
+        self._base: _Base | None = None
+        self._processes: dict[int, Process | None] = {}
+        self._entries: tuple[str, ...] | None = None
+
+    @property
+    def pid_max(self) -> int:
+        """The largest PID of this host (a record's PID beyond it names no process)."""
+        if self._pid_max is None:
+            try:
+                self._pid_max = int(_read_text(f"{self.proc}/sys/kernel/pid_max").strip())
+            except (OSError, ValueError):
+                self._pid_max = DEFAULT_PID_MAX
+        return self._pid_max
+
+    @property
+    def nested_pid_namespace(self) -> bool:
+        return self._host().nested_pid_namespace
+
+    def capture(self, request: Request) -> Snapshot:
+        """Read everything `request` will need, then freeze it. A reader captures afresh each
+        time (its process cache is emptied): removal's last look must not reuse the first."""
+        self._processes, self._entries = {}, None
+        base, index = self.read_host(request.read_locks)
+        self._base = base
+        parsed = self._parse(request, index)
+        scan_keys = self._scan_keys(request, parsed)
+        scan = self.scan_descriptors(scan_keys)
+        looks = [_first_look(question, parsed, scan) for question in request.locks]
+        threads = self._thread_tables(looks, scan_keys)
+        hidden_or_nested = bool(scan.unreadable_pids) or base.nested_pid_namespace
+        mappings = {} if hidden_or_nested else self._mappings(looks)
+        cwds, working_in = self._working_directories(request.locks)
+        wanted = _pids_to_read(request, looks, working_in, cwds, scan.hidden)
+        processes = {pid: self.process(pid) for pid in sorted(wanted)}
+        return Snapshot(
+            boot_id=base.boot_id,
+            hostname=self.hostname,
+            captured_at=base.captured_at,
+            uptime_s=base.uptime_s,
+            clock_ticks=self.clock_ticks,
+            pid_max=self.pid_max,
+            pid_namespace=base.pid_namespace,
+            nested_pid_namespace=base.nested_pid_namespace,
+            lock_lines=_frozen({inode: tuple(lines) for inode, lines in index.items()}),
+            euid=base.euid,
+            ptrace_capable=base.ptrace_capable,
+            parsed_locks=_frozen(parsed),
+            scanned_keys=scan_keys,
+            found_descriptors=_frozen({key: tuple(found) for key, found in scan.by_key.items()}),
+            unreadable_pids=scan.unreadable_pids,
+            hidden_pids=tuple(scan.hidden),
+            thread_tables=None if threads is None else _frozen(threads),
+            mappings=_frozen(mappings),
+            blocked=_frozen(self._blocked(looks)),
+            twins=_frozen(self._twins(looks)),
+            cwds=cwds,
+            working_in=_frozen(working_in),
+            fd_targets=_frozen(self._fd_targets(scan) if request.all_locked else {}),
+            processes=_frozen(processes),
+            machine_id=_machine_id() if _wants_machine_id(request) else None,
+        )
+
+    def read_host(self, read_locks: bool) -> tuple[_Base, dict[int, list[str]]]:
+        """What every capture reads first: the moment and the boot, and /proc/locks (indexed
+        by inode) unless `read_locks` is false."""
+        base = self._read_base()
+        index = index_proc_locks(_read_text(f"{self.proc}/locks")) if read_locks else {}
+        return base, index
+
+    def _read_base(self) -> _Base:
+        proc = self.proc
+        captured_at = self.clock()
+        return _Base(
+            captured_at=captured_at,
+            uptime_s=float(_read_text(f"{proc}/uptime").split()[0]),
+            boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
+            pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
+            nested_pid_namespace=_own_namespace_is_nested(proc),
+            euid=os.geteuid(),
+            ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),
+        )
+
+    def _host(self) -> _Base:
+        """The base facts of the last capture (read now when nothing was captured yet)."""
+        if self._base is None:
+            self._base = self._read_base()
+        return self._base
+
+    @staticmethod
+    def _parse(
+        request: Request, index: Mapping[int, list[str]]
+    ) -> dict[InodeKey, tuple[KernelLock, ...]]:
+        """The kernel locks on every inode asked about (all of them for `all_locked`)."""
+        if request.all_locked:
+            every = parse_proc_locks("\n".join(line for lines in index.values() for line in lines))
+            parsed = {key: tuple(locks) for key, locks in every.items()}
+        else:
+            parsed = {}
+        keys = {key for question in request.locks for key in question.keys}
+        for key in keys | request.scan_keys:
+            if key not in parsed:
+                parsed[key] = tuple(locks_on(index, key))
+        return parsed
+
+    @staticmethod
+    def _scan_keys(
+        request: Request, parsed: Mapping[InodeKey, tuple[KernelLock, ...]]
+    ) -> frozenset[InodeKey]:
+        """Inodes whose descriptors the run must find: kernel-locked ones, every inode of a
+        lock some kernel lock is granted on, and existence locks judged by who has them open."""
+        wanted = set(request.scan_keys)
+        if request.all_locked:
+            wanted.update(key for key, locks in parsed.items() if locks)
+        for question in request.locks:
+            locked = [key for key in question.keys if parsed[key]]
+            wanted.update(locked)
+            granted = any(not lock.waiting for key in locked for lock in parsed[key])
+            if granted or question.by_openers:  # judging looks at every inode of such a lock
+                wanted.update(question.keys)
+        return frozenset(wanted)
+
+    def scan_descriptors(self, keys: frozenset[InodeKey]) -> DescriptorScan:
+        """One walk of /proc/*/fdinfo for all these inodes (none at all for no inode)."""
+        if not keys:
+            return DescriptorScan()
+        return _scan_descriptors(self.proc, keys, self.pid_entries())
+
+    def _thread_tables(
+        self, looks: list[_Look], keys: frozenset[InodeKey]
+    ) -> dict[InodeKey, tuple[Descriptor, ...]] | None:
+        """Threads' own descriptor tables, walked once and only when some lock has a holder
+        the process tables did not show; that lock's descriptors then include them."""
+        missing = [look for look in looks if look.unmatched]
+        if not missing:
+            return None
+        walked = _scan_thread_tables(self.proc, keys, self.pid_entries())
+        for look in missing:
+            more = [found for key in look.question.keys for found in walked.get(key, ())]
+            look.found(look.descriptors + more)
+        return {key: tuple(found) for key, found in walked.items()}
+
+    def _mappings(self, looks: list[_Look]) -> dict[InodeKey, tuple[int, ...]]:
+        """Processes mapping each inode of a lock no descriptor explains (a mapping keeps a
+        closed descriptor's lock alive). Not read when unreadable tables or a container's
+        namespace already explain it."""
+        mappings: dict[InodeKey, tuple[int, ...]] = {}
+        for look in looks:
+            if not look.unmatched:
+                continue
+            for key in look.question.keys:
+                if key not in mappings:
+                    mappings[key] = _mapping_pids(self.proc, key, self.pid_entries())
+        return mappings
+
+    def _blocked(self, looks: list[_Look]) -> dict[int, tuple[BlockedCall, ...]]:
+        """The blocked lock calls of the openers of each lock with an OFD waiter (/proc/locks
+        shows those as PID -1)."""
+        blocked: dict[int, tuple[BlockedCall, ...]] = {}
+        for look in looks:
+            if not any(lock.pid <= 0 for lock in look.waiting):
+                continue
+            for descriptor in look.descriptors:
+                if descriptor.pid not in blocked:
+                    blocked[descriptor.pid] = tuple(_blocked_calls(self.proc, descriptor.pid))
+        return blocked
+
+    def _twins(self, looks: list[_Look]) -> dict[int, tuple[int, ...]]:
+        """Namespace twins of the PIDs of record-named existence locks no kernel lock holds:
+        one walk of the processes in other PID namespaces, only when such a lock is there."""
+        pids = [
+            look.question.twin_pid
+            for look in looks
+            if look.question.twin_pid is not None and not look.granted
+        ]
+        if not pids:
+            return {}
+        nested = _scan_nested_pids(self.proc, self.pid_entries(), self._host().pid_namespace)
+        return {pid: nested.get(pid, ()) for pid in pids}
+
+    def _working_directories(
+        self, questions: Iterable[LockQuestion]
+    ) -> tuple[WorkingDirectories | None, dict[tuple[str, ...], tuple[int, ...]]]:
+        """Every process's working directory, read once and only when a lock asks; and, for
+        each lock's directories, the processes working in them."""
+        asked = {question.work_directories for question in questions if question.work_directories}
+        if not asked:
+            return None, {}
+        cwds = _read_working_directories(self.proc, self.pid_entries())
+        cwds = WorkingDirectories(MappingProxyType(dict(cwds.by_pid)), cwds.unreadable_pids)
+        working_in = {}
+        for directories in asked:
+            roots = [os.path.realpath(directory).rstrip("/") for directory in directories]
+            working_in[directories] = processes_under(cwds, roots)
+        return cwds, working_in
+
+    def _fd_targets(self, scan: DescriptorScan) -> dict[tuple[int, int], str]:
+        """Where each found descriptor's link points (procfs links, read without touching the
+        file); a link that cannot be read is left out."""
+        targets: dict[tuple[int, int], str] = {}
+        for found in scan.by_key.values():
+            for descriptor in found:
+                try:
+                    target = os.readlink(f"{self.proc}/{descriptor.pid}/fd/{descriptor.fd}")
+                except OSError:
+                    continue
+                targets[(descriptor.pid, descriptor.fd)] = target
+        return targets
+
+    def pid_entries(self) -> tuple[str, ...]:
+        """The process directories of /proc, listed once per capture for every walk."""
+        if self._entries is None:
+            self._entries = tuple(str(pid) for pid in psutil.pids())
+        return self._entries
+
+    def process(self, pid: int) -> Process | None:
+        """Identity and details of a live (or zombie) process, None when there is none; read
+        once per capture."""
+        if not (type(pid) is int and 2 <= pid <= self.pid_max):
+            return None
+        if pid not in self._processes:
+            self._processes[pid] = self._read_process(pid)
+        return self._processes[pid]
+
+    def _read_process(self, pid: int) -> Process | None:
+        base = f"{self.proc}/{pid}"
+        try:
+            facts = _process_facts(pid)
+            # start ticks, not psutil's create_time: an identity must match the kernel's count
+            stat_text = _read_text(f"{base}/stat")
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            return None  # gone (a zombie is still there: psutil's ZombieProcess is handled)
+        name = stat_text[stat_text.find("(") + 1 : stat_text.rfind(")")]
+        start_ticks = int(stat_text[stat_text.rfind(")") + 2 :].split()[19])
+        raw_cmdline = read_within(f"{base}/cmdline", self.read_timeout)
+        if raw_cmdline is None:  # still named by its PID and kernel name, from stat
+            log.warning(
+                "the command line of PID %d did not answer within %gs (a process stuck on a "
+                "hung mount?); named by its PID",
+                pid,
+                self.read_timeout,
+            )
+            raw_cmdline = ""
+        try:
+            unit, user_unit = unit_from_cgroup(_read_text(f"{base}/cgroup"))
+        except OSError:
+            unit, user_unit = None, False
+        booted_at = self._host().booted_at
+        return Process(
+            pid=pid,
+            start_ticks=start_ticks,
+            state=facts.state,
+            threads=facts.threads,
+            uid=facts.uid,
+            user=facts.user,
+            cmdline=tuple(part for part in raw_cmdline.split("\0") if part),
+            name=name,
+            unit=unit,
+            user_unit=user_unit,
+            pid_namespace=_namespace_id(f"{base}/ns/pid"),
+            started_at=booted_at + timedelta(seconds=start_ticks / self.clock_ticks),
+        )
+
+
+def _first_look(
+    question: LockQuestion,
+    parsed: Mapping[InodeKey, tuple[KernelLock, ...]],
+    scan: DescriptorScan,
+) -> _Look:
+    kernel = [lock for key in question.keys for lock in parsed[key]]
+    if not (kernel or question.by_openers):  # most locks of a quiet run: nothing to follow
+        return _Look(question, (), ())
+    granted = tuple([lock for lock in kernel if not lock.waiting])
+    look = _Look(question, granted, () if len(granted) == len(kernel) else _waiting(kernel))
+    if look.granted or question.by_openers:
+        look.found([found for key in question.keys for found in scan.by_key.get(key, ())])
+    return look
+
+
+def _waiting(kernel: list[KernelLock]) -> tuple[KernelLock, ...]:
+    return tuple([lock for lock in kernel if lock.waiting])
+
+
+def _pids_to_read(
+    request: Request,
+    looks: list[_Look],
+    working_in: Mapping[tuple[str, ...], tuple[int, ...]],
+    cwds: WorkingDirectories | None,
+    hidden: list[int],
+) -> set[int]:
+    """Every process judging may name: the records' PIDs, the PIDs /proc/locks prints (takers,
+    waiters), the descriptors' owners, the workers (and those whose directory is hidden), and
+    a few of the processes whose tables are hidden, which an unattributed lock names."""
+    wanted = set(request.pids)
+    for look in looks:
+        wanted.update(look.question.pids)
+        if not (look.granted or look.waiting or look.descriptors or look.question.work_directories):
+            continue
+        wanted.update(lock.pid for lock in (*look.granted, *look.waiting) if lock.pid > 0)
+        wanted.update(descriptor.pid for descriptor in look.descriptors)
+        if look.question.work_directories:
+            wanted.update(working_in[look.question.work_directories])
+            wanted.update(cwds.unreadable_pids if cwds is not None else ())
+    if request.name_hidden:
+        wanted.update(hidden)
+    elif any(look.unmatched or look.waiting for look in looks):
+        wanted.update(hidden[:SOME_HIDDEN])
+    return wanted
+
+
+SOME_HIDDEN = 3
+"""How many of the processes whose tables are hidden an unattributed lock names."""
+
+
+def _wants_machine_id(request: Request) -> bool:
+    return any(question.machine_id for question in request.locks)
+
+
+def _machine_id() -> int:
+    import uuid  # only borg records a machine id; most runs never ask
+
+    return uuid.getnode()
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _frozen(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:
+    return MappingProxyType(dict(mapping))
