@@ -488,10 +488,9 @@ NEVER_LOCK_TARGETS = frozenset(
 
 
 SPLIT_AT = 256
-"""Processes from which a whole-host walk of readlinks and reads is shared by two threads.
-The walk's time is the kernel's (listing and readlinks in /proc, outside the GIL): two
-threads took a readlink walk of 1,000 processes from 25 to 16 ms on a 2-core machine. An
-agent takes no more. The descriptor scan is not shared (see _scan_descriptors)."""
+"""Processes from which a whole-host walk is shared by two threads. The walk's time is the
+kernel's (listing and readlinks in /proc, outside the GIL): two threads took the descriptor
+walk of 1,000 processes from 25 to 16 ms on a 2-core machine. An agent takes no more."""
 
 _T = TypeVar("_T")
 
@@ -533,15 +532,18 @@ def _scan_descriptors(
     """Every descriptor on these inodes. Called once per run, this walk visits every open
     descriptor on the host (tens of thousands on a busy one), so it stays lean: a readlink to
     pass over pipes, sockets and devices, else one open/read/close of its fdinfo and a byte
-    comparison of its inode (fdinfo, not stat: a stat could hang on a dead network mount).
-
-    One thread walks it: two threads opening and closing fdinfo entries contend for the
-    process's one descriptor table and hand the GIL over at every call: on 2 cores they took
-    3.2 s where one took 2.7 s to walk 3,000 processes of 50 open files each."""
+    comparison of its inode (fdinfo, not stat: a stat could hang on a dead network mount)."""
     if not keys:
         return DescriptorScan()
     inodes = frozenset(str(inode).encode() for _device, inode in keys)
-    return _scan_part(proc, keys, inodes, entries)
+    parts = _shared_walk(entries, lambda part: _scan_part(proc, keys, inodes, part))
+    scan = parts[0]
+    for part in parts[1:]:
+        for key, found in part.by_key.items():
+            scan.by_key.setdefault(key, []).extend(found)
+        scan.unreadable_pids += part.unreadable_pids
+        scan.hidden.extend(part.hidden)
+    return scan
 
 
 def _scan_part(

@@ -1,7 +1,6 @@
-"""Whole-host walks of /proc that are mostly readlinks (the nested PID namespace scan) are
-shared by two threads on a host with many processes; the descriptor scan is walked by one.
-Splitting must change nothing: the same results, in the same order, and an error in either
-half reaches the run."""
+"""Whole-host walks of /proc (the descriptor scan, the nested PID namespace scan) are shared
+by two threads on a host with many processes. Splitting must change nothing: the same
+descriptors, in the same order, and an error in either half reaches the run."""
 
 from __future__ import annotations
 
@@ -17,41 +16,30 @@ from conftest import FLOCK_HOLDER, Children, run_python
 from lockwarden.procfs import snapshot as host
 
 
-def split_scan(keys: frozenset[host.InodeKey], entries: tuple[str, ...]) -> host.DescriptorScan:
-    """The descriptor scan's walk, shared by two threads however few processes there are."""
-    inodes = frozenset(str(inode).encode() for _device, inode in keys)
+def scan(keys: frozenset[host.InodeKey], split_at: int) -> host.DescriptorScan:
     saved = host.SPLIT_AT
-    host.SPLIT_AT = 2
+    host.SPLIT_AT = split_at
     try:
-        parts = host._shared_walk(
-            entries, lambda part: host._scan_part("/proc", keys, inodes, part)
-        )
+        entries = tuple(entry for entry in os.listdir("/proc") if entry.isdigit())
+        return host._scan_descriptors("/proc", keys, entries)
     finally:
         host.SPLIT_AT = saved
-    assert len(parts) == 2
-    merged = host.DescriptorScan()
-    for part in parts:
-        for key, found in part.by_key.items():
-            merged.by_key.setdefault(key, []).extend(found)
-        merged.unreadable_pids += part.unreadable_pids
-    return merged
 
 
-def test_a_split_walk_finds_what_one_walk_finds(tmp_path: Path, children: Children) -> None:
+def test_a_split_scan_finds_what_one_walk_finds(tmp_path: Path, children: Children) -> None:
     locks = [tmp_path / f"lock-{number}" for number in range(3)]
     holders = []
     for path in locks:
         path.touch()
         holders.append(children.python(FLOCK_HOLDER, str(path)).pid)
     keys = frozenset((status.st_dev, status.st_ino) for status in map(os.stat, locks))
-    entries = tuple(entry for entry in os.listdir("/proc") if entry.isdigit())
-    whole = host._scan_descriptors("/proc", keys, entries)
-    split = split_scan(keys, entries)
+    whole = scan(keys, split_at=1_000_000)
+    split = scan(keys, split_at=2)  # two threads, however few processes there are
     assert whole.by_key == split.by_key
     assert whole.unreadable_pids == split.unreadable_pids
-    found = sorted(d.pid for descriptors in whole.by_key.values() for d in descriptors)
+    found = sorted(d.pid for descriptors in split.by_key.values() for d in descriptors)
     assert found == sorted(holders)
-    assert all(d.locks for descriptors in whole.by_key.values() for d in descriptors)
+    assert all(d.locks for descriptors in split.by_key.values() for d in descriptors)
 
 
 def test_an_error_in_the_other_half_is_raised_in_the_run() -> None:
