@@ -179,11 +179,6 @@ def _path_of(item: LockConfig | str) -> str:
     return item if isinstance(item, str) else item.path
 
 
-def read_claims(locks: Sequence[LockConfig], pid_max: int) -> list[Claim | Exception]:
-    """Each lock's claim, read within its fs_timeout (see FileReads)."""
-    return FileReads(locks, pid_max).claims()
-
-
 def _judge_database(
     lock: LockConfig, host: HostReader, now: datetime, seen_since: dict[str, datetime] | None
 ) -> Finding:

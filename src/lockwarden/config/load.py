@@ -131,9 +131,9 @@ def _apply(
     prefix: str,
     report: Callable[[str, str], None],
 ) -> dict[str, Any]:
-    if not table.keys() <= _keys(options):
-        _refuse_unknown(table, set(_keys(options)), prefix, report)
-    shared, fresh = _defaults(options)
+    keys, shared, fresh = _prepared(options)
+    if not table.keys() <= keys:
+        _refuse_unknown(table, set(keys), prefix, report)
     values = dict(shared)  # every key, in schema order
     for option in fresh:
         values[option.key] = _default(option)
@@ -150,29 +150,21 @@ def _apply(
     return values
 
 
-# Caches keyed by id(), each entry holding its key object so that the id cannot be reused.
-_KEYS: dict[int, tuple[tuple[Option, ...], frozenset[str]]] = {}
-_CONVERTED: dict[int, tuple[Option, Any]] = {}
+# What every table of one schema starts from: its keys, the defaults converted once (a config
+# of 1,000 locks takes them 1,000 times), and the options whose converted default can be changed
+# by whoever gets it (converted afresh for each table). Keyed by id(), as an Option holds lists
+# and has no hash; each entry holds its schema so that the id cannot be reused.
+_Prepared = tuple[tuple[Option, ...], frozenset[str], dict[str, Any], tuple[Option, ...]]
+_PREPARED: dict[int, _Prepared] = {}
 _IMMUTABLE = (str, int, float, bool, tuple, frozenset, type(None))
 
 
-def _keys(options: tuple[Option, ...]) -> frozenset[str]:
-    """The keys of a schema's options (a config of 1,000 locks asks 1,000 times)."""
-    cached = _KEYS.get(id(options))
-    if cached is None:
-        cached = _KEYS[id(options)] = (options, frozenset(option.key for option in options))
-    return cached[1]
-
-
-_DEFAULTS: dict[int, tuple[tuple[Option, ...], dict[str, Any], tuple[Option, ...]]] = {}
-
-
-def _defaults(options: tuple[Option, ...]) -> tuple[dict[str, Any], tuple[Option, ...]]:
-    """A schema's defaults as converted once (a config of 1,000 locks takes them 1,000 times),
-    and the options whose converted default can be changed by whoever gets it: those are
-    converted afresh for each table."""
-    cached = _DEFAULTS.get(id(options))
-    if cached is None:
+def _prepared(
+    options: tuple[Option, ...],
+) -> tuple[frozenset[str], dict[str, Any], tuple[Option, ...]]:
+    """A schema's keys, its shared converted defaults, and its options converted afresh."""
+    prepared = _PREPARED.get(id(options))
+    if prepared is None:
         shared = {option.key: _default(option) for option in options}
         fresh = tuple(
             option
@@ -180,22 +172,16 @@ def _defaults(options: tuple[Option, ...]) -> tuple[dict[str, Any], tuple[Option
             if option.default not in (None, REQUIRED)
             and not isinstance(shared[option.key], _IMMUTABLE)
         )
-        cached = _DEFAULTS[id(options)] = (options, shared, fresh)
-    return cached[1], cached[2]
+        keys = frozenset(option.key for option in options)
+        prepared = _PREPARED[id(options)] = (options, keys, shared, fresh)
+    return prepared[1], prepared[2], prepared[3]
 
 
 def _default(option: Option) -> Any:
-    """Defaults are written as a user would write them, and converted the same way (once per
-    option when the result cannot be changed by whoever gets it)."""
+    """Defaults are written as a user would write them, and converted the same way."""
     if option.default is None or option.default is REQUIRED:
         return option.default
-    cached = _CONVERTED.get(id(option))
-    if cached is not None:
-        return cached[1]
-    value = option.convert(option.default)
-    if isinstance(value, _IMMUTABLE):
-        _CONVERTED[id(option)] = (option, value)
-    return value
+    return option.convert(option.default)
 
 
 def _locks(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -177,7 +176,3 @@ def claim_from_record(
         record_path=record_path,
         owner_uid=owner_uid,
     )
-
-
-def is_regular(status: os.stat_result) -> bool:
-    return stat.S_ISREG(status.st_mode)

@@ -263,9 +263,6 @@ class Snapshot:
     def booted_at(self) -> datetime:
         return self.captured_at - timedelta(seconds=self.uptime_s)
 
-    def ticks_to_time(self, ticks: int) -> datetime:
-        return self.booted_at + timedelta(seconds=ticks / self.clock_ticks)
-
     def node_id(self) -> int:
         """This machine's id as borg records it beside the host name (`uuid.getnode()`)."""
         if self.machine_id is None:

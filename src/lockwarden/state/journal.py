@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -425,7 +425,3 @@ def _read_pid(descriptor: int) -> int | None:
             return int(text)
         time.sleep(0.005)
     return None
-
-
-def iterate_types(records: list[Record], *types: str) -> Iterator[Record]:
-    return (record for record in records if record.get("type") in types)
