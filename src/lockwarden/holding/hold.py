@@ -342,34 +342,54 @@ def release(taken: TakenLock) -> bool:
 def break_stale_lock(path: str) -> None:
     """Remove a lock `inspect` calls stale, re-checked right before, moved aside atomically.
 
-    The lock is judged again immediately before the rename and must still be stale and the
-    same inode; the renamed object must be that inode too, or it is put back. Anything else
-    returns quietly and the caller judges the lock afresh.
+    The lock is judged again immediately before the rename; it must still be stale and the
+    very object that was judged, before and after the judging and once moved aside. Otherwise
+    it is put back and this returns quietly, and the caller judges the lock afresh.
+
+    "The very object" is the inode *and its modification time*: a racing breaker can remove
+    the stale lock and take a new one within the moment this one judges, and a file system
+    hands the freed inode number straight to the new lock (ext4 does, every time). Creating
+    the lock, or writing a record in it, gives it a new mtime; renaming it aside keeps it.
     """
     before = lstat_or_none(path)
     if before is None:
         return
     finding = judge(path)
     after = lstat_or_none(path)
-    if finding.state is not State.STALE or after is None or key_of(after) != key_of(before):
+    if finding.state is not State.STALE or after is None or _identity(after) != _identity(before):
         return
     try:
-        _remove_aside(path, key_of(before), "stale")
+        _remove_aside(path, _identity(before), "stale", _identity)
     except FileNotFoundError:
         return  # another process broke it first; the caller judges afresh
+    except _PutBack:
+        return  # replaced by a lock another process took meanwhile; it stays, and is judged
     except OSError as error:
         raise LockUnavailable(f"cannot remove the stale lock {path}: {error}") from error
     log.warning("broke the stale lock %s: %s (%s)", path, finding.reason, finding.proof)
 
 
-def _remove_aside(path: str, key: InodeKey, label: str) -> None:
+def _identity(status: os.stat_result) -> tuple[int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_mtime_ns)
+
+
+class _PutBack(LockUnavailable):
+    """What was renamed aside was not the lock to remove, and it is back in its place."""
+
+
+def _remove_aside(
+    path: str,
+    expected: tuple[int, ...],
+    label: str,
+    identity: Callable[[os.stat_result], tuple[int, ...]] = key_of,
+) -> None:
     directory, name = os.path.split(path)
     aside = os.path.join(directory, f"{name}.{label}-{os.getpid()}-{secrets.token_hex(4)}")
     os.rename(path, aside)
     moved = os.lstat(aside)
-    if key_of(moved) != key:  # replaced between the check and the rename: not ours to delete
+    if identity(moved) != expected:  # replaced between the check and the rename: not ours
         _put_back(aside, path, moved)
-        raise LockUnavailable(f"{path} changed while it was being removed; left in place")
+        raise _PutBack(f"{path} changed while it was being removed; left in place")
     if stat.S_ISDIR(moved.st_mode):
         shutil.rmtree(aside)
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import Evidence
 from lockwarden.formats import FORMATS
 from lockwarden.formats.record import RecordProblem, parse_record
+from lockwarden.holding import hold as holding
 from lockwarden.model import Claim, Finding, Process, Severity
 from lockwarden.support.durations import format_limit, parse_duration
 
@@ -263,6 +265,41 @@ def test_two_holds_breaking_the_same_stale_lock_never_run_together(
     assert [code for code, _ in results] == [0, 0], results
     assert sum("broke the stale lock" in stderr for _, stderr in results) == 1
     assert os.listdir(tmp_path) == []
+
+
+def test_a_breaker_leaves_the_lock_a_racing_breaker_took_in_its_place(
+    children: Children, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving the race above can hit, made certain: while this hold judges the stale
+    lock, another one breaks it and takes the path. On ext4 the new lock gets the freed inode
+    number, so only the inode's mtime tells the two apart. The interleaving is injected by
+    wrapping the real judge; the locks, the processes and the file system are real."""
+    lock = tmp_path / "LOCK"
+    holder = start_api_holder(children, lock)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=5)
+    real_judge = holding.judge
+    racer: list[holding.TakenLock] = []
+
+    def judge_while_another_hold_takes_it(path: str) -> Finding:
+        finding = real_judge(path)
+        monkeypatch.setattr(holding, "judge", real_judge)
+        os.rename(lock, tmp_path / "broken-by-the-racer")
+        shutil.rmtree(tmp_path / "broken-by-the-racer")
+        taken = holding.try_create(path, holding.record_for("racer", ["true"]), as_file=False)
+        assert taken is not None
+        racer.append(taken)
+        return finding
+
+    monkeypatch.setattr(holding, "judge", judge_while_another_hold_takes_it)
+    holding.break_stale_lock(str(lock))
+    survived = record_of(lock)["role"]
+    left = sorted(os.listdir(tmp_path))
+    holding.release(racer[0])
+
+    assert survived == "racer"
+    assert left == ["LOCK"]
+    assert not lock.exists()
 
 
 def test_max_hold_warns_every_interval_and_inspect_says_past_its_declared_limit(
