@@ -109,6 +109,8 @@ class Claim:
     ``never_remove``: why the lock file must never be deleted; no action ever says to.
     ``distrust`` is set when the record parsed but someone other than its writer could have put
     it there (formats/trust.py); its PID must then decide nothing.
+    ``missing_directory`` is set when the lock is absent and so is the directory it should be
+    in (read with the claim, within its deadline): then its absence says nothing.
     """
 
     format: str
@@ -147,6 +149,7 @@ class Claim:
     started_at_is_process_start: bool = False
     never_remove: str | None = None
     distrust: str | None = None
+    missing_directory: str | None = None
 
 
 @dataclass(frozen=True)

@@ -146,10 +146,10 @@ def _blind_past_budget(
 
 
 def judge(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
-    if not claim.present and evidence.missing_directory:
+    if not claim.present and claim.missing_directory:
         return Verdict(
             State.UNKNOWN,
-            f"its directory {evidence.missing_directory} does not exist, so the lock cannot be "
+            f"its directory {claim.missing_directory} does not exist, so the lock cannot be "
             "there: is the path right, and is its volume mounted?",
             cause=UnknownCause.MISSING_DIRECTORY,
         )

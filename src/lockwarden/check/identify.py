@@ -10,7 +10,6 @@ eagerly, before any lock is judged), and `gather` only looks facts up in the fro
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -50,7 +49,6 @@ class Evidence:
     workers: tuple[Holder, ...] = ()
     unreadable_cwds: int = 0
     candidate_processes: dict[int, Process | None] = field(default_factory=dict)
-    missing_directory: str | None = None
     namespace_twins: tuple[int, ...] = ()
     takers: dict[int, Process | None] = field(default_factory=dict)
     """The processes /proc/locks names as having taken the granted writer locks (PID > 0): the
@@ -152,7 +150,6 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     workers, unreadable_cwds = _workers(claim, snapshot)
     waiters, unnamed_waiters = _waiters(waiting, descriptors, snapshot)
     return Evidence(
-        missing_directory=None if claim.present else _missing_directory(claim.path),
         boot_id=snapshot.boot_id,
         hostname=snapshot.hostname,
         booted_at=snapshot.booted_at,
@@ -410,10 +407,3 @@ def _openers(descriptors: list[Descriptor], snapshot: Snapshot) -> tuple[Holder,
         if process is not None and descriptor.pid not in openers:
             openers[descriptor.pid] = holder_from_process(process, "open descriptor")
     return tuple(openers.values())
-
-
-def _missing_directory(path: str) -> str | None:
-    """The directory a lock should be in, when it does not exist: then the lock's absence says
-    nothing (a mistyped path, an unmounted volume) and must not read as "free"."""
-    directory = os.path.dirname(path.rstrip("/")) or "/"
-    return None if os.path.isdir(directory) else directory

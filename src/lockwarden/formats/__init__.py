@@ -147,7 +147,17 @@ def _directory_format(path: str) -> str | None:
 
 
 def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
-    """Read one lock with the named format, or with the one `auto` picks (and say which)."""
+    """Read one lock with the named format, or with the one `auto` picks (and say which).
+    An absent lock is read with whether its directory exists: the run's judging reads no
+    file system, and this read is the one a deadline guards (bounded.py)."""
+    claim = _read_claim(path, format_name, pid_max)
+    if claim.present:
+        return claim
+    directory = os.path.dirname(claim.path.rstrip("/")) or "/"
+    return claim if os.path.isdir(directory) else replace(claim, missing_directory=directory)
+
+
+def _read_claim(path: str, format_name: str, pid_max: int) -> Claim:
     if format_name != AUTO:
         return FORMATS[format_name].read(path, pid_max)
     chosen = choose_format(path, LAYOUT_FORMATS) or _directory_format(path)

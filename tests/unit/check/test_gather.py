@@ -18,7 +18,7 @@ from factories import NOW, make_process, make_snapshot
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import gather, request_for
 from lockwarden.formats import read_claim
-from lockwarden.model import Claim, KernelLock, State
+from lockwarden.model import Claim, KernelLock, State, UnknownCause
 from lockwarden.procfs.reader import HostReader, wall_clock
 from lockwarden.procfs.snapshot import Descriptor, NotCaptured
 
@@ -52,6 +52,33 @@ def test_a_held_lock_is_judged_with_proc_out_of_reach(
     finding = classify("store", claim, gather(claim, snapshot), POLICY, datetime.now(UTC))
     assert finding.state is State.HELD, finding.reason
     assert finding.holder is not None and finding.holder.pid == holder.pid
+
+
+@pytest.mark.parametrize("directory_exists", [True, False], ids=["free", "missing-directory"])
+def test_an_absent_lock_is_judged_with_every_file_system_out_of_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, directory_exists: bool
+) -> None:
+    """Whether an absent lock's directory exists is read with its claim (the read a deadline
+    guards), so judging touches no file system: a mount that hangs after the claim was read
+    cannot stall the run's own process."""
+    directory = tmp_path / ("store" if directory_exists else "unmounted")
+    if directory_exists:
+        directory.mkdir()
+    host = HostReader(wall_clock)
+    claim = read_claim(str(directory / "LOCK"), "owner-record", host.pid_max)
+    snapshot = host.capture(request_for([claim]))
+
+    for name in ("open", "listdir", "readlink", "scandir", "stat", "lstat", "access"):
+        monkeypatch.setattr(os, name, _refusing(getattr(os, name)))
+    monkeypatch.setattr(builtins, "open", _refusing(builtins.open))
+    finding = classify("store", claim, gather(claim, snapshot), POLICY, datetime.now(UTC))
+
+    if directory_exists:
+        assert (finding.state, claim.missing_directory) == (State.FREE, None)
+    else:
+        assert finding.state is State.UNKNOWN
+        assert finding.unknown_cause is UnknownCause.MISSING_DIRECTORY
+        assert claim.missing_directory == str(directory)
 
 
 KEY = (os.makedev(0xFE, 0), 2146390)
