@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FLOCK_HOLDER, Children, run_python
+from conftest import FLOCK_HOLDER, Children, run_json, run_python
 from lockwarden.procfs import snapshot as host
 
 
@@ -125,3 +125,35 @@ def test_a_holder_whose_path_is_too_long_to_read_is_still_found(
     found = host._scan_descriptors("/proc", frozenset({key}), (str(holder.pid),))
     (descriptor,) = found.by_key[key]
     assert descriptor.pid == holder.pid and descriptor.locks
+
+
+MANY_RANGES = """
+import fcntl, os, sys, time
+descriptor = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+for number in range(int(sys.argv[2])):  # one byte in two: the ranges never merge
+    fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2 * number)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_descriptor_carrying_more_locks_than_one_read_holds_has_them_all(
+    tmp_path: Path, children: Children
+) -> None:
+    """Its fdinfo entry lists 1,500 lock lines (~94 KB, past one 64 KiB read): every one is
+    attributed to it, and none is left unattributed."""
+    lock = tmp_path / "tdb"
+    holder = children.python(MANY_RANGES, str(lock), "1500")
+
+    code, document = run_json("inspect", str(lock), "--format", "kernel")
+    finding = document["locks"][0]
+    fdinfo_bytes = sum(
+        len(Path(f"/proc/{holder.pid}/fdinfo/{fd}").read_bytes())
+        for fd in os.listdir(f"/proc/{holder.pid}/fd")
+        if os.path.realpath(f"/proc/{holder.pid}/fd/{fd}") == str(lock)
+    )
+
+    assert fdinfo_bytes > 64 * 1024  # more than one read of the scan takes
+    assert (code, finding["state"]) == (0, "held")
+    assert [holder_["pid"] for holder_ in finding["holders"]] == [holder.pid]
+    assert finding["unattributed"] is None
