@@ -26,11 +26,13 @@ Layouts (both read by the owner-record format):
 
 Releasing and breaking both rename the lock aside (`PATH.released-…`, `PATH.stale-…` in the same
 directory) before deleting it, so the lock disappears atomically and a half-deleted directory is
-never mistaken for a lock. A lock is released only if it is still the inode this holder created.
+never mistaken for a lock. A lock is released only if it is still the inode this holder created
+and still carries its record (a freed inode number is soon another lock's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -57,6 +59,7 @@ from lockwarden.pipeline import inspect_path
 from lockwarden.procfs.reader import Clock, HostReader, Request, wall_clock
 from lockwarden.support.durations import format_duration, format_limit, parse_duration
 from lockwarden.support.exit_codes import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
+from lockwarden.support.safe_read import UnsafeRecord, read_artefact, read_record
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +228,7 @@ def acquire(
     _refuse_store_directory(path)
     deadline = time.monotonic() + wait_s
     unusable = 0
+    abandoned = 0  # breaks given up in a row because the lock changed while it was judged
     while True:
         taken = try_create(path, record, as_file)
         if taken is not None:
@@ -247,8 +251,18 @@ def acquire(
         if finding.state is State.STALE:
             if not break_stale:
                 raise LockStale(path, finding, break_hint)
-            break_stale_lock(path)
+            if break_stale_lock(path):
+                abandoned = 0
+                continue
+            abandoned += 1  # someone else broke or replaced it, or it keeps changing
+            if abandoned >= UNUSABLE_LOOKS:
+                raise LockUnavailable(
+                    f"the stale lock {path} changed each time it was about to be removed "
+                    f"({UNUSABLE_LOOKS} times); left in place"
+                )
+            sleep(POLL_INTERVAL_S)
             continue
+        abandoned = 0
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise LockHeld(path, finding, wait_s)
@@ -279,15 +293,23 @@ def try_create(path: str, record: HoldRecord, as_file: bool) -> TakenLock | None
 
 
 def _create_directory(path: str, record: HoldRecord) -> TakenLock:
+    """mkdir, then the record written into *that* directory through a descriptor of it: a
+    racing breaker that moves it aside for a moment cannot make the record land elsewhere,
+    or fail, and the directory it puts back is whole."""
     os.mkdir(path, 0o755)
-    key = key_of(os.lstat(path))
+    directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        temporary = os.path.join(path, f".{RECORD_NAME}.tmp-{record.pid}")
-        _write_new(temporary, record.to_json())
-        os.rename(temporary, os.path.join(path, RECORD_NAME))
+        key = key_of(os.fstat(directory))
+        temporary = f".{RECORD_NAME}.tmp-{record.pid}"
+        _write_new(temporary, record.to_json(), directory)
+        os.rename(temporary, RECORD_NAME, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
-        shutil.rmtree(path, ignore_errors=True)  # ours, made a moment ago: undo it whole
+        with contextlib.suppress(OSError):  # ours, made a moment ago: undo it whole
+            if key_of(os.lstat(path)) == key_of(os.fstat(directory)):
+                shutil.rmtree(path)
         raise
+    finally:
+        os.close(directory)
     return TakenLock(path, key, True, record)
 
 
@@ -306,11 +328,12 @@ def _create_file(path: str, record: HoldRecord) -> TakenLock:
     return TakenLock(path, key_of(os.lstat(path)), False, record)
 
 
-def _write_new(path: str, data: bytes) -> None:
-    """Create `path` exclusively and write `data` in one call. No fsync: after a crash the
-    record's boot id proves the lock stale, so durability buys nothing here."""
+def _write_new(path: str, data: bytes, directory: int | None = None) -> None:
+    """Create `path` (in the open `directory` if given) exclusively and write `data` in one
+    call. No fsync: after a crash the record's boot id proves the lock stale, so durability
+    buys nothing here."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    descriptor = os.open(path, flags, 0o644)
+    descriptor = os.open(path, flags, 0o644, dir_fd=directory)
     try:
         written = os.write(descriptor, data)
         if written != len(data):
@@ -325,7 +348,7 @@ def _write_new(path: str, data: bytes) -> None:
 def release(taken: TakenLock) -> bool:
     """Remove the lock if it is still the one this holder created; False when it was not."""
     status = lstat_or_none(taken.path)
-    if status is None or key_of(status) != taken.key:
+    if status is None or key_of(status) != taken.key or not _carries_record(taken):
         log.warning(
             "%s is no longer the lock this process took (removed or replaced by someone "
             "else); left alone",
@@ -339,38 +362,60 @@ def release(taken: TakenLock) -> bool:
     return True
 
 
-def break_stale_lock(path: str) -> None:
+def break_stale_lock(path: str) -> bool:
     """Remove a lock `inspect` calls stale, re-checked right before, moved aside atomically.
+    True when this process removed it.
 
     The lock is judged again immediately before the rename; it must still be stale and the
-    very object that was judged, before and after the judging and once moved aside. Otherwise
-    it is put back and this returns quietly, and the caller judges the lock afresh.
+    very artefact that was judged, before and after the judging and once moved aside.
+    Otherwise it is put back and this returns False, and the caller judges the lock afresh.
 
-    "The very object" is the inode *and its modification time*: a racing breaker can remove
-    the stale lock and take a new one within the moment this one judges, and a file system
-    hands the freed inode number straight to the new lock (ext4 does, every time). Creating
-    the lock, or writing a record in it, gives it a new mtime; renaming it aside keeps it.
+    "The very artefact" is its inode, its mtime and what it holds (the record's bytes, a
+    directory's entries): a racing breaker can remove the stale lock and take a new one within
+    the moment this one judges, and a file system hands the freed inode number straight to the
+    new lock (ext4 does, every time). Its record names another process, and a mtime alone may
+    not differ where timestamps are coarse. Renaming within a directory keeps all of these.
     """
-    before = lstat_or_none(path)
+    before = _identity(path)
     if before is None:
-        return
+        return False
     finding = judge(path)
-    after = lstat_or_none(path)
-    if finding.state is not State.STALE or after is None or _identity(after) != _identity(before):
-        return
+    if finding.state is not State.STALE or _identity(path) != before:
+        return False
     try:
-        _remove_aside(path, _identity(before), "stale", _identity)
+        _remove_aside(path, before, "stale", _identity)
     except FileNotFoundError:
-        return  # another process broke it first; the caller judges afresh
+        return False  # another process broke it first; the caller judges afresh
     except _PutBack:
-        return  # replaced by a lock another process took meanwhile; it stays, and is judged
+        return False  # replaced by a lock another process took meanwhile; it stays
     except OSError as error:
         raise LockUnavailable(f"cannot remove the stale lock {path}: {error}") from error
     log.warning("broke the stale lock %s: %s (%s)", path, finding.reason, finding.proof)
+    return True
 
 
-def _identity(status: os.stat_result) -> tuple[int, int, int]:
-    return (status.st_dev, status.st_ino, status.st_mtime_ns)
+Identity = tuple[object, ...]
+
+
+def _identity(path: str) -> Identity | None:
+    """The lock artefact at `path` as break_stale_lock compares it; None when it is gone or
+    cannot be read whole (it is then not broken this time)."""
+    record = os.path.join(path, RECORD_NAME)
+    try:
+        kind, content, status = read_artefact(path, record if os.path.lexists(record) else None)
+    except (OSError, UnsafeRecord):
+        return None
+    return (status.st_dev, status.st_ino, status.st_mtime_ns, kind, content)
+
+
+def _carries_record(taken: TakenLock) -> bool:
+    """Whether the lock still holds the record this holder wrote: an inode number alone may
+    be a new lock's, made after this one was removed by someone else."""
+    record = os.path.join(taken.path, RECORD_NAME) if taken.is_directory else taken.path
+    try:
+        return read_record(record)[0] == taken.record.to_json()
+    except (OSError, UnsafeRecord):
+        return False
 
 
 class _PutBack(LockUnavailable):
@@ -379,15 +424,15 @@ class _PutBack(LockUnavailable):
 
 def _remove_aside(
     path: str,
-    expected: tuple[int, ...],
+    expected: object,
     label: str,
-    identity: Callable[[os.stat_result], tuple[int, ...]] = key_of,
+    identity: Callable[[str], object] = lambda moved: key_of(os.lstat(moved)),
 ) -> None:
     directory, name = os.path.split(path)
     aside = os.path.join(directory, f"{name}.{label}-{os.getpid()}-{secrets.token_hex(4)}")
     os.rename(path, aside)
     moved = os.lstat(aside)
-    if identity(moved) != expected:  # replaced between the check and the rename: not ours
+    if identity(aside) != expected:  # replaced between the check and the rename: not ours
         _put_back(aside, path, moved)
         raise _PutBack(f"{path} changed while it was being removed; left in place")
     if stat.S_ISDIR(moved.st_mode):
@@ -397,12 +442,11 @@ def _remove_aside(
 
 
 def _put_back(aside: str, path: str, status: os.stat_result) -> None:
-    """Undo a rename without replacing whatever appeared at `path` meanwhile."""
+    """Undo a rename without replacing whatever appeared at `path` meanwhile (rename(2) would
+    silently replace an empty directory another hold has just made)."""
     try:
         if stat.S_ISDIR(status.st_mode):
-            if lstat_or_none(path) is not None:
-                raise FileExistsError(path)
-            os.rename(aside, path)
+            _rename_no_replace(aside, path)
         else:
             os.link(aside, path)
             os.unlink(aside)
@@ -411,6 +455,30 @@ def _put_back(aside: str, path: str, status: os.stat_result) -> None:
             f"{path} changed while it was being removed and could not be put back: it is now "
             f"{aside} ({error})"
         ) from error
+
+
+RENAME_NOREPLACE = 1
+AT_FDCWD = -100
+
+
+def _rename_no_replace(source: str, target: str) -> None:
+    """renameat2(RENAME_NOREPLACE): FileExistsError when `target` exists, decided by the
+    kernel in the rename itself. Python has no call for it; where the C library or the file
+    system lacks it, a check just before the rename stands in."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        result = renameat2(
+            AT_FDCWD, os.fsencode(source), AT_FDCWD, os.fsencode(target), RENAME_NOREPLACE
+        )
+        if result == 0:
+            return
+        number = ctypes.get_errno()
+        if number not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(number, os.strerror(number), target)
+    if lstat_or_none(target) is not None:
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), target)
+    os.rename(source, target)
 
 
 # The Python API.

@@ -166,15 +166,18 @@ SMALL_READ = 65536
 SMALL_LIMIT = 16 << 20  # an fdinfo entry's lock lines, ~60 bytes each: over 250,000 locks
 
 
-def _read_small(path: str, directory: int | None = None) -> bytes | None:
+def _read_small(
+    path: str, directory: int | None = None, read_on: Callable[[bytes], bool] | None = None
+) -> bytes | None:
     """A small /proc file (an fdinfo entry, `path` relative to the open `directory` if one is
     given) with no text layer; None if gone. PermissionError is raised: the kernel's ptrace
     check refused, which a scan must count.
 
     Called once per open descriptor on the host, so it avoids open()'s buffered text wrapper,
-    which costs more than the read itself, and almost always reads once. An entry that fills
-    the first read is read on (a descriptor carrying 1,500 byte-range locks lists 94 KB of
-    them), up to SMALL_LIMIT.
+    which costs more than the read itself, and reads once. An entry that fills that read is
+    read on only when `read_on(first part)` says its rest matters (a descriptor on a watched
+    inode carrying 1,500 byte-range locks lists 94 KB of them; an inotify descriptor's
+    thousands of watches are never wanted), up to SMALL_LIMIT and a whole line.
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
@@ -184,13 +187,14 @@ def _read_small(path: str, directory: int | None = None) -> bytes | None:
         return None
     try:
         data = os.read(descriptor, SMALL_READ)
-        if len(data) < SMALL_READ:
+        if len(data) < SMALL_READ or read_on is None or not read_on(data):
             return data
         chunks, size = [data], len(data)
         while size < SMALL_LIMIT and (more := os.read(descriptor, SMALL_READ)):
             chunks.append(more)
             size += len(more)
-        return b"".join(chunks)
+        whole = b"".join(chunks)
+        return whole if size < SMALL_LIMIT else whole[: whole.rfind(b"\n") + 1]
     except PermissionError:
         raise
     except OSError:
@@ -613,7 +617,7 @@ def _table_descriptors(
                     continue
             if infos is None and (infos := _open_directory(f"{base}/fdinfo")) is None:
                 break  # the process (or thread) is gone
-            raw = _read_small(fd_name, infos)
+            raw = _read_small(fd_name, infos, lambda first: _watched(first, inodes))
             if raw is None:  # closed meanwhile
                 file_mount = None
                 continue
@@ -648,6 +652,13 @@ def _descriptor(
     locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
     write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
     return key, Descriptor(pid, fd, locks, write)
+
+
+def _watched(raw: bytes, inodes: frozenset[bytes]) -> bool:
+    """Whether an fdinfo entry may be on one of these inodes (an entry with no `ino:`, before
+    Linux 5.14, may be)."""
+    inode = _fdinfo_identity(raw)[1]
+    return inode is None or inode in inodes
 
 
 def _fdinfo_identity(raw: bytes) -> tuple[bytes | None, bytes | None]:

@@ -23,7 +23,6 @@ import hashlib
 import logging
 import os
 import shutil
-import stat
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -41,7 +40,12 @@ from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.state.history import History
 from lockwarden.state.journal import Journal, Record, StateError
 from lockwarden.support.durations import format_duration, format_time, timestamp
-from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_link, read_record
+from lockwarden.support.safe_read import (
+    NotAnArtefact,
+    UnsafeRecord,
+    artefact_kind,
+    read_artefact,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,45 +118,15 @@ def refusal(claim: Claim) -> str | None:
 def fingerprint(path: str, record_path: str | None) -> Fingerprint:
     """What the lock at `path` is now; raise Refused when it is not something to remove."""
     try:
-        status = os.lstat(path)
-        kind = _kind(status)
-        if kind == "symlink":
-            content = read_link(path).encode("utf-8", "surrogateescape")
-        elif kind == "file":
-            content, status = read_record(path)
-        else:
-            content = _directory_content(path, record_path)
+        kind, content, status = read_artefact(path, record_path)
     except FileNotFoundError:
         raise Refused(f"{path} is gone") from None
+    except NotAnArtefact:
+        raise Refused("it is neither a file, a directory nor a symlink") from None
     except (OSError, UnsafeRecord) as error:
         raise Refused(f"cannot read {path}: {error}") from None
     digest = hashlib.sha256(content).hexdigest()[:16]
     return Fingerprint(status.st_dev, status.st_ino, kind, status.st_mtime_ns, digest)
-
-
-def _kind(status: os.stat_result) -> str:
-    if stat.S_ISLNK(status.st_mode):
-        return "symlink"
-    if stat.S_ISREG(status.st_mode):
-        return "file"
-    if stat.S_ISDIR(status.st_mode):
-        return "directory"
-    raise Refused("it is neither a file, a directory nor a symlink")
-
-
-def _directory_content(path: str, record_path: str | None) -> bytes:
-    """Each entry's name, inode, type, size and mtime, and the record's bytes."""
-    parts: list[bytes] = []
-    for entry in list_directory(path):
-        info = entry.stat(follow_symlinks=False)
-        parts.append(
-            f"{entry.name}\0{info.st_ino}\0{info.st_mode}\0{info.st_size}\0{info.st_mtime_ns}".encode(
-                "utf-8", "surrogateescape"
-            )
-        )
-    if record_path and os.path.dirname(record_path) == path:
-        parts.append(read_record(record_path)[0])
-    return b"\n".join(parts)
 
 
 def judge_now(lock: LockConfig, now: datetime, clock: Clock = wall_clock) -> Candidate:
@@ -263,10 +237,7 @@ def _same_inode(parent: int, name: str, judged: Fingerprint, when: str, moved: b
 
 
 def _kind_or_other(status: os.stat_result) -> str:
-    try:
-        return _kind(status)
-    except Refused:
-        return "other"
+    return artefact_kind(status) or "other"
 
 
 def _exists(parent: int, name: str) -> bool:

@@ -114,3 +114,46 @@ def list_directory(path: str, limit: int = DIRECTORY_LIMIT) -> list[os.DirEntry[
     if len(entries) > limit:
         raise UnsafeRecord(f"{path} holds more than {limit} entries; not a lock directory")
     return sorted(entries, key=lambda entry: entry.name)
+
+
+class NotAnArtefact(UnsafeRecord):
+    """The path is neither a file, a directory nor a symlink: no lock's artefact."""
+
+
+def artefact_kind(status: os.stat_result) -> str | None:
+    """`file`, `directory` or `symlink`; None for anything else (a FIFO, a socket, a device)."""
+    if stat.S_ISLNK(status.st_mode):
+        return "symlink"
+    if stat.S_ISREG(status.st_mode):
+        return "file"
+    if stat.S_ISDIR(status.st_mode):
+        return "directory"
+    return None
+
+
+def read_artefact(path: str, record_path: str | None = None) -> tuple[str, bytes, os.stat_result]:
+    """What a lock's artefact at `path` is now, to tell it from another one made at the same
+    path (a file system hands a freed inode number to the next file at once): its kind, what it
+    holds, and its stat. A file's bytes; a symlink's target; a directory's entries (name,
+    inode, type, size, mtime) and, when `record_path` is inside it, that record's bytes.
+
+    Raises FileNotFoundError when it (or that record) is gone, UnsafeRecord for anything else
+    unreadable (NotAnArtefact for one that is none of the three kinds).
+    """
+    status = _lstat(path)
+    kind = artefact_kind(status)
+    if kind == "symlink":
+        return kind, read_link(path).encode("utf-8", "surrogateescape"), status
+    if kind == "file":
+        content, status = read_record(path)
+        return kind, content, status
+    if kind is None:
+        raise NotAnArtefact(f"{path} is {describe_mode(status.st_mode)}: not a lock's artefact")
+    parts: list[bytes] = []
+    for entry in list_directory(path):
+        info = entry.stat(follow_symlinks=False)
+        fields = f"{entry.name}\0{info.st_ino}\0{info.st_mode}\0{info.st_size}\0{info.st_mtime_ns}"
+        parts.append(fields.encode("utf-8", "surrogateescape"))
+    if record_path and os.path.dirname(record_path) == path:
+        parts.append(read_record(record_path)[0])
+    return "directory", b"\n".join(parts), status

@@ -302,6 +302,113 @@ def test_a_breaker_leaves_the_lock_a_racing_breaker_took_in_its_place(
     assert not lock.exists()
 
 
+def _stale_lock(children: Children, lock: Path) -> None:
+    """A real stale lock: an API hold killed with SIGKILL."""
+    holder = start_api_holder(children, lock)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=5)
+
+
+def test_a_breaker_puts_back_a_lock_swapped_in_just_before_its_rename(
+    children: Children, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other window: the lock is checked unchanged after judging, then replaced before the
+    rename. What was moved aside is not what was judged, so it goes back, whole, and the
+    break reports it did nothing. The swap is injected at the check; the rest is real."""
+    lock = tmp_path / "LOCK"
+    _stale_lock(children, lock)
+    real_identity = holding._identity
+    calls: list[str] = []
+    racer: list[holding.TakenLock] = []
+
+    def identity_then_swap(path: str) -> object:
+        value = real_identity(path)
+        calls.append(path)
+        if len(calls) == 2:  # the check after judging: now another hold breaks and takes it
+            os.rename(lock, tmp_path / "broken-by-the-racer")
+            shutil.rmtree(tmp_path / "broken-by-the-racer")
+            taken = holding.try_create(path, holding.record_for("racer", ["true"]), False)
+            assert taken is not None
+            racer.append(taken)
+        return value
+
+    monkeypatch.setattr(holding, "_identity", identity_then_swap)
+    broke = holding.break_stale_lock(str(lock))
+    survived = record_of(lock)["role"]
+    left = sorted(os.listdir(tmp_path))
+    released = holding.release(racer[0])
+
+    assert broke is False
+    assert len(calls) == 3  # before, after, and the artefact moved aside
+    assert survived == "racer"
+    assert left == ["LOCK"]
+    assert released is True
+
+
+def test_a_stale_lock_that_keeps_changing_is_given_up_not_looped_on(
+    children: Children, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each time it is judged, something writes in the stale lock (injected: a new mtime), so
+    every break is abandoned; acquire gives up after a few, instead of spinning for ever."""
+    lock = tmp_path / "LOCK"
+    _stale_lock(children, lock)
+    real_judge = holding.judge
+    judged: list[str] = []
+
+    def judge_and_touch(path: str) -> Finding:
+        finding = real_judge(path)
+        judged.append(finding.state.value)
+        os.utime(path, ns=(len(judged), len(judged)))
+        return finding
+
+    monkeypatch.setattr(holding, "judge", judge_and_touch)
+    record = holding.record_for("next", ["true"])
+    with pytest.raises(holding.LockUnavailable, match="changed each time"):
+        holding.acquire(str(lock), record, break_stale=True, sleep=lambda _seconds: None)
+
+    assert set(judged) == {"stale"}
+    assert len(judged) == 2 * holding.UNUSABLE_LOOKS  # acquire's look and the break's, each time
+    assert record_of(lock)["role"] == "re-sync"  # the stale lock is left in place
+
+
+def test_release_leaves_a_lock_made_after_its_own_was_removed(tmp_path: Path) -> None:
+    """Someone removed this hold's lock by hand and another hold took the path. On ext4 the new
+    lock gets the same inode number; its record is not this holder's, so it is left alone."""
+    lock = tmp_path / "LOCK"
+    mine = holding.try_create(str(lock), holding.record_for("mine", ["true"]), False)
+    assert mine is not None
+    shutil.rmtree(lock)
+    theirs = holding.try_create(str(lock), holding.record_for("theirs", ["true"]), False)
+    assert theirs is not None
+
+    released = holding.release(mine)
+    role = record_of(lock)["role"]
+    holding.release(theirs)
+
+    assert released is False
+    assert role == "theirs"
+    assert not lock.exists()
+
+
+def test_putting_back_never_replaces_a_directory_that_appeared_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rename(2) would silently replace the empty directory a new hold has just made. The
+    directory appears after any check could look (injected: every look sees nothing), so
+    only the rename itself can refuse."""
+    lock, aside = tmp_path / "LOCK", tmp_path / "LOCK.stale-1"
+    aside.mkdir()
+    (aside / "owner.json").write_text("{}")
+    lock.mkdir()  # a new hold's, a moment old
+    monkeypatch.setattr(holding, "lstat_or_none", lambda _path: None)
+
+    with pytest.raises(holding.LockUnavailable, match="could not be put back"):
+        holding._put_back(str(aside), str(lock), os.lstat(aside))
+
+    assert os.listdir(lock) == []
+    assert os.listdir(aside) == ["owner.json"]
+
+
 def test_max_hold_warns_every_interval_and_inspect_says_past_its_declared_limit(
     children: Children, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ descriptors, in the same order, and an error in either half reaches the run."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import subprocess
@@ -157,3 +158,26 @@ def test_a_descriptor_carrying_more_locks_than_one_read_holds_has_them_all(
     assert (code, finding["state"]) == (0, "held")
     assert [holder_["pid"] for holder_ in finding["holders"]] == [holder.pid]
     assert finding["unattributed"] is None
+
+
+def test_an_entry_past_one_read_is_read_on_only_when_its_rest_matters(tmp_path: Path) -> None:
+    """A real inotify descriptor watching 1,000 files has an fdinfo entry past 64 KiB (a line
+    per watch). Read on, it comes whole and ends with a whole line; not wanted, one read."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    descriptor = libc.inotify_init1(os.O_CLOEXEC)
+    assert descriptor >= 0, os.strerror(ctypes.get_errno())
+    try:
+        for number in range(1000):
+            watched = tmp_path / f"w{number}"
+            watched.touch()
+            assert libc.inotify_add_watch(descriptor, os.fsencode(watched), 0x2) >= 0
+        entry = f"/proc/self/fdinfo/{descriptor}"
+        whole = host._read_small(entry, read_on=lambda _first: True)
+        first = host._read_small(entry, read_on=lambda _first: False)
+    finally:
+        os.close(descriptor)
+
+    assert whole is not None and first is not None
+    assert whole.count(b"inotify wd:") == 1000
+    assert whole.endswith(b"\n")
+    assert len(first) == 64 * 1024 and whole.startswith(first)
