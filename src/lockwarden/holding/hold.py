@@ -398,13 +398,15 @@ Identity = tuple[object, ...]
 
 
 def _identity(path: str) -> Identity | None:
-    """The lock artefact at `path` as break_stale_lock compares it; None when it is gone or
-    cannot be read whole (it is then not broken this time)."""
+    """The lock artefact at `path` as break_stale_lock compares it; None when it is gone.
+    LockUnavailable when it cannot be read whole: what cannot be compared is not removed."""
     record = os.path.join(path, RECORD_NAME)
     try:
         kind, content, status = read_artefact(path, record if os.path.lexists(record) else None)
-    except (OSError, UnsafeRecord):
+    except FileNotFoundError:
         return None
+    except (OSError, UnsafeRecord) as error:
+        raise LockUnavailable(f"cannot read the stale lock to break it: {error}") from error
     return (status.st_dev, status.st_ino, status.st_mtime_ns, kind, content)
 
 
@@ -432,7 +434,12 @@ def _remove_aside(
     aside = os.path.join(directory, f"{name}.{label}-{os.getpid()}-{secrets.token_hex(4)}")
     os.rename(path, aside)
     moved = os.lstat(aside)
-    if identity(aside) != expected:  # replaced between the check and the rename: not ours
+    try:
+        same = identity(aside) == expected
+    except BaseException:
+        _put_back(aside, path, moved)
+        raise
+    if not same:  # replaced between the check and the rename: not ours
         _put_back(aside, path, moved)
         raise _PutBack(f"{path} changed while it was being removed; left in place")
     if stat.S_ISDIR(moved.st_mode):

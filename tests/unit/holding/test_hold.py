@@ -30,6 +30,7 @@ from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.holding import hold as holding
 from lockwarden.model import Claim, Finding, Process, Severity
 from lockwarden.support.durations import format_limit, parse_duration
+from lockwarden.support.safe_read import UnsafeRecord
 
 EXIT_HELD = 73
 EXIT_STALE = 74
@@ -369,6 +370,25 @@ def test_a_stale_lock_that_keeps_changing_is_given_up_not_looped_on(
     assert set(judged) == {"stale"}
     assert len(judged) == 2 * holding.UNUSABLE_LOOKS  # acquire's look and the break's, each time
     assert record_of(lock)["role"] == "re-sync"  # the stale lock is left in place
+
+
+def test_a_stale_lock_that_cannot_be_read_whole_is_not_broken(
+    children: Children, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What cannot be compared is not removed, and the reason is said (injected: the
+    artefact's reader refuses, as for a directory of more than 256 entries)."""
+    lock = tmp_path / "LOCK"
+    _stale_lock(children, lock)
+
+    def refuse(path: str, record_path: str | None = None) -> tuple[str, bytes, os.stat_result]:
+        raise UnsafeRecord(f"{path} holds more than 256 entries; not a lock directory")
+
+    monkeypatch.setattr(holding, "read_artefact", refuse)
+    with pytest.raises(holding.LockUnavailable, match="cannot read the stale lock to break it"):
+        holding.break_stale_lock(str(lock))
+
+    assert record_of(lock)["role"] == "re-sync"
+    assert sorted(os.listdir(tmp_path)) == ["LOCK"]
 
 
 def test_release_leaves_a_lock_made_after_its_own_was_removed(tmp_path: Path) -> None:
