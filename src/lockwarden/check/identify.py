@@ -138,7 +138,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         if granted or needs_openers
         else []
     )
-    if granted and _unmatched(granted, descriptors):
+    if granted and unmatched_locks(granted, descriptors):  # the capture counted the same
         descriptors += [found for key in claim.keys for found in snapshot.thread_descriptors(key)]
     writers = _kernel_holders(
         writing, descriptors, snapshot, lambda lock: is_writer_lock(lock, claim)
@@ -176,12 +176,6 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     )
 
 
-def _unmatched(granted: tuple[KernelLock, ...], descriptors: list[Descriptor]) -> int:
-    """Granted locks no descriptor found so far carries (the capture decided its follow-up
-    reads by the same count)."""
-    return unmatched_locks(granted, descriptors)
-
-
 def _unattributed(
     claim: Claim,
     granted: tuple[KernelLock, ...],
@@ -190,7 +184,7 @@ def _unattributed(
     snapshot: Snapshot,
 ) -> Unattributed | None:
     """Granted locks (and waiters) no process could be named for, and the one true reason."""
-    holders = _unmatched(granted, descriptors)
+    holders = unmatched_locks(granted, descriptors)
     if not (holders or unnamed_waiters):
         return None
     return Unattributed(holders, unnamed_waiters, _why_unattributed(claim, snapshot, holders))
