@@ -4,14 +4,17 @@ schedule. The sighting memory lives in the state journal, alerting on or off."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import Children, run_json, write_config
+from conftest import FLOCK_HOLDER, Children, cli_env, require_tool, run_json, write_config
 
 # A long-lived process that takes and drops a flock when told: `lock` / `unlock` on stdin.
 ON_COMMAND = """
@@ -104,3 +107,51 @@ def test_a_lock_held_continuously_escalates_on_schedule(
     at_least = [finding["held"]["seconds"] for _, finding in results[3:]]
     assert at_least == [60.0 * minutes for minutes in range(1, RUNS - 2)]
     assert (results[7][1]["held"]["bound"], results[7][1]["held"]["seconds"]) == ("at_least", 300)
+
+
+def test_the_seen_record_is_written_whole_and_not_fsynced(
+    tmp_path: Path, children: Children
+) -> None:
+    """A real run under strace (Debian's) while a real process holds the lock: the journal
+    gets the `seen` record in one write() and no fsync (Journal.append: every run writes one
+    afresh); the state directory is still fsynced when the journal is created."""
+    strace = require_tool("strace")
+    path = config(tmp_path, alerting=False)
+    holder = children.python(FLOCK_HOLDER, str(tmp_path / "store.lock"))
+    traced = ["-f", "-o", str(tmp_path / "trace"), "-e", "trace=openat,write,fsync,close"]
+    trace = subprocess.run(
+        [strace, *traced, sys.executable, "-m", "lockwarden", "--once", "--config", path],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=False,
+    )
+    assert trace.returncode == 0, trace.stderr[-2000:]
+    lines = (tmp_path / "trace").read_text().splitlines()  # each line: PID, then the call
+    journal = tmp_path / "state" / "state.jsonl"
+    assert _calls_on(lines, f'"{journal}"', "O_APPEND") == ["write", "close"]
+    assert "fsync" in _calls_on(lines, f'"{journal.parent}"', "O_DIRECTORY")
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert [(record["type"], list(record["locks"])) for record in records] == [("seen", ["store"])]
+    assert records[0]["locks"]["store"][0].startswith(f"pid:{holder.pid}:")
+
+
+def _calls_on(lines: list[str], opened: str, flag: str) -> list[str]:
+    """The write/fsync/close calls on the first descriptor whose openat named `opened` with
+    `flag`, in the process that opened it, up to its close."""
+    calls: list[str] = []
+    owner = descriptor = None
+    for line in lines:
+        pid, _, call = line.strip().partition(" ")
+        if descriptor is None:
+            found = re.search(r"= (\d+)$", line)
+            if "openat(" in call and opened in call and flag in call and found:
+                owner, descriptor = pid, found.group(1)
+            continue
+        named = re.match(rf"\s*(write|fsync|close)\({descriptor}[,)]", call)
+        if pid == owner and named:
+            calls.append(named.group(1))
+            if named.group(1) == "close":
+                break
+    return calls

@@ -206,7 +206,8 @@ class SightingMemory:
         try:
             if lock_first:
                 run_lock = RunLock.acquire(self.journal.directory)
-            self.journal.append(record)
+            # not fsynced: each run writes one afresh (Journal.append says why)
+            self.journal.append(record, durable=False)
             if lock_first and self.journal.needs_compaction():
                 self.journal.compact(sightings.keep_latest_seen)
         except RunBusy:
