@@ -7,7 +7,7 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class State(enum.StrEnum):
@@ -67,8 +67,7 @@ class StaleProof(enum.StrEnum):
     """A kernel lock: nothing is left behind, so it is never stale."""
 
 
-@dataclass(frozen=True)
-class ByteRange:
+class ByteRange(NamedTuple):
     """Bytes start..end (inclusive) of one file: where a WRITE lock means a writer."""
 
     key: InodeKey
@@ -175,8 +174,7 @@ class Process:
         return not (self.state in ("Z", "X") and self.threads <= 1)
 
 
-@dataclass(frozen=True)
-class KernelLock:
+class KernelLock(NamedTuple):
     """One line of /proc/locks."""
 
     number: int

@@ -31,7 +31,7 @@ from lockwarden.support.bounded import BoundedRun, Unanswered
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunResult:
     """Every finding of one run, and the host it ran on."""
 
@@ -55,7 +55,7 @@ def policy_for(lock: LockConfig) -> Policy:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Inspection:
     """The findings of some locks, and the host snapshot they were judged by."""
 

@@ -48,7 +48,7 @@ NOTICE_ID = "state-degraded"  # the per-run notice: never journaled, so never re
 NOTIFY_FINDING = "lockwarden:notify"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Sending:
     """One message sent (or not) to one service this run."""
 
@@ -258,7 +258,7 @@ def _deliver(
             outcome.last_delivered_at = now
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Job:
     """One message to send this run, and the services to send it to."""
 

@@ -27,7 +27,7 @@ from lockwarden.procfs.reader import LockQuestion, Request, unmatched_locks
 from lockwarden.procfs.snapshot import Descriptor, Snapshot
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Evidence:
     """What the host snapshot says about one claim: kernel locks, holders, waiters."""
 

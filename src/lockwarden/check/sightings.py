@@ -23,8 +23,8 @@ Prometheus textfile). Pure functions here; cli/once.py reads and appends.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from lockwarden.model import Bound, Finding, State
 from lockwarden.state.journal import Record
@@ -41,8 +41,7 @@ Memory = dict[str, dict[str, datetime]]
 """lock name -> holder identity -> first sighting of an unbroken series."""
 
 
-@dataclass(frozen=True)
-class LastSeen:
+class LastSeen(NamedTuple):
     """The latest `seen` record in the journal."""
 
     at: datetime

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import psutil
 
@@ -67,8 +67,7 @@ def wall_clock() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True, slots=True)
-class LockQuestion:
+class LockQuestion(NamedTuple):
     """What one lock asks of the host, from its claim (check/identify.py builds it)."""
 
     keys: tuple[InodeKey, ...] = ()
@@ -84,7 +83,7 @@ class LockQuestion:
     machine_id: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Request:
     """Everything a capture is asked for: the locks' questions, and what a caller beyond the
     pipeline needs (removal, hold, discover)."""
@@ -134,7 +133,7 @@ def unmatched_locks(granted: Iterable[KernelLock], descriptors: Iterable[Descrip
     return sum(1 for lock in granted if lock_identity(lock) not in carried)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Base:
     """The facts every capture reads first: the moment, the boot, this process's place."""
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import psutil
 
@@ -40,8 +40,7 @@ _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
-@dataclass(frozen=True)
-class Descriptor:
+class Descriptor(NamedTuple):
     """An open file descriptor of some process on a watched inode, with its lock lines."""
 
     pid: int
@@ -232,7 +231,7 @@ def _frozen(mapping: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
     return MappingProxyType(dict(mapping or {}))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Snapshot:
     """What the host looked like at one moment: every fact a run's judging needs, read once by
     `HostReader.capture` (reader.py). Frozen and holding no reader: a look-up of a fact that
@@ -382,8 +381,7 @@ def processes_under(cwds: WorkingDirectories, roots: Iterable[str]) -> tuple[int
     )
 
 
-@dataclass(frozen=True)
-class WorkingDirectories:
+class WorkingDirectories(NamedTuple):
     """Every process's working directory, and the processes whose one could not be read."""
 
     by_pid: Mapping[int, str]
@@ -406,8 +404,7 @@ def _read_working_directories(proc: str, entries: tuple[str, ...]) -> WorkingDir
     return WorkingDirectories(by_pid, tuple(unreadable))
 
 
-@dataclass(frozen=True)
-class ProcessFacts:
+class ProcessFacts(NamedTuple):
     """What psutil tells of one process (one read of its stat and status files)."""
 
     state: str  # the kernel's one-letter state: R, S, D, Z, X, ...
@@ -732,12 +729,11 @@ def _scan_thread_tables(
             # an unreadable table is counted by the process-table scan already
             table, _readable = _table_descriptors(base, int(entry), fd_names, keys, inodes)
             for key, descriptor in table:
-                found.setdefault(key, []).append(replace(descriptor, tid=int(tid)))
+                found.setdefault(key, []).append(descriptor._replace(tid=int(tid)))
     return found
 
 
-@dataclass(frozen=True)
-class BlockedCall:
+class BlockedCall(NamedTuple):
     """A thread blocked in a lock call on one of its descriptors."""
 
     tid: int

@@ -30,11 +30,10 @@ import struct as binary
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
 
 # The results come from our own fork, so any pickle is trusted.
 from pickle import dumps, loads
-from typing import Generic, TypeVar, cast
+from typing import Generic, NamedTuple, TypeVar, cast
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -46,8 +45,7 @@ MESSAGE_TAIL_S = 5.0  # the rest of a message already begun: the child is not st
 PIPE_BYTES = 1 << 20  # the default fs.pipe-max-size
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(NamedTuple):
     """One line of /proc/self/mountinfo: where a file system is mounted, and its type."""
 
     point: str
