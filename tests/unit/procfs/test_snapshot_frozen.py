@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,12 +15,18 @@ from lockwarden.procfs.snapshot import NotCaptured, Snapshot
 
 
 def test_a_captured_snapshot_answers_what_was_asked_and_reads_nothing_more() -> None:
-    snapshot = HostReader(wall_clock).capture(Request(pids=(os.getpid(),)))
+    # a live process of our own that was not asked about (our parent may be PID 1, which
+    # names no process a lock can be judged by)
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        snapshot = HostReader(wall_clock).capture(Request(pids=(os.getpid(),)))
+        with pytest.raises(NotCaptured, match=f"PID {other.pid} was not captured"):
+            snapshot.process(other.pid)
+    finally:
+        other.kill()
+        other.wait()
     mine = snapshot.process(os.getpid())
     assert mine is not None and mine.pid == os.getpid()
-    parent = os.getppid()
-    with pytest.raises(NotCaptured, match=f"PID {parent} was not captured"):
-        snapshot.process(parent)
     with pytest.raises(NotCaptured):
         snapshot.working_directories()
     with pytest.raises(NotCaptured):
