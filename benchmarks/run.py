@@ -9,9 +9,9 @@ Prints one table, one row per performance target:
 and exits 0 when every row is ok, 1 when a row is OVER its target, 2 when a row could not be
 measured (and none is OVER).
 
-Every value and floor is the median of --runs (at least 10) runs of a fresh process, started
-with posix_spawn and reaped with wait4, which returns the wall time and the peak RSS of exactly
-that child. Floors and values are run alternately so that drift hits both alike; `lslocks`,
+Every value and floor is the median of --runs (at least 10; the quiet rows, three times as
+many) runs of a fresh process, forked and exec'd by a small launcher and reaped with wait4, which
+returns the wall time and the peak RSS of exactly that child. Floors and values are run alternately so that drift hits both alike; `lslocks`,
 whose floor is a hundred times the value it is compared with, runs 3 times. The benchmark
 makes its own locks and holders in a temporary directory: holder processes with real flock(2)
 locks, owner-record directories, 10,000 kernel locks held by 4 processes, 1,000 sleeping
@@ -63,6 +63,9 @@ Record = dict[str, Any]
 JOURNAL_RECORDS = 50_000
 ALERT_LOCK = "bench-alert"
 QUIET_FLOOR = "import psutil, tomllib, json, logging, dataclasses"
+# The quiet rows take 3x --runs runs: each costs ~0.15 s, and medians of 10 of a ~70 ms floor
+# moved by a fifth between the two quiet rows of one run on a shared VM (59.5 and 74.1 ms).
+QUIET_RUNS_FACTOR = 3
 QUIET_WALL_LIMIT = 2.0  # the quiet run's wall time, at most this times QUIET_FLOOR's
 QUIET_RSS_LIMIT = 1.3
 LSLOCKS_RUNS = 1  # a minute a run at 10,000 locks on a 2-core machine
@@ -607,7 +610,8 @@ def quiet_rows(bench: Bench, stage: Stage) -> tuple[list[Row], list[Sample]]:
     """The quiet run with alerting off (no [notify]: no journal is read) and on (a [notify]
     service and a state journal, as a monitored host has them; the URL is never contacted)."""
     floor = Command((PYTHON, "-c", QUIET_FLOOR))
-    floors, values = bench.pair(floor, lockwarden(stage.ten))
+    runs = bench.runs * QUIET_RUNS_FACTOR
+    floors, values = bench.pair(floor, lockwarden(stage.ten), runs=runs)
     alerting = bench.workdir / "ten-alerting.toml"
     state = bench.workdir / "quiet-state"
     state.mkdir(mode=0o700)
@@ -616,7 +620,7 @@ def quiet_rows(bench: Bench, stage: Stage) -> tuple[list[Row], list[Sample]]:
         '[notify]\nurls = ["json://127.0.0.1:9"]\n\n' + stage.tables
     )
     alerting.chmod(0o600)
-    alerting_floors, alerting_values = bench.pair(floor, lockwarden(alerting))
+    alerting_floors, alerting_values = bench.pair(floor, lockwarden(alerting), runs=runs)
     wall = f'wall (floor: python -c "{QUIET_FLOOR}")'
     rows = [
         ratio_row(
