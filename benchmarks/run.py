@@ -10,16 +10,17 @@ and exits 0 when every row is ok, 1 when a row is OVER its target, 2 when a row 
 measured (and none is OVER).
 
 Every value and floor is the median of --runs (at least 10; the quiet rows, three times as
-many) runs of a fresh process, forked and exec'd by a small launcher and reaped with wait4, which
-returns the wall time and the peak RSS of exactly that child. Floors and values are run alternately so that drift hits both alike; `lslocks`,
-whose floor is a hundred times the value it is compared with, runs 3 times. The benchmark
-makes its own locks and holders in a temporary directory: holder processes with real flock(2)
-locks, owner-record directories, 10,000 kernel locks held by 4 processes, 1,000 sleeping
-processes, 10,000 processes with 50 open files each (one small parent that forks), an HTTP
-receiver on 127.0.0.1 for the alert. Every process it starts is ended by PID when it ends
-(finally and atexit); the forked ones also exit by themselves when their parent goes. It takes
-about 5 minutes on a 2-core machine, most of it in `lslocks` with 10,000 locks on the host and
-in walking the descriptors of 10,000 processes.
+many) runs of a fresh process, forked and exec'd by a small launcher and reaped with wait4,
+which returns the wall time and the peak RSS of exactly that child. Floors and values are run
+alternately so that drift hits both alike; `lslocks`, whose floor is a hundred times the value
+it is compared with and takes a minute, runs once. The benchmark makes its own locks and
+holders in a temporary directory: holder processes with real flock(2) locks, owner-record
+directories, 10,000 kernel locks held by 4 processes, 1,000 sleeping processes, 10,000
+processes with 50 open files each (one small parent that forks), an HTTP receiver on 127.0.0.1
+for the alert. Every process it starts is ended by PID when it ends (finally and atexit); the
+forked ones also exit by themselves when their parent goes. It takes about 5 minutes on a
+2-core machine, most of it in `lslocks` with 10,000 locks on the host and in walking the
+descriptors of 10,000 processes.
 
 Children run with this checkout's `src/` first on the path and compiled bytecode cached in the
 temporary directory (as an installed package has), so the first, compiling run is a warm-up
