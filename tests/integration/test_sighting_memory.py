@@ -115,43 +115,83 @@ def test_the_seen_record_is_written_whole_and_not_fsynced(
     """A real run under strace (Debian's) while a real process holds the lock: the journal
     gets the `seen` record in one write() and no fsync (Journal.append: every run writes one
     afresh); the state directory is still fsynced when the journal is created."""
-    strace = require_tool("strace")
     path = config(tmp_path, alerting=False)
     holder = children.python(FLOCK_HOLDER, str(tmp_path / "store.lock"))
-    traced = ["-f", "-o", str(tmp_path / "trace"), "-e", "trace=openat,write,fsync,close"]
-    trace = subprocess.run(
-        [strace, *traced, sys.executable, "-m", "lockwarden", "--once", "--config", path],
+    traces = _traced(tmp_path, "-m", "lockwarden", "--once", "--config", path)
+    journal = tmp_path / "state" / "state.jsonl"
+    assert _calls_on(traces, f'"{journal}"', "O_APPEND") == ["write", "close"]
+    assert "fsync" in _calls_on(traces, f'"{journal.parent}"', "O_DIRECTORY")
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert [(record["type"], list(record["locks"])) for record in records] == [("seen", ["store"])]
+    assert records[0]["locks"]["store"][0].startswith(f"pid:{holder.pid}:")
+
+
+def test_a_seen_record_naming_a_database_session_is_fsynced(tmp_path: Path) -> None:
+    """A database session can outlive this host's crash (its server may be another host), so
+    the `seen` record that names one is written and fsynced like any other record. The run's
+    sighting memory is driven with a finding as a database lock makes it: a real server is
+    not needed to tell how the record is written (tests/formats/test_postgres_locks.py holds
+    real sessions)."""
+    path = config(tmp_path, alerting=False)
+    program = f"""
+import sys
+from datetime import UTC, datetime
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from factories import make_finding
+from lockwarden.cli.once import SightingMemory
+from lockwarden.config import load
+from lockwarden.model import Bound, State
+from lockwarden.pipeline import RunResult
+now = datetime.now(UTC)
+finding = make_finding(state=State.HELD, held_bound=Bound.AT_MOST, identity="pg-backend:7:1")
+memory = SightingMemory(load({path!r}), now, None)
+result = memory.remember(RunResult("host", "boot", now, (finding,)), lock_first=False)
+assert not result.notes, result.notes
+"""
+    traces = _traced(tmp_path, "-c", program)
+    journal = tmp_path / "state" / "state.jsonl"
+    assert _calls_on(traces, f'"{journal}"', "O_APPEND") == ["write", "fsync", "close"]
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert [record["locks"]["store"][0] for record in records] == ["pg-backend:7:1"]
+
+
+def _traced(tmp_path: Path, *arguments: str) -> list[list[str]]:
+    """Run this Python with `arguments` under strace (Debian's), one trace file per process
+    (-ff: a call is never split across lines by another process's); each file's lines."""
+    strace = require_tool("strace")
+    prefix = tmp_path / "trace"
+    traced = ["-ff", "-o", str(prefix), "-e", "trace=openat,write,fsync,close"]
+    completed = subprocess.run(
+        [strace, *traced, sys.executable, *arguments],
         capture_output=True,
         text=True,
         env=cli_env(),
         timeout=60,
         check=False,
     )
-    assert trace.returncode == 0, trace.stderr[-2000:]
-    lines = (tmp_path / "trace").read_text().splitlines()  # each line: PID, then the call
-    journal = tmp_path / "state" / "state.jsonl"
-    assert _calls_on(lines, f'"{journal}"', "O_APPEND") == ["write", "close"]
-    assert "fsync" in _calls_on(lines, f'"{journal.parent}"', "O_DIRECTORY")
-    records = [json.loads(line) for line in journal.read_text().splitlines()]
-    assert [(record["type"], list(record["locks"])) for record in records] == [("seen", ["store"])]
-    assert records[0]["locks"]["store"][0].startswith(f"pid:{holder.pid}:")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    files = sorted(tmp_path.glob("trace.*"))
+    assert files, "strace wrote no trace"
+    return [file.read_text().splitlines() for file in files]
 
 
-def _calls_on(lines: list[str], opened: str, flag: str) -> list[str]:
+def _calls_on(traces: list[list[str]], opened: str, flag: str) -> list[str]:
     """The write/fsync/close calls on the first descriptor whose openat named `opened` with
     `flag`, in the process that opened it, up to its close."""
-    calls: list[str] = []
-    owner = descriptor = None
-    for line in lines:
-        pid, _, call = line.strip().partition(" ")
-        if descriptor is None:
-            found = re.search(r"= (\d+)$", line)
-            if "openat(" in call and opened in call and flag in call and found:
-                owner, descriptor = pid, found.group(1)
-            continue
-        named = re.match(rf"\s*(write|fsync|close)\({descriptor}[,)]", call)
-        if pid == owner and named:
-            calls.append(named.group(1))
-            if named.group(1) == "close":
-                break
-    return calls
+    for lines in traces:
+        calls: list[str] = []
+        descriptor = None
+        for line in lines:
+            if descriptor is None:
+                found = re.search(r"= (\d+)$", line)
+                if line.startswith("openat(") and opened in line and flag in line and found:
+                    descriptor = found.group(1)
+                continue
+            named = re.match(rf"(write|fsync|close)\({descriptor}\b", line)
+            if named:
+                calls.append(named.group(1))
+                if named.group(1) == "close":
+                    break
+        if descriptor is not None:
+            return calls
+    return []

@@ -106,11 +106,23 @@ def worth_writing(record: Record, latest: LastSeen | None) -> bool:
     return bool(record["locks"]) or bool(latest is not None and latest.locks)
 
 
+def outlives_the_boot(record: Record) -> bool:
+    """Whether a `seen` record names a database session: its server may be another host, where
+    the session outlives a crash of this one, so the record is written as durably as any
+    other. One naming only this boot's kernel locks is not fsynced (Journal.append)."""
+    locks = record.get("locks")
+    entries = locks.values() if isinstance(locks, dict) else ()
+    return any(str(entry[0]).startswith(_SESSION_IDENTITIES) for entry in entries)
+
+
+_SESSION_IDENTITIES = ("pg-backend:", "mysql-connection:")
+
+
 def _undated_hold(finding: Finding) -> bool:
     """Held with no recorded start: a kernel lock (its inode known), or a database session's
     lock (its identity names the session)."""
     database_session = finding.identity is not None and finding.identity.startswith(
-        ("pg-backend:", "mysql-connection:")
+        _SESSION_IDENTITIES
     )
     held = finding.state in _HELD and finding.held_bound in _UNDATED
     return held and (finding.key is not None or database_session)

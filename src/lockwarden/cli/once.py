@@ -206,8 +206,8 @@ class SightingMemory:
         try:
             if lock_first:
                 run_lock = RunLock.acquire(self.journal.directory)
-            # not fsynced: each run writes one afresh (Journal.append says why)
-            self.journal.append(record, durable=False)
+            # not fsynced unless it names a database session (Journal.append says why)
+            self.journal.append(record, durable=sightings.outlives_the_boot(record))
             if lock_first and self.journal.needs_compaction():
                 self.journal.compact(sightings.keep_latest_seen)
         except RunBusy:

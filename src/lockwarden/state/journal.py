@@ -4,8 +4,9 @@ Durability rules (each has a test in tests/alerts/test_journal.py):
 
 * one record = one ``write()`` on an ``O_APPEND`` descriptor, its length checked, then
   ``fsync``; the directory is fsynced after the file is created or renamed. The one exception
-  is the sighting memory's ``seen`` record (``durable=False``): every run writes one afresh,
-  repeating its series' start, so it is written and not fsynced (``Journal.append`` says why);
+  is the sighting memory's ``seen`` record of kernel locks (``durable=False``): every run
+  writes one afresh, repeating its series' start, so it is written and not fsynced
+  (``Journal.append`` says why; tested in tests/integration/test_sighting_memory.py);
 * a torn last line (a crash mid-write) is cut off before the next append; a corrupt line in
   the middle is skipped with a warning, so the journal fails toward one duplicate alert and
   never toward silence;
@@ -262,13 +263,15 @@ class Journal:
     def append(self, record: Record, durable: bool = True) -> None:
         """One write(), length checked, then fsync; raise StateError on any failure.
 
-        `durable=False` skips the fsync, for a record that every run writes afresh and that
-        repeats what the one before it said (the `seen` record: each carries its series'
-        start). A power cut or kernel crash, all an fsync protects against, can lose the last
-        seconds of appends, as a torn or missing last line that load() handles; the records
-        before them reached the disk by the kernel's own writeback and still carry every
-        series' start, and the kernel locks and processes they name ended with the boot. An
-        fsync per such record would flush the disk on every timer run for nothing."""
+        `durable=False` skips the fsync, for a record that every run writes afresh, that
+        repeats what the one before it said, and whose facts end with the boot: the `seen`
+        record of kernel locks (each carries its series' start; one that names a database
+        session, which a server on another host keeps through this host's crash, is durable).
+        A power cut or kernel crash, all an fsync protects against, can lose the last seconds
+        of appends, as a torn or missing last line that load() handles; the records before
+        them reached the disk by the kernel's own writeback, and the kernel locks and
+        processes they name ended with the boot. An fsync per such record would flush the
+        disk on every timer run for nothing."""
         descriptor = self._open_for_append()
         data = encode(record)
         before = os.fstat(descriptor).st_size

@@ -112,3 +112,21 @@ def test_a_budget_shorter_than_the_runs_interval_still_lets_a_series_continue(
     latest = sightings.LastSeen(before, {"store": ("pid:1", before)})
     remembered = sightings.memory(latest, NOW, {"store": sightings.longest_gap(warn_after)})
     assert remembered == {"store": {"pid:1": before}}
+
+
+def test_only_a_record_naming_a_database_session_outlives_the_boot() -> None:
+    """journal.py fsyncs a `seen` record only when a lock in it can outlive this host's crash."""
+    at = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    kernel = sightings.sightings_of([finding(identity="pid:42:1234:boot", key=(1, 2))], {}, at)
+    session = sightings.sightings_of(
+        [
+            finding(identity="pg-backend:7:1"),
+            finding(name="other", identity="pid:42:1234:boot", key=(1, 2)),
+        ],
+        {},
+        at,
+    )
+    mysql = sightings.sightings_of([finding(identity="mysql-connection:9:2")], {}, at)
+    assert [bool(record["locks"]) for record in (kernel, session, mysql)] == [True, True, True]
+    assert [sightings.outlives_the_boot(r) for r in (kernel, session, mysql)] == [False, True, True]
+    assert not sightings.outlives_the_boot({"type": "seen", "at": "x", "locks": {}})
