@@ -11,7 +11,7 @@ eagerly, before any lock is judged), and `gather` only looks facts up in the fro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.model import (
@@ -62,7 +62,10 @@ class Evidence:
         return bool(self.granted)
 
 
-def holder_from_process(process: Process, lock_kind: str | None = None) -> Holder:
+def holder_from_process(
+    process: Process, lock_kind: str | None = None, lock: KernelLock | None = None
+) -> Holder:
+    """The holder `process` is; `lock`: the kernel lock it holds (its kind and bytes)."""
     return Holder(
         pid=process.pid,
         alive=process.alive,
@@ -73,7 +76,9 @@ def holder_from_process(process: Process, lock_kind: str | None = None) -> Holde
         start_ticks=process.start_ticks,
         unit=process.unit,
         user_unit=process.user_unit,
-        lock_kind=lock_kind,
+        lock_kind=_kind(lock) if lock is not None else lock_kind,
+        lock_start=lock.start if lock is not None else None,
+        lock_end=lock.end if lock is not None else None,
     )
 
 
@@ -317,17 +322,13 @@ def _kernel_holders(
         held = [lock for lock in descriptor.locks if not lock.waiting and counts(lock)]
         process = snapshot.process(descriptor.pid) if held else None
         if process is not None and descriptor.pid not in holders:
-            holders[descriptor.pid] = _with_lock(holder_from_process(process), held[0])
+            holders[descriptor.pid] = holder_from_process(process, lock=held[0])
     if not holders:
         for lock in granted:
             process = snapshot.process(lock.pid) if lock.kind == "POSIX" else None
             if process is not None and process.pid not in holders:
-                holders[process.pid] = _with_lock(holder_from_process(process), lock)
+                holders[process.pid] = holder_from_process(process, lock=lock)
     return tuple(holders.values())
-
-
-def _with_lock(holder: Holder, lock: KernelLock) -> Holder:
-    return replace(holder, lock_kind=_kind(lock), lock_start=lock.start, lock_end=lock.end)
 
 
 def _kind(lock: KernelLock) -> str:
