@@ -33,6 +33,8 @@ from lockwarden.support.durations import parse_time, timestamp
 SEEN = "seen"
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)
 _HELD = (State.HELD, State.HELD_TOO_LONG, State.UNKNOWN)
+# A database session's identity (databases/): its lock lives on a server, maybe another host's.
+_SESSION_IDENTITIES = ("pg-backend:", "mysql-connection:")
 
 # The shipped timer runs every minute with up to 10 s of random delay; a run takes seconds.
 RUN_INTERVAL_ALLOWANCE = 90.0
@@ -113,9 +115,6 @@ def outlives_the_boot(record: Record) -> bool:
     locks = record.get("locks")
     entries = locks.values() if isinstance(locks, dict) else ()
     return any(str(entry[0]).startswith(_SESSION_IDENTITIES) for entry in entries)
-
-
-_SESSION_IDENTITIES = ("pg-backend:", "mysql-connection:")
 
 
 def _undated_hold(finding: Finding) -> bool:
