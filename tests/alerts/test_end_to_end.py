@@ -471,6 +471,34 @@ def test_notify_tags_route_a_lock_to_its_services(
     assert receiver.payloads == [] and len(smtp.sink.messages) == 1
 
 
+def test_a_lock_whose_notify_tags_no_service_carries_is_said_never_silent(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    """A mistyped tag ("opz" for "ops") would send a critical alert to nobody: check-config
+    refuses it, and a run that had an alert to send says so on stderr and as the notify
+    finding, which the exit code counts (a critical lock still outranks it)."""
+    scenario.configure([f"ops={receiver.url(TOKEN)}"])
+    text = scenario.config.read_text().replace(
+        'critical_after = "1h"', 'critical_after = "1h"\nnotify_tags = ["opz"]'
+    )
+    scenario.config.write_text(text)
+    checked = run_cli("check-config", "--config", str(scenario.config))
+    assert checked.returncode == 78, checked.stderr
+    assert "lock[1].notify_tags: notify_tags opz match no notify service" in checked.stderr
+    scenario.hold()
+    done = scenario.once(120, "--json")
+    assert done.returncode == 2, done.stderr
+    assert receiver.payloads == []
+    assert "alert for wa-store not sent: notify_tags opz match no notify service" in done.stderr
+    findings = {finding["name"]: finding for finding in json.loads(done.stdout)["locks"]}
+    assert findings["wa-store"]["state"] == "held_too_long"
+    assert findings["lockwarden:notify"]["state"] == "unknown"
+    assert "the services' tags are ops" in findings["lockwarden:notify"]["reason"]
+    routed = text.replace('notify_tags = ["opz"]', 'notify_tags = ["ops"]')
+    scenario.config.write_text(routed)
+    assert run_cli("check-config", "--config", str(scenario.config)).returncode == 0
+
+
 def test_urls_from_a_systemd_credential_file_and_an_environment_variable(
     scenario: Scenario, receiver: Receiver, tmp_path: Path
 ) -> None:

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 EMAIL_SCHEMES = frozenset({"mailto", "mailtos"})
 TAGGED_URL = re.compile(r"^\s*([A-Za-z0-9_.\-, ]+?)\s*=\s*([A-Za-z][\w+.-]*://.*)$", re.DOTALL)
 MIN_SECRET_LENGTH = 4
+WORD_SECRET_LENGTH = 8  # shorter secrets are masked in log lines only as whole words
+TOKEN_LENGTH = 16  # a webhook path piece this long is taken for a token, whatever it holds
 ALWAYS_TAG = "always"
 # Generic webhooks: apprise's privacy form hides only their password, but a webhook URL's path
 # is often its token (https://hooks.example/T0/B0/XXXX), so lockwarden never shows it.
@@ -209,10 +211,20 @@ def shown_url(private_url: str, schemes: set[str]) -> str:
 
 
 def path_secrets(private_url: str) -> set[str]:
-    """The path pieces of a generic webhook URL (its token, usually)."""
+    """The path pieces of a generic webhook URL that look like its token; a route name such
+    as /hook, /alerts or /lockwarden is not one (masked, every log line with that word in it
+    would be garbled)."""
     path = private_url.split("?", 1)[0].split("://", 1)[-1].partition("/")[2]
-    return {piece for piece in path.split("/") if len(piece) >= MIN_SECRET_LENGTH} | (
-        {path} if path else set()
+    pieces = {piece for piece in path.split("/") if len(piece) >= MIN_SECRET_LENGTH}
+    return {piece for piece in {*pieces, path} if _token_like(piece)}
+
+
+def _token_like(piece: str) -> bool:
+    """Long, or with a digit, or mixed case: what a generated token is and a word is not."""
+    return (
+        len(piece) >= TOKEN_LENGTH
+        or any(character.isdigit() for character in piece)
+        or (piece.lower() != piece and piece.upper() != piece)
     )
 
 
@@ -222,6 +234,11 @@ class RedactingFilter(logging.Filter):
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
         self.secrets = sorted(set(secrets), key=len, reverse=True)
+        pieces = [
+            re.escape(secret) if len(secret) >= WORD_SECRET_LENGTH else _as_word(secret)
+            for secret in self.secrets
+        ]
+        self.pattern = re.compile("|".join(pieces)) if pieces else None
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -233,9 +250,14 @@ class RedactingFilter(logging.Filter):
         return True
 
     def mask(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "****")
-        return text
+        return self.pattern.sub("****", text) if self.pattern is not None else text
+
+
+def _as_word(secret: str) -> str:
+    """A short secret (a webhook path like /hook or /alerts) is masked where it stands alone,
+    never inside a longer word ("dead" in "deadline"), which would garble the line; after a
+    %-escape (`%2Fhook`) it stands alone too."""
+    return rf"(?:(?<![A-Za-z0-9])|(?<=%[0-9A-Fa-f]{{2}})){re.escape(secret)}(?![A-Za-z0-9])"
 
 
 def redact_in_logs(secrets: Iterable[str]) -> None:
@@ -357,6 +379,18 @@ class Notifier:
             for service in self.services
             if not wanted or service.tags & wanted or ALWAYS_TAG in service.tags
         )
+
+    def unrouted(self, tags: tuple[str, ...]) -> str | None:
+        """Why a lock with these notify_tags reaches no service, when none of its tags is on a
+        configured service (and none is tagged `always`); None when it reaches one, or when
+        no service is usable at all (that is reported on its own)."""
+        if not tags or not self.services or self.targets(tags):
+            return None
+        present = sorted({str(tag) for service in self.services for tag in service.tags})
+        on_services = f"the services' tags are {', '.join(present)}" if present else (
+            "no service has a tag"
+        )
+        return f"notify_tags {', '.join(tags)} match no notify service ({on_services})"
 
     def known(self, service_id: str) -> bool:
         return any(service.service_id == service_id for service in self.services)

@@ -72,6 +72,7 @@ class AlertOutcome:
     notify_problem: str | None = None
     unsent: int = 0
     invalid_services: list[str] = field(default_factory=list)  # `notify.urls[1]: why`
+    unrouted: list[str] = field(default_factory=list)  # `alert for db: notify_tags x match no...`
     last_delivered_at: datetime | None = None  # the journal's latest confirmed delivery
 
     @property
@@ -81,6 +82,7 @@ class AlertOutcome:
             self.state_problems
             or self.notify_problem
             or self.invalid_services
+            or self.unrouted
             or self.plan.given_up
             or any(not d.ok for d in self.deliveries)
         )
@@ -238,9 +240,16 @@ def _deliver(
     outcome.invalid_services = [
         f"{bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid
     ]
+    for retry in plan.retries:  # one due while notify was broken is routed only now
+        unrouted = notifier.unrouted(retry.sent.tags) if UNRESOLVED in retry.services else None
+        if unrouted is not None:
+            outcome.unrouted.append(f"{retry.sent.kind} {retry.sent.title!r} not sent: {unrouted}")
     jobs = [_retry(notifier, retry, writer, now) for retry in plan.retries]
     for item in plan.outgoing:  # each one's due record is journaled before anything is sent
         targets = notifier.targets(item.tags)
+        unrouted = notifier.unrouted(item.tags)
+        if unrouted is not None:  # sent to nobody: said on stderr and as the notify finding
+            outcome.unrouted.append(f"{item.kind} for {item.lock} not sent: {unrouted}")
         writer.append(_due_record(item, targets, now))
         jobs.append(Job(item.message_id, item.kind, item.lock, item.message, targets))
     notice = _degraded_notice(notifier, outcome, state_path(config), hostname, now)
@@ -570,6 +579,7 @@ def with_outcome(
             "service(s) gave up after give_up_after"
         )
     extra_notes.extend(f"notify service unusable: {bad}" for bad in outcome.invalid_services)
+    extra_notes.extend(outcome.unrouted)
     if outcome.notify_problem:
         extra_notes.append(f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent")
     elif outcome.unsent:
@@ -601,6 +611,7 @@ def state_directory(config: Config) -> str:
 def delivery_problems(outcome: AlertOutcome) -> list[str]:
     """Why a person may not have been told this run, one line per cause."""
     problems = [f"notify service unusable: {bad}" for bad in outcome.invalid_services]
+    problems.extend(outcome.unrouted)
     if outcome.notify_problem:
         problems.append(f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent")
     failed = [d for d in outcome.deliveries if not d.ok and d.message_id != NOTICE_ID]
@@ -635,6 +646,8 @@ def report_failures(outcome: AlertOutcome) -> None:
     (<4>) for what the next run retries, error (<3>) for what no retry will fix."""
     for bad in outcome.invalid_services:
         log.error("notify service unusable, never sent to: %s", bad)
+    for unrouted in outcome.unrouted:
+        log.error("%s", unrouted)
     if outcome.notify_problem:
         log.error("notify: %s; %d message(s) unsent", outcome.notify_problem, outcome.unsent)
     for sending in outcome.deliveries:

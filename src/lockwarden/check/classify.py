@@ -598,7 +598,7 @@ def held_duration(
     if not evidence.kernel_locked:
         age = held_seconds(claim, verdict, evidence, now)
         return (age, Bound.AT_MOST) if age is not None else (None, Bound.UNKNOWN)
-    floors = [_age(first_seen, now), _inherited_age(verdict, evidence, now)]
+    floors = [_sighting_age(first_seen, verdict, now), _inherited_age(verdict, evidence, now)]
     floor = max((age for age in floors if age is not None), default=None)
     if floor is not None:
         return floor, Bound.AT_LEAST
@@ -606,6 +606,15 @@ def held_duration(
     if ceiling is not None:
         return ceiling, Bound.AT_MOST
     return None, Bound.UNKNOWN
+
+
+def _sighting_age(first_seen: datetime | None, verdict: Verdict, now: datetime) -> float | None:
+    """Since the first run that saw this holder hold it, never longer than the holder has run:
+    a series that seems older (the clock stepped back, or a `--now` run in the past wrote it)
+    cannot be about this process, which started since."""
+    seen = _age(first_seen, now)
+    running = _age(verdict.holder.started_at, now) if verdict.holder is not None else None
+    return min(seen, running) if seen is not None and running is not None else seen
 
 
 def _age(moment: datetime | None, now: datetime) -> float | None:

@@ -311,7 +311,9 @@ def _output(parser: argparse.ArgumentParser, prefix: str = "") -> None:
         type=_timestamp,
         default=None,
         metavar="RFC3339",
-        help="pretend the current time is this (for tests and what-ifs)",
+        help="pretend the current time is this (for tests and what-ifs); --once also journals "
+        "it as the time of its sightings and alerts: add --dry-run for a what-if that writes "
+        "nothing",
     )
 
 
@@ -548,7 +550,8 @@ def command_check_config(arguments: argparse.Namespace) -> int:
 
 def runtime_problems(config: config_module.Config) -> list[str]:
     """What a valid file still cannot do at run time: notify URLs apprise's own parser rejects
-    (checked without sending), and a state directory a run would refuse."""
+    (checked without sending), a lock whose notify_tags no service carries, and a state
+    directory a run would refuse."""
     from lockwarden.alerts.stage import state_directory
     from lockwarden.state.journal import state_dir_problem
 
@@ -557,14 +560,21 @@ def runtime_problems(config: config_module.Config) -> list[str]:
     if config.notify.configured:
         from lockwarden.alerts.notify import Notifier, NotifyConfigError
 
+        checkable = checkable_here(config.notify)
         try:
-            notifier = Notifier(checkable_here(config.notify))
+            notifier = Notifier(checkable)
         except NotifyConfigError as error:
             problems.append(f"{where}: {error}")
         else:
             problems.extend(
                 f"{where}: {bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid
             )
+            if checkable is config.notify:  # every service was read here: routing is known
+                problems.extend(
+                    f"{where}: lock[{number}].notify_tags: {why}: its alerts would reach nobody"
+                    for number, lock in enumerate(config.locks, start=1)
+                    if (why := notifier.unrouted(lock.notify_tags)) is not None
+                )
     writes = config.notify.configured or any(lock.remove_stale for lock in config.locks)
     state_problem = state_dir_problem(state_directory(config)) if writes else None
     if state_problem:

@@ -343,3 +343,24 @@ def test_a_hidden_holder_seen_past_its_budget_by_earlier_runs_is_critical_naming
         Bound.AT_LEAST,
     )
     assert "cannot name" in seen.reason and "CAP_SYS_PTRACE" in seen.reason, seen.reason
+
+
+@pytest.mark.parametrize(
+    ("seen_ago", "held_for"),
+    [(timedelta(minutes=2), 120.0), (timedelta(minutes=14), 180.0)],
+)
+def test_a_sighting_series_never_dates_a_hold_before_its_holder_started(
+    seen_ago: timedelta, held_for: float
+) -> None:
+    """A series that seems older than its holder (a `--now` run in the past wrote it, or the
+    clock stepped back) is capped at the holder's running time: it cannot be about it."""
+    taker = process(started=timedelta(minutes=3))
+    holder = holder_from_process(taker, "FLOCK")
+    claim = record(existence_is_lock=False, pid=None, started_at=None, created_at=None)
+    took = FLOCK._replace(pid=taker.pid)  # the holder took it itself: not inherited
+    facts = evidence(granted=(took,), kernel_holders=(holder,), takers={taker.pid: taker})
+    first = classify("k", claim, facts, POLICY, NOW)
+    assert first.identity is not None
+    assert (first.held_for_s, first.held_bound) == (180.0, Bound.AT_MOST)
+    seen = classify("k", claim, facts, POLICY, NOW, {first.identity: NOW - seen_ago})
+    assert (seen.held_for_s, seen.held_bound, seen.state) == (held_for, Bound.AT_LEAST, State.HELD)
