@@ -442,6 +442,20 @@ def test_dry_run_prints_what_would_be_sent_and_sends_and_writes_nothing(
     assert sorted(p.name for p in scenario.state_dir.iterdir()) == []
 
 
+def test_dry_run_names_the_lock_of_a_retry(scenario: Scenario, receiver: Receiver) -> None:
+    """A message a service has not confirmed is retried; a dry run says which lock it is for."""
+    scenario.configure([receiver.url(TOKEN)], timeout="1s")
+    scenario.hold()
+    receiver.stop()
+    assert scenario.once(120).returncode == 2  # refused: journaled, due again next run
+    done = scenario.once(125, "--dry-run")
+    assert "dry run: would send retry of alert for wa-store" in done.stdout, done.stdout
+    as_json = json.loads(scenario.once(125, "--dry-run", "--json").stdout)
+    assert [(item["kind"], item["lock"]) for item in as_json["would_send"]] == [
+        ("retry of alert", "wa-store")
+    ]
+
+
 def test_notify_test_reports_each_service(
     scenario: Scenario, receiver: Receiver, smtp: Smtp
 ) -> None:

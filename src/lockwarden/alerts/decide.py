@@ -62,6 +62,7 @@ class Retry:
 
     sent: Sent
     services: tuple[str, ...]
+    lock: str = ""  # the lock of its incident ("" when the journal no longer has that)
 
 
 @dataclass
@@ -350,7 +351,7 @@ def _retry_pending(
     for sent in history.pending_messages():
         lock = history.incidents[sent.incident].lock if sent.incident in history.incidents else ""
         give_up_after = policies.get(lock, LockPolicy()).alerts.give_up_after
-        retry = Retry(sent, sent.pending)
+        retry = Retry(sent, sent.pending, lock)
         if (now - sent.due_at).total_seconds() >= give_up_after:
             plan.given_up.append(retry)
             plan.records.append(

@@ -243,7 +243,7 @@ def _deliver(
     for retry in plan.retries:  # one due while notify was broken is routed only now
         unrouted = notifier.unrouted(retry.sent.tags) if UNRESOLVED in retry.services else None
         if unrouted is not None:
-            outcome.unrouted.append(f"{retry.sent.kind} {retry.sent.title!r} not sent: {unrouted}")
+            outcome.unrouted.append(f"{retry.sent.kind} for {retry.lock} not sent: {unrouted}")
     jobs = [_retry(notifier, retry, writer, now) for retry in plan.retries]
     for item in plan.outgoing:  # each one's due record is journaled before anything is sent
         targets = notifier.targets(item.tags)
@@ -434,7 +434,7 @@ def _retry(notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetim
     if UNRESOLVED in retry.services:  # due while notify was broken: resolve its services now
         targets = notifier.targets(retry.sent.tags)
         writer.append(_resolved_due(retry, targets))
-        retry = Retry(retry.sent, targets)
+        retry = Retry(retry.sent, targets, retry.lock)
     retry = _renamed(notifier, retry, writer)
     gone = [service for service in retry.services if not notifier.known(service)]
     if gone:  # a service removed from the config can never confirm: stop waiting for it
@@ -451,7 +451,7 @@ def _retry(notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetim
     message = Message(
         retry.sent.title, retry.sent.markdown, retry.sent.text, retry.sent.notify_type
     )
-    return Job(retry.sent.message_id, retry.sent.kind, "", message, tuple(live))
+    return Job(retry.sent.message_id, retry.sent.kind, retry.lock, message, tuple(live))
 
 
 def _renamed(notifier: Notifier, retry: Retry, writer: JournalWriter) -> Retry:
@@ -470,7 +470,7 @@ def _renamed(notifier: Notifier, retry: Retry, writer: JournalWriter) -> Retry:
     services = tuple(renamed.get(service, service) for service in retry.services)
     targets = tuple(renamed.get(t, t) for t in (retry.sent.targets or ()))
     writer.append(_resolved_due(retry, targets))
-    return Retry(retry.sent, services)
+    return Retry(retry.sent, services, retry.lock)
 
 
 def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> Record:

@@ -200,7 +200,7 @@ def _why_unattributed(claim: Claim, snapshot: Snapshot, holders: int) -> str:
     if hidden:
         unless = "" if snapshot.nested_pid_namespace else f"; if none of them holds it, {IN_FLIGHT}"
         return (
-            f"{processes(hidden)}' descriptor tables could not be read "
+            f"{processes(hidden)} descriptor tables could not be read "
             f"({_some_processes(snapshot.hidden_pids, snapshot)}): {missing_right(snapshot)}"
             f"{unless}"
         )

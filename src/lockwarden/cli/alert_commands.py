@@ -92,7 +92,7 @@ def would_send(alerted: AlertedRun) -> list[dict[str, Any]]:
     items.extend(
         {
             "kind": f"retry of {retry.sent.kind}",
-            "lock": "",
+            "lock": retry.lock,
             "tags": list(retry.sent.tags),
             "title": retry.sent.title,
             "text": retry.sent.text,
@@ -148,7 +148,8 @@ def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
     if not items:
         lines.append("dry run: nothing would be sent")
     for item in items:
-        lines.append(f"dry run: would send {item['kind']} for {item['lock'] or '-'}")
+        about = f"for {item['lock']}" if item["lock"] else repr(item["title"])
+        lines.append(f"dry run: would send {item['kind']} {about}")
         lines.extend(f"    {line}" for line in str(item["text"]).splitlines())
     lines.append("dry run: nothing was sent and the journal was not written")
     return "\n".join(lines) + "\n"
