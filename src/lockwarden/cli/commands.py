@@ -463,6 +463,9 @@ def dispatch(
     if arguments.once:
         return command_once(arguments, checkpoint)
     parser.print_help(sys.stderr)
+    given = [option for option in ("dry_run", "json") if getattr(arguments, option, False)]
+    needs = f"--{given[0].replace('_', '-')} needs --once" if given else "nothing to do"
+    sys.stderr.write(f"lockwarden: error: {needs}: give --once or a COMMAND (see above)\n")
     return EXIT_USAGE
 
 

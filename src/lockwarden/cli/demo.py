@@ -23,8 +23,8 @@ HOLD_SECONDS = 2.0
 WRITE_WAIT_MS = 400
 
 DIAGNOSIS = (
-    "the write did not fail because anything is broken — a different process is still "
-    "holding the exclusive store lock; stopping it fixes this, waiting longer does not"
+    "nothing is broken: another process holds the store's exclusive lock, and every write "
+    "waits or fails until that process lets go; retrying harder never helps"
 )
 
 _HOLDER = r"""
@@ -65,6 +65,16 @@ def try_write(store: str, wait_ms: int) -> float | None:
     return waited
 
 
+def _budget() -> str:
+    from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER
+    from lockwarden.support.durations import format_duration
+
+    return (
+        f"a warning after {format_duration(DEFAULT_WARN_AFTER)}, "
+        f"critical after {format_duration(DEFAULT_CRITICAL_AFTER)}"
+    )
+
+
 def run_demo(say: Callable[[str], None] = print) -> int:
     base = tempfile.mkdtemp(prefix="lockwarden-demo-")
     store = os.path.join(base, "store")
@@ -98,15 +108,18 @@ def run_demo(say: Callable[[str], None] = print) -> int:
             say("   the write was not blocked; the holder let go too early")
             return 3
         finding = inspect_path(store, datetime.now(UTC)).findings[0]
-        held = f"{finding.held_for_s or 0:.1f} s"
-        say(
-            f"   BLOCKED: {finding.state.value}, held by "
-            f"{finding.holder.describe() if finding.holder else 'nobody named'} for {held}, "
-            f"holder alive: {finding.holder.alive if finding.holder else 'unknown'}"
+        who = finding.holder.describe() if finding.holder else "a process lockwarden cannot name"
+        alive = "" if finding.holder is None else (
+            ", running" if finding.holder.alive else ", no longer running"
         )
+        say(f"   BLOCKED: the store's lock is {finding.state.value} by {who}{alive}")
+        say(f"   lockwarden says: {finding.reason}")
         say(f"   diagnosis: {DIAGNOSIS}")
-        say(f"   action: {finding.action}")
-        say(f"4. waiting for PID {holder.pid} to finish ...")
+        say(
+            f"   a holder left running past its budget ({_budget()}) gets an alert that "
+            "names it as the process to stop"
+        )
+        say(f"4. this holder is a short job: waiting for PID {holder.pid} to let go ...")
         started = time.monotonic()
         holder.wait(timeout=HOLD_SECONDS + 10)
         say(

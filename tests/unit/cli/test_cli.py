@@ -11,6 +11,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, cli_env, run_cli, run_json, write_config
 from lockwarden import __version__
 
@@ -147,8 +149,10 @@ def test_demo_shows_the_blocked_write_and_exits_zero() -> None:
     elapsed = time.monotonic() - started
     assert completed.returncode == 0, completed.stdout + completed.stderr
     output = completed.stdout
-    assert "BLOCKED" in output and "(maintenance-job)" in output
-    assert "stopping it fixes this, waiting longer does not" in output
+    assert "BLOCKED: the store's lock is held by PID" in output
+    assert "(maintenance-job), running" in output
+    assert "retrying harder never helps" in output
+    assert "None" not in output and "True" not in output  # words, not Python values
     assert "lock acquired after" in output
     assert "cleaned up" in output
     assert not Path(output.rsplit("cleaned up ", 1)[1].strip()).exists()
@@ -262,3 +266,21 @@ def test_once_through_the_entry_point_names_the_holder(tmp_path: Path, children:
     assert finding["state"] == "held"
     assert finding["holders"][0]["pid"] == holder.pid
     assert os.path.exists(lock)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ((), "nothing to do"),
+        (("--dry-run",), "--dry-run needs --once"),
+        (("--json",), "--json needs --once"),
+    ],
+)
+def test_a_call_with_nothing_to_do_says_why_after_the_help(
+    arguments: tuple[str, ...], says: str
+) -> None:
+    completed = run_cli(*arguments)
+    assert completed.returncode == 64
+    last = completed.stderr.splitlines()[-1]
+    assert last == f"lockwarden: error: {says}: give --once or a COMMAND (see above)"
+    assert completed.stdout == ""
