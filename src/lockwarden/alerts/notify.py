@@ -387,8 +387,8 @@ class Notifier:
         if not tags or not self.services or self.targets(tags):
             return None
         present = sorted({str(tag) for service in self.services for tag in service.tags})
-        on_services = f"the services' tags are {', '.join(present)}" if present else (
-            "no service has a tag"
+        on_services = (
+            f"the services' tags are {', '.join(present)}" if present else ("no service has a tag")
         )
         return f"notify_tags {', '.join(tags)} match no notify service ({on_services})"
 

@@ -646,7 +646,7 @@ def command_init(arguments: argparse.Namespace) -> int:
 
     path = os.path.abspath(arguments.path)
     candidates = sample_config.host_candidates(arguments.directories)
-    text = sample_config.render_starter(candidates)
+    text = sample_config.render_starter(candidates, path)
     try:
         sample_config.write_new_config(path, text, arguments.force)
     except FileExistsError:

@@ -109,8 +109,10 @@ def run_demo(say: Callable[[str], None] = print) -> int:
             return 3
         finding = inspect_path(store, datetime.now(UTC)).findings[0]
         who = finding.holder.describe() if finding.holder else "a process lockwarden cannot name"
-        alive = "" if finding.holder is None else (
-            ", running" if finding.holder.alive else ", no longer running"
+        alive = (
+            ""
+            if finding.holder is None
+            else (", running" if finding.holder.alive else ", no longer running")
         )
         say(f"   BLOCKED: the store's lock is {finding.state.value} by {who}{alive}")
         say(f"   lockwarden says: {finding.reason}")

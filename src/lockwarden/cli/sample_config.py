@@ -33,7 +33,7 @@ EXAMPLE_HEADER = """\
 STARTER_HEADER = """\
 # lockwarden configuration, written by `lockwarden init`.
 # Every key is documented in config.example.toml (installed as
-# /usr/share/doc/lockwarden/config.example.toml). Check it with: lockwarden check-config
+# /usr/share/doc/lockwarden/config.example.toml). Check it with: {check}
 # Durations are written "90s", "15m", "2h", "1h30m", "2d".
 """
 
@@ -45,13 +45,16 @@ class Candidate:
     name: str
     path: str
     format: str
-    role: str
+    role: str | None
+    """What the store is, as alerts say it; None for a lock only found, not known."""
+    why: str = ""
+    """Why it is listed (the comment above its table): its role, or how it was found."""
 
 
 def well_known_candidates(exists: Callable[[str], bool] = os.path.exists) -> list[Candidate]:
     """The well-known system locks (dpkg, apt, ...) present on this host."""
     return [
-        Candidate(name=name, path=path, format="kernel", role=role)
+        Candidate(name=name, path=path, format=config.well_known_format(path), role=role, why=role)
         for name, path, role in config.WELL_KNOWN_LOCKS
         if exists(path)
     ]
@@ -86,7 +89,9 @@ def host_candidates(directories: Sequence[str] = ()) -> list[Candidate]:
     return [
         *known,
         *(
-            Candidate(name=name, path=c.path, format=c.format, role=f"found by {c.found_by}")
+            Candidate(
+                name=name, path=c.path, format=c.format, role=None, why=f"found by {c.found_by}"
+            )
             for name, c in zip(names, found, strict=True)
         ),
     ]
@@ -141,7 +146,9 @@ def render_example() -> str:
         blocks.append("\n".join(table_lines(f"[{name}]", options, example_of)))
     blocks.append(
         "# One [[lock]] table per lock to watch.\n"
-        + "\n".join(table_lines("[[lock]]", config.LOCK_OPTIONS, example_of))
+        + "\n".join(
+            table_lines("[[lock]]", (*config.LOCK_OPTIONS, *config.LOCK_ALERT_OPTIONS), example_of)
+        )
     )
     blocks.append(
         "# A lock inside a database server: no path, one thing to watch.\n"
@@ -188,14 +195,16 @@ def optional_section(name: str, options: Sequence[config.Option]) -> list[str]:
 
 
 def starter_lock(candidate: Candidate) -> list[str]:
-    return [
-        f"# {candidate.role}",
+    lines = [
+        f"# {candidate.why or candidate.role or candidate.name}",
         "[[lock]]",
         toml_assignment("name", candidate.name),
         toml_assignment("path", candidate.path),
         toml_assignment("format", candidate.format),
-        toml_assignment("role", candidate.role),
     ]
+    if candidate.role:
+        lines.append(toml_assignment("role", candidate.role))
+    return lines
 
 
 def example_lock_commented() -> list[str]:
@@ -207,9 +216,10 @@ def example_lock_commented() -> list[str]:
     return lines
 
 
-def render_starter(candidates: Sequence[Candidate]) -> str:
-    """What `lockwarden init` writes for these candidate locks."""
-    blocks = [STARTER_HEADER.rstrip("\n"), "\n".join(starter_defaults())]
+def render_starter(candidates: Sequence[Candidate], path: str = config.DEFAULT_PATH) -> str:
+    """What `lockwarden init` writes at `path` for these candidate locks."""
+    check = "lockwarden check-config" + ("" if path == config.DEFAULT_PATH else f" --config {path}")
+    blocks = [STARTER_HEADER.format(check=check).rstrip("\n"), "\n".join(starter_defaults())]
     for name, options in config.SECTIONS.items():
         if name != "defaults":
             blocks.append("\n".join(optional_section(name, options)))

@@ -6,6 +6,7 @@ from lockwarden.config.load import (
     builtin,
     load,
     parse,
+    well_known_format,
 )
 from lockwarden.config.render import (
     database_document,
@@ -98,4 +99,5 @@ __all__ = [
     "load",
     "parse",
     "schema_default",
+    "well_known_format",
 ]

@@ -313,6 +313,12 @@ def _check_removal(values: dict[str, Any], prefix: str, report: Callable[[str, s
         report(f"{prefix}remove_stale", f"format {values['format']!r} is never removed: {why}")
 
 
+def well_known_format(path: str) -> str:
+    """The format a well-known lock is checked as: dpkg's locks by their program's own rules
+    (never delete the lock file), the others as plain kernel locks."""
+    return DPKG if path in DPKG_LOCK_PATHS else "kernel"
+
+
 def builtin(exists: Callable[[str], bool] = os.path.exists) -> Config:
     """The well-known system locks that exist on this host, checked when no config exists."""
     defaults = {option.key: parse_duration(option.default) for option in DEFAULTS_OPTIONS}
@@ -320,7 +326,7 @@ def builtin(exists: Callable[[str], bool] = os.path.exists) -> Config:
         LockConfig(
             name=name,
             path=path,
-            format=DPKG if path in DPKG_LOCK_PATHS else "kernel",
+            format=well_known_format(path),
             role=role,
             warn_after=defaults["warn_after"],
             critical_after=defaults["critical_after"],

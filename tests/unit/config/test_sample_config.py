@@ -31,7 +31,7 @@ REGENERATE = "PYTHONPATH=src python -m lockwarden.cli.sample_config > config.exa
 def schema_keys() -> list[tuple[str, config.Option]]:
     """(table, option) for every key the config accepts, read from the schema itself."""
     keys = [(section, option) for section, options in config.SECTIONS.items() for option in options]
-    keys.extend(("lock", option) for option in config.LOCK_OPTIONS)
+    keys.extend(("lock", option) for option in (*config.LOCK_OPTIONS, *config.LOCK_ALERT_OPTIONS))
     return keys
 
 
@@ -163,4 +163,19 @@ def test_the_optional_sections_of_the_starter_are_valid_once_uncommented() -> No
 def test_well_known_candidates_are_those_present_on_the_host() -> None:
     present = {"/var/lib/dpkg/lock"}
     found = well_known_candidates(exists=lambda path: path in present)
-    assert [(c.name, c.path, c.format) for c in found] == [("dpkg", "/var/lib/dpkg/lock", "kernel")]
+    assert [(c.name, c.path, c.format) for c in found] == [("dpkg", "/var/lib/dpkg/lock", "dpkg")]
+    builtin = config.builtin(lambda path: path in present).locks  # what runs with no config
+    assert [(c.name, c.format, c.role) for c in found] == [
+        (lock.name, lock.format, lock.role) for lock in builtin
+    ]
+
+
+def test_a_lock_only_found_is_listed_with_how_and_no_role() -> None:
+    """A role is what alerts call the store; "found by kernel lock" is how init found it."""
+    found = Candidate("k", "/x/k", "kernel", None, why="found by kernel lock (FLOCK WRITE)")
+    text = render_starter([found], "/etc/other/lockwarden.toml")
+    assert "# found by kernel lock (FLOCK WRITE)\n[[lock]]" in text
+    [lock] = config.parse(tomllib.loads(text), "starter").locks
+    assert (lock.name, lock.format, lock.role) == ("k", "kernel", None)
+    assert "Check it with: lockwarden check-config --config /etc/other/lockwarden.toml" in text
+    assert "Check it with: lockwarden check-config\n" in render_starter([found])
