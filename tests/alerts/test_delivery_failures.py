@@ -169,7 +169,7 @@ def test_notify_test_names_every_bad_url_and_still_sends_to_the_good(
     done = run_cli("notify-test", "--config", str(config))
     assert done.returncode == 78
     assert len(receiver.payloads) == 1
-    assert f"UNUSABLE             {config}: notify.urls[0]: (not a URL)" in done.stdout
+    assert f"UNUSABLE  {config}: notify.urls[0]: (not a URL)" in done.stdout
     assert f"{config}: notify.urls[2]: slack://…" in done.stdout
 
 

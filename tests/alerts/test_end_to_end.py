@@ -18,6 +18,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import apprise
 import pytest
 
 from .helpers import Children, Receiver, Smtp, cli_env, run_cli, title_kind, wait_until
@@ -456,6 +457,15 @@ def test_dry_run_names_the_lock_of_a_retry(scenario: Scenario, receiver: Receive
     ]
 
 
+# apprise's own words for a failed send; apprise 1.2 (Debian 12) sends on a thread of its own
+# and keeps no log of it, so there a delivery says only "failure".
+APPRISE_1_2 = apprise.__version__.startswith("1.2.")
+REFUSED_REASON = (
+    "" if APPRISE_1_2 else ": A Connection error occurred sending JSON notification to 127.0.0.1."
+)
+SERVER_ERROR = "Failed to send JSON POST notification: Internal server error., error=500."
+
+
 def test_notify_test_reports_each_service(
     scenario: Scenario, receiver: Receiver, smtp: Smtp
 ) -> None:
@@ -465,11 +475,24 @@ def test_notify_test_reports_each_service(
     lines = done.stdout.splitlines()
     assert done.returncode == 1
     assert [line.split()[0] for line in lines] == ["delivered", "delivered", "FAILED"]
+    assert "(notify.urls[1], tags ops)" in lines[1]
+    assert lines[2].endswith(f"(notify.urls[2]): failure{REFUSED_REASON}"), lines[2]
     assert len(receiver.payloads) == 1 and len(smtp.sink.messages) == 1
     tagged = run_cli("notify-test", "--config", str(scenario.config), "--tag", "ops")
     assert tagged.returncode == 0
     assert len(tagged.stdout.splitlines()) == 1 and tagged.stdout.startswith("delivered")
     assert len(smtp.sink.messages) == 2 and len(receiver.payloads) == 1
+    receiver.mode = "fail"  # an HTTP 500 says so, and --json has each service's facts
+    as_json = run_cli("notify-test", "--config", str(scenario.config), "--json")
+    assert as_json.returncode == 1
+    services = json.loads(as_json.stdout)["services"]
+    assert [(s["origin"], s["tags"], s["delivered"]) for s in services] == [
+        ("notify.urls[0]", [], False),
+        ("notify.urls[1]", ["ops"], True),
+        ("notify.urls[2]", [], False),
+    ]
+    assert services[0]["status"] == ("failure" if APPRISE_1_2 else f"failure: {SERVER_ERROR}")
+    assert TOKEN not in as_json.stdout
 
 
 def test_notify_tags_route_a_lock_to_its_services(

@@ -179,6 +179,7 @@ class Service:
     email: bool
     plugin: Any
     legacy_id: str = ""  # the id older lockwarden versions journaled: see service_id_of
+    origin: str = "notify.config"  # where it was configured: `notify.urls[2]`, ...
 
 
 def service_id_of(identity: str) -> str:
@@ -260,7 +261,7 @@ def _as_word(secret: str) -> str:
     return rf"(?:(?<![A-Za-z0-9])|(?<=%[0-9A-Fa-f]{{2}})){re.escape(secret)}(?![A-Za-z0-9])"
 
 
-def redact_in_logs(secrets: Iterable[str]) -> None:
+def redact_in_logs(secrets: Iterable[str]) -> RedactingFilter:
     """Mask these strings in every line written by a handler of the root logger, of the
     `lockwarden` logger (the CLI's own handler, which does not propagate to the root), or by
     logging's last resort (what prints a library's warning when the root has no handler, as
@@ -271,6 +272,26 @@ def redact_in_logs(secrets: Iterable[str]) -> None:
         handlers.append(logging.lastResort)
     for handler in handlers:
         handler.addFilter(redaction)
+    return redaction
+
+
+class _SendReasons(logging.Handler):
+    """apprise's own words for a send that failed ("error=500", "A Connection error occurred
+    ..."), which apprise 1.9 logs as a warning and leaves out of its result: kept per sending
+    thread, so a delivery says why it failed, not just "failure"."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: dict[int, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.last[record.thread or 0] = record.getMessage()
+
+    def take(self) -> str | None:
+        return self.last.pop(threading.get_ident(), None)
+
+
+_SEND_REASONS = _SendReasons()
 
 
 class Notifier:
@@ -291,6 +312,9 @@ class Notifier:
         self.checkpoint = checkpoint
 
         self._apprise = apprise
+        apprise_log = logging.getLogger("apprise")
+        if _SEND_REASONS not in apprise_log.handlers:
+            apprise_log.addHandler(_SEND_REASONS)
         self.budget = settings.timeout
         # The budget is for waiting on the network, so it starts at the first send: loading
         # apprise's plugins (seconds on a loaded host) must not use it up before anything is sent.
@@ -304,7 +328,7 @@ class Notifier:
                 problem = why_invalid(apprise, spec.url)
                 self.invalid.append(InvalidService(spec.origin, scheme_shown(spec.url), problem))
             else:
-                self.services.append(self._service(plugin, spec.url))
+                self.services.append(self._service(plugin, spec.url, spec.origin))
         if settings.config:
             self._add_config(settings.config)
         self._install_redaction()
@@ -339,7 +363,7 @@ class Notifier:
             # rename it; a pending retry then finds it by its shown URL, see `match`).
             self.services.append(self._service(plugin, plugin.url()))
 
-    def _service(self, plugin: Any, identity: str) -> Service:
+    def _service(self, plugin: Any, identity: str, origin: str = "notify.config") -> Service:
         # Named before the timeouts change its URL: the id must not move with [notify] timeout.
         legacy_id = service_id_of(plugin.url())
         # Short socket timeouts, so a dead or hanging endpoint fails within the budget.
@@ -359,6 +383,7 @@ class Notifier:
             email=bool(flat & EMAIL_SCHEMES),
             plugin=plugin,
             legacy_id=legacy_id,
+            origin=origin,
         )
 
     def _install_redaction(self) -> None:
@@ -368,7 +393,7 @@ class Notifier:
             secrets |= secrets_of(full, private)
             if service.url.endswith(HIDDEN_PATH):  # a generic webhook: its path is a secret
                 secrets |= path_secrets(private)
-        redact_in_logs(secrets)
+        self._redaction = redact_in_logs(secrets)
 
     def targets(self, tags: tuple[str, ...]) -> tuple[str, ...]:
         """The services a lock routes to: all of them, or those sharing one of its tags (and
@@ -495,6 +520,7 @@ class Notifier:
             if service.email
             else (message.markdown, apprise.NotifyFormat.MARKDOWN)
         )
+        _SEND_REASONS.take()  # what an earlier send on this thread left
         try:
             result = single.notify(
                 body=body,
@@ -505,7 +531,27 @@ class Notifier:
         except Exception as error:  # a plugin bug is one failed delivery, not a failed run
             log.debug("sending to %s raised %s", service.url, type(error).__name__)
             return Delivery(service.service_id, service.url, False, "error")
-        return Delivery(service.service_id, service.url, bool(result), _status_of(result))
+        status = _status_of(result)
+        reason = None if result else _failure_reason(result)
+        if reason:
+            status = f"{status}: {self._redaction.mask(reason.strip())}"
+        return Delivery(service.service_id, service.url, bool(result), status)
+
+
+def _failure_reason(result: Any) -> str | None:
+    """apprise's last warning about a failed send: from the result's own log (apprise 2 sends
+    in its own threads), else as logged on this thread (apprise 1.9); None where neither says
+    (apprise 1.2 sends on a thread of its own and keeps no log)."""
+    logs = getattr(result, "logs", None)
+    if callable(logs):
+        said = [
+            str(entry.message)
+            for entry in logs()
+            if str(getattr(entry, "level", "")).upper() in ("WARNING", "ERROR", "CRITICAL")
+        ]
+        _SEND_REASONS.take()
+        return said[-1] if said else None
+    return _SEND_REASONS.take()
 
 
 def _status_of(result: Any) -> str:

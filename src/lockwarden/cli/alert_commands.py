@@ -155,7 +155,7 @@ def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
+def notify_test(config: Config, tags: list[str], now: datetime, as_json: bool = False) -> Output:
     import socket
 
     from lockwarden.alerts.messages import render_test
@@ -168,19 +168,40 @@ def notify_test(config: Config, tags: list[str], now: datetime) -> Output:
     except NotifyConfigError as error:
         return Output(EXIT_CONFIG, error=f"config error: {error}")
     where = config.source or "built-in defaults"
-    unusable = [
-        f"{'UNUSABLE':<20} {where}: {b.origin}: {b.shown}: {b.problem}" for b in notifier.invalid
-    ]
     targets = notifier.targets(tuple(tags))
-    if not targets:
-        nothing = "no usable configured service matches those tags"
-        return Output(EXIT_CONFIG, "".join(line + "\n" for line in unusable), nothing)
-    deliveries = notifier.send(render_test(socket.gethostname(), now), targets)
-    lines = [f"{'delivered' if d.ok else f'FAILED ({d.status})':<20} {d.url}" for d in deliveries]
-    if unusable:  # the usable services were still tried: one bad URL holds back none
-        return Output(EXIT_CONFIG, "\n".join(lines + unusable) + "\n")
-    code = 0 if all(delivery.ok for delivery in deliveries) else EXIT_NOTIFY_FAILED
-    return Output(code, "\n".join(lines) + "\n")
+    services = {service.service_id: service for service in notifier.services}
+    deliveries = notifier.send(render_test(socket.gethostname(), now), targets) if targets else []
+    results = [
+        {
+            "url": delivery.url,
+            "origin": services[delivery.service].origin,
+            "tags": sorted(str(tag) for tag in services[delivery.service].tags),
+            "delivered": delivery.ok,
+            "status": delivery.status,
+        }
+        for delivery in deliveries
+    ]
+    unusable = [
+        {"origin": b.origin, "url": b.shown, "problem": b.problem} for b in notifier.invalid
+    ]
+    nothing = None if targets else "no usable configured service matches those tags"
+    if unusable or nothing:  # the usable services were still tried: one bad URL holds back none
+        code = EXIT_CONFIG
+    else:
+        code = 0 if all(delivery.ok for delivery in deliveries) else EXIT_NOTIFY_FAILED
+    if as_json:
+        document = {"config": where, "services": results, "unusable": unusable}
+        return Output(code, json.dumps(document, indent=2) + "\n", nothing)
+    lines = [
+        f"{'delivered' if r['delivered'] else 'FAILED':<9} {r['url']} "
+        f"({r['origin']}{', tags ' + ','.join(r['tags']) if r['tags'] else ''})"
+        + ("" if r["delivered"] else f": {r['status']}")
+        for r in results
+    ]
+    lines.extend(
+        f"{'UNUSABLE':<9} {where}: {b['origin']}: {b['url']}: {b['problem']}" for b in unusable
+    )
+    return Output(code, "".join(line + "\n" for line in lines), nothing)
 
 
 def history(config: Config, lock: str | None, as_json: bool) -> Output:

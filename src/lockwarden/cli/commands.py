@@ -449,7 +449,9 @@ def dispatch(
 
         config = load_config(arguments.config)
         if arguments.command == "notify-test":
-            output = alert_commands.notify_test(config, arguments.tag, now_of(arguments))
+            output = alert_commands.notify_test(
+                config, arguments.tag, now_of(arguments), arguments.json
+            )
         else:
             output = alert_commands.history(config, arguments.lock, arguments.json)
         sys.stdout.write(output.stdout)
