@@ -171,7 +171,7 @@ def notify_test(config: Config, tags: list[str], now: datetime, as_json: bool = 
     targets = notifier.targets(tuple(tags))
     services = {service.service_id: service for service in notifier.services}
     deliveries = notifier.send(render_test(socket.gethostname(), now), targets) if targets else []
-    results = [
+    results: list[dict[str, Any]] = [
         {
             "url": delivery.url,
             "origin": services[delivery.service].origin,
@@ -184,7 +184,7 @@ def notify_test(config: Config, tags: list[str], now: datetime, as_json: bool = 
     unusable = [
         {"origin": b.origin, "url": b.shown, "problem": b.problem} for b in notifier.invalid
     ]
-    nothing = None if targets else "no usable configured service matches those tags"
+    nothing = "" if targets else "no usable configured service matches those tags"
     if unusable or nothing:  # the usable services were still tried: one bad URL holds back none
         code = EXIT_CONFIG
     else:
