@@ -44,6 +44,17 @@ def unit_directives(path: Path) -> dict[str, list[str]]:
     return directives
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_runtime_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What a run remembers in its runtime directory (notify checks, degraded notices) goes to
+    the session's own temporary directory, never to the host's /run/lockwarden: through
+    $RUNTIME_DIRECTORY, as the unit's RuntimeDirectory= gives it, for in-process code and every
+    command a test starts (cli_env copies the environment)."""
+    runtime = tmp_path_factory.mktemp("runtime")
+    runtime.chmod(0o700)
+    os.environ["RUNTIME_DIRECTORY"] = str(runtime)
+
+
 def require_tool(name: str) -> str:
     """The path of a real program the test needs; under CI=true its absence is a failure."""
     found = shutil.which(name)

@@ -603,15 +603,22 @@ def test_a_quiet_run_imports_neither_apprise_nor_requests(
     scenario: Scenario, receiver: Receiver
 ) -> None:
     scenario.configure([receiver.url(TOKEN)])
-    quiet = subprocess.run(
-        [sys.executable, "-c", QUIET_PROBE, "--once", "--config", str(scenario.config)],
-        capture_output=True,
-        text=True,
-        env=cli_env(),
-        check=False,
-        timeout=30,
-    )
-    assert quiet.stderr.strip().splitlines()[-1] == "0 False False"
+
+    def quiet_run() -> str:
+        quiet = subprocess.run(
+            [sys.executable, "-c", QUIET_PROBE, "--once", "--config", str(scenario.config)],
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+            check=False,
+            timeout=30,
+        )
+        return quiet.stderr.strip().splitlines()[-1]
+
+    # The first run checks the notify URLs once (that loads apprise); the next says what that
+    # check found without loading it.
+    assert quiet_run().startswith("0 ")
+    assert quiet_run() == "0 False False"
     assert not scenario.state_path.exists()  # and writes no journal record either
     scenario.hold()
     loud = subprocess.run(
@@ -632,6 +639,27 @@ def test_a_quiet_run_imports_neither_apprise_nor_requests(
         timeout=30,
     )
     assert loud.stderr.strip().splitlines()[-1].startswith("2 True")  # the probe can tell
+
+
+def test_an_unusable_notify_url_is_said_on_runs_with_nothing_to_send(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    """A URL apprise cannot use is reported on every run, not only once an alert is due: the
+    first quiet run checks the URLs, the later ones say what it found without loading apprise,
+    and a changed config is checked anew."""
+    scenario.configure(["nosuch://example", receiver.url(TOKEN)])
+    for _run in range(2):
+        done = scenario.once(1, "--json")
+        assert done.returncode == 3, done.stderr
+        [notify] = [f for f in json.loads(done.stdout)["locks"] if f["name"] == "lockwarden:notify"]
+        assert "notify service unusable: notify.urls[0]: nosuch://…" in notify["reason"]
+        said = "lockwarden: notify service unusable, never sent to: notify.urls[0]: nosuch://…"
+        assert said in done.stderr, done.stderr
+    scenario.configure([receiver.url(TOKEN)])
+    fixed = scenario.once(2, "--json")
+    assert fixed.returncode == 0, fixed.stderr
+    assert [f["name"] for f in json.loads(fixed.stdout)["locks"]] == ["wa-store"]
+    assert receiver.payloads == []
 
 
 def test_compaction_keeps_the_journal_bounded_without_duplicate_alerts(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -226,6 +227,8 @@ def _deliver(
         or _read_marker(degraded_marker(state_path(config))) is not None
     )
     if not (plan.sends_anything or wants_notice):
+        if config.notify.configured:
+            outcome.invalid_services, outcome.notify_problem = _unsendable(config)
         return
     from lockwarden.alerts.notify import Notifier, NotifyConfigError  # only a run that sends
 
@@ -312,11 +315,15 @@ def _remember_notice(outcome: AlertOutcome, path: str, sent: list[Delivery]) -> 
 
 
 def runtime_directory(state_file: str) -> str | None:
-    """A private directory for what a run must remember while its state directory is broken:
-    /run/lockwarden for root, $XDG_RUNTIME_DIR/lockwarden for a user (None without one), one
-    subdirectory per state file so two configurations never share it."""
+    """A private directory for what a run must remember while its state directory is broken
+    (and what the last check of the notify URLs found): the unit's own $RUNTIME_DIRECTORY
+    (RuntimeDirectory=), else /run/lockwarden for root, $XDG_RUNTIME_DIR/lockwarden for a user
+    (None without one); one subdirectory per state file so two configurations never share it."""
+    given = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]  # systemd lists several so
     base = (
-        "/run/lockwarden"
+        given
+        if os.path.isabs(given)
+        else "/run/lockwarden"
         if os.geteuid() == 0
         else os.path.join(os.environ.get("XDG_RUNTIME_DIR", ""), "lockwarden")
     )
@@ -374,6 +381,77 @@ def _write_marker(marker: str, cause: str | None) -> None:
             write_atomically(marker, cause, mode=0o600)
     except OSError as error:  # then the notice may come again next run: never lost
         log.debug("cannot update %s: %s", marker, error.strerror)
+
+
+# A run with nothing to send does not load apprise; it says what the last check of the notify
+# URLs found, and checks them again when the config changes, the unit's credentials or
+# $urls_env change, the host reboots (the runtime directory is gone), or an hour has passed
+# (an apprise config file or a credential file edited in place).
+NOTIFY_CHECK_S = 3600.0
+
+
+def _unsendable(config: Config) -> tuple[list[str], str | None]:
+    """The notify URLs apprise cannot use (`notify.urls[1]: nosuch://…: why`) and why no
+    service can be set up at all (an unreadable urls_file), as a run that sends would say:
+    a bad URL must not stay hidden until the first incident."""
+    directory = runtime_directory(state_path(config))
+    marker = None if directory is None else os.path.join(directory, "notify-checked")
+    fingerprint = _notify_fingerprint(config)
+    remembered = _read_check(marker, fingerprint)
+    if remembered is not None:
+        return remembered
+    from lockwarden.alerts.notify import Notifier, NotifyConfigError
+
+    try:
+        notifier = Notifier(config.notify)
+    except NotifyConfigError as error:
+        found: tuple[list[str], str | None] = ([], str(error))
+    else:
+        found = ([f"{bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid], None)
+    if marker is not None and _private_directory(os.path.dirname(marker)):
+        lines = [fingerprint, *(f"invalid\t{bad}" for bad in found[0])]
+        lines += [f"problem\t{found[1]}"] if found[1] else []
+        _write_marker(marker, "\n".join(lines) + "\n")
+    return found
+
+
+def _notify_fingerprint(config: Config) -> str:
+    """What the configured services depend on, short of reading the files they name: the
+    config file's identity and modification, and the environment they are read with. The
+    environment variable's value is kept as a CRC (it holds tokens)."""
+    from binascii import crc32
+
+    try:
+        status = os.stat(config.source) if config.source else None
+    except OSError:
+        status = None
+    identity = "" if status is None else f"{status.st_ino}:{status.st_mtime_ns}:{status.st_size}"
+    variable = config.notify.urls_env
+    value = os.environ.get(variable, "") if variable else ""
+    credentials = os.environ.get("CREDENTIALS_DIRECTORY", "")
+    return f"v1 {config.source}:{identity} {crc32(value.encode()):08x} {credentials}"
+
+
+def _read_check(marker: str | None, fingerprint: str) -> tuple[list[str], str | None] | None:
+    """What the last check found, if it was made for this fingerprint within the hour."""
+    if marker is None:
+        return None
+    try:
+        if os.lstat(marker).st_mtime < time.time() - NOTIFY_CHECK_S:
+            return None
+    except OSError:
+        return None
+    text = _read_marker(marker)
+    if text is None or not text.startswith(fingerprint + "\n"):
+        return None
+    invalid, problem = [], None
+    for line in text.splitlines()[1:]:
+        kind, _tab, said = line.partition("\t")
+        if kind == "invalid":
+            invalid.append(said)
+        elif kind == "problem":
+            problem = said
+    return invalid, problem
 
 
 def _nofollow(path: str, flags: int) -> int:
