@@ -588,7 +588,10 @@ def test_history_lists_incidents_with_their_deliveries(
     document = json.loads(run_cli("history", "--config", str(scenario.config), "--json").stdout)
     assert [m["kind"] for m in document["incidents"][0]["messages"]] == kinds
     empty = run_cli("history", "--config", str(scenario.config), "--lock", "nope")
-    assert empty.stdout.startswith("no incidents")
+    assert empty.stdout == (
+        f"no incidents in {scenario.state_path} for nope "
+        "(no lock of that name is configured: wa-store)\n"
+    )
 
 
 QUIET_PROBE = """

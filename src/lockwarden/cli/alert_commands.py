@@ -220,7 +220,15 @@ def history(config: Config, lock: str | None, as_json: bool) -> Output:
         document = {"journal": journal.path, "incidents": [_incident_doc(i) for i in chosen]}
         return Output(0, json.dumps(document, indent=2) + "\n")
     if not chosen:
-        return Output(0, f"no incidents in {journal.path}" + (f" for {lock}\n" if lock else "\n"))
+        names = [configured.name for configured in config.locks]
+        unknown = (
+            lock is not None
+            and lock not in names
+            and not any(incident.lock == lock for incident in incidents)
+        )
+        hint = f" (no lock of that name is configured: {', '.join(names) or 'none'})"
+        said = f" for {lock}{hint if unknown else ''}" if lock else ""
+        return Output(0, f"no incidents in {journal.path}{said}\n")
     return Output(0, "".join("\n".join(_incident_lines(i)) + "\n" for i in chosen))
 
 
