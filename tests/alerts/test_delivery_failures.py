@@ -71,7 +71,7 @@ def test_garbage_refusing_and_working_services_each_on_their_own(
     # Before production: check-config names the garbage URL, by file and key, exit 78.
     checked = run_cli("check-config", "--config", str(scenario.config))
     assert checked.returncode == 78, checked.stderr
-    assert f"{scenario.config}: notify.urls[0]: (not a URL): not an apprise URL" in checked.stderr
+    assert f"{scenario.config}: notify.urls[1]: (not a URL): not an apprise URL" in checked.stderr
     assert GARBAGE not in checked.stderr
 
     scenario.hold()
@@ -82,7 +82,7 @@ def test_garbage_refusing_and_working_services_each_on_their_own(
     assert code == 2, stderr  # the critical lock decides; the notify finding cannot hide it
     assert len(receiver.payloads) == 1  # the working service got its alert
     assert title_kind(str(receiver.payloads[0]["title"])) == "writes blocked"
-    assert "<3>notify service unusable, never sent to: notify.urls[0]" in stderr
+    assert "<3>notify service unusable, never sent to: notify.urls[1]" in stderr
     assert "<4>alert NOT delivered to json://127.0.0.1:" in stderr and "will retry" in stderr
     assert TOKEN not in stderr + stdout
     first = metrics(textfile)
@@ -120,7 +120,7 @@ def test_one_bad_url_no_longer_silences_the_good_one(
     done = scenario.once(120)
     assert done.returncode == 2
     assert len(receiver.payloads) == 1
-    assert "notify.urls[1]: slack://…: apprise cannot parse this slack:// URL" in done.stderr
+    assert "notify.urls[2]: slack://…: apprise cannot parse this slack:// URL" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -142,8 +142,8 @@ def test_check_config_rejects_each_bad_url_by_file_and_key(
     )
     checked = run_cli("check-config", "--config", str(config))
     assert checked.returncode == 78
-    assert f"{config}: notify.urls[1]: {problem}" in checked.stderr
-    assert "notify.urls[0]" not in checked.stderr  # the good one is fine
+    assert f"{config}: notify.urls[2]: {problem}" in checked.stderr
+    assert "notify.urls[1]" not in checked.stderr  # the good one is fine
 
 
 def test_check_config_checks_urls_file_and_urls_env_too(tmp_path: Path, receiver: Receiver) -> None:
@@ -169,8 +169,8 @@ def test_notify_test_names_every_bad_url_and_still_sends_to_the_good(
     done = run_cli("notify-test", "--config", str(config))
     assert done.returncode == 78
     assert len(receiver.payloads) == 1
-    assert f"UNUSABLE  {config}: notify.urls[0]: (not a URL)" in done.stdout
-    assert f"{config}: notify.urls[2]: slack://…" in done.stdout
+    assert f"UNUSABLE  {config}: notify.urls[1]: (not a URL)" in done.stdout
+    assert f"{config}: notify.urls[3]: slack://…" in done.stdout
 
 
 @pytest.mark.parametrize("fault", ["world-writable", "symlink", "missing-parent"])

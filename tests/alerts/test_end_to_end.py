@@ -475,8 +475,8 @@ def test_notify_test_reports_each_service(
     lines = done.stdout.splitlines()
     assert done.returncode == 1
     assert [line.split()[0] for line in lines] == ["delivered", "delivered", "FAILED"]
-    assert "(notify.urls[1], tags ops)" in lines[1]
-    assert lines[2].endswith(f"(notify.urls[2]): failure{REFUSED_REASON}"), lines[2]
+    assert "(notify.urls[2], tags ops)" in lines[1]
+    assert lines[2].endswith(f"(notify.urls[3]): failure{REFUSED_REASON}"), lines[2]
     assert len(receiver.payloads) == 1 and len(smtp.sink.messages) == 1
     tagged = run_cli("notify-test", "--config", str(scenario.config), "--tag", "ops")
     assert tagged.returncode == 0
@@ -487,9 +487,9 @@ def test_notify_test_reports_each_service(
     assert as_json.returncode == 1
     services = json.loads(as_json.stdout)["services"]
     assert [(s["origin"], s["tags"], s["delivered"]) for s in services] == [
-        ("notify.urls[0]", [], False),
-        ("notify.urls[1]", ["ops"], True),
-        ("notify.urls[2]", [], False),
+        ("notify.urls[1]", [], False),
+        ("notify.urls[2]", ["ops"], True),
+        ("notify.urls[3]", [], False),
     ]
     assert services[0]["status"] == ("failure" if APPRISE_1_2 else f"failure: {SERVER_ERROR}")
     assert TOKEN not in as_json.stdout
@@ -655,8 +655,8 @@ def test_an_unusable_notify_url_is_said_on_runs_with_nothing_to_send(
         done = scenario.once(1, "--json")
         assert done.returncode == 3, done.stderr
         [notify] = [f for f in json.loads(done.stdout)["locks"] if f["name"] == "lockwarden:notify"]
-        assert "notify service unusable: notify.urls[0]: nosuch://…" in notify["reason"]
-        said = "lockwarden: notify service unusable, never sent to: notify.urls[0]: nosuch://…"
+        assert "notify service unusable: notify.urls[1]: nosuch://…" in notify["reason"]
+        said = "lockwarden: notify service unusable, never sent to: notify.urls[1]: nosuch://…"
         assert said in done.stderr, done.stderr
     scenario.configure([receiver.url(TOKEN)])
     fixed = scenario.once(2, "--json")

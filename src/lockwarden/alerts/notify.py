@@ -95,7 +95,7 @@ def url_specs(settings: NotifySettings, environ: Mapping[str, str] | None = None
     """Every URL from `urls`, `urls_env` and `urls_file` (not the apprise config file), each
     with where it came from, as an error message names it."""
     env = os.environ if environ is None else environ
-    entries = [(url, f"notify.urls[{index}]") for index, url in enumerate(settings.urls)]
+    entries = [(url, f"notify.urls[{number}]") for number, url in enumerate(settings.urls, start=1)]
     if settings.urls_env:
         value = env.get(settings.urls_env)
         if not value:
