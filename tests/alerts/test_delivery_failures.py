@@ -146,6 +146,26 @@ def test_check_config_rejects_each_bad_url_by_file_and_key(
     assert "notify.urls[1]" not in checked.stderr  # the good one is fine
 
 
+def test_check_config_reports_a_bad_url_beside_the_other_problems(tmp_path: Path) -> None:
+    """Every problem at once: a typo in a lock does not hide the bad notify URL until it is
+    fixed; a [notify] section that is itself wrong is reported as such, its URLs unchecked."""
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[notify]\nurls = ["nosuch://host/x"]\n'
+        '[[lock]]\nname = "a"\npath = "/tmp/a"\nwarn_afer = "1h"\n'
+    )
+    checked = run_cli("check-config", "--config", str(config))
+    assert checked.returncode == 78
+    problems = [line for line in checked.stderr.splitlines() if "config error" in line]
+    assert [problem.split(": ")[3] for problem in problems] == [
+        "lock[1].warn_afer",
+        "notify.urls[1]",
+    ], checked.stderr
+    config.write_text(config.read_text().replace("[notify]\n", '[notify]\ntimeout = "x"\n'))
+    broken = run_cli("check-config", "--config", str(config))
+    assert "notify.timeout" in broken.stderr and "notify.urls[1]" not in broken.stderr
+
+
 def test_check_config_checks_urls_file_and_urls_env_too(tmp_path: Path, receiver: Receiver) -> None:
     urls = tmp_path / "urls"
     urls.write_text(f"# comment\n{receiver.url()}\nslack://short\n")

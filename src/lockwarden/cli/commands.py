@@ -535,7 +535,12 @@ def write_metrics(path: str, alerted: AlertedRun, duration: float) -> None:
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:
-    config = load_config(arguments.config)
+    try:
+        config = load_config(arguments.config)
+    except config_module.ConfigError as error:  # the notify URLs too, so all is said at once
+        where = arguments.config or config_module.DEFAULT_PATH
+        urls = [] if error.notify is None else _notify_problems(error.notify, (), where)
+        raise config_module.ConfigError(error.problems + urls) from None
     problems = runtime_problems(config)
     if problems:  # the same form as a config error: FILE: key: message, exit 78
         raise config_module.ConfigError(problems)
@@ -561,29 +566,37 @@ def runtime_problems(config: config_module.Config) -> list[str]:
     from lockwarden.state.journal import state_dir_problem
 
     where = config.source or "built-in defaults"
-    problems: list[str] = []
-    if config.notify.configured:
-        from lockwarden.alerts.notify import Notifier, NotifyConfigError
-
-        checkable = checkable_here(config.notify)
-        try:
-            notifier = Notifier(checkable)
-        except NotifyConfigError as error:
-            problems.append(f"{where}: {error}")
-        else:
-            problems.extend(
-                f"{where}: {bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid
-            )
-            if checkable is config.notify:  # every service was read here: routing is known
-                problems.extend(
-                    f"{where}: lock[{number}].notify_tags: {why}: its alerts would reach nobody"
-                    for number, lock in enumerate(config.locks, start=1)
-                    if (why := notifier.unrouted(lock.notify_tags)) is not None
-                )
+    problems = _notify_problems(config.notify, config.locks, where)
     writes = config.notify.configured or any(lock.remove_stale for lock in config.locks)
     state_problem = state_dir_problem(state_directory(config)) if writes else None
     if state_problem:
         problems.append(f"{where}: state.path: {state_problem}")
+    return problems
+
+
+def _notify_problems(
+    settings: config_module.NotifySettings,
+    locks: Sequence[config_module.LockConfig],
+    where: str,
+) -> list[str]:
+    """The notify URLs apprise's own parser rejects (checked without sending), and the locks
+    whose notify_tags no service carries."""
+    if not settings.configured:
+        return []
+    from lockwarden.alerts.notify import Notifier, NotifyConfigError
+
+    checkable = checkable_here(settings)
+    try:
+        notifier = Notifier(checkable)
+    except NotifyConfigError as error:
+        return [f"{where}: {error}"]
+    problems = [f"{where}: {bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid]
+    if checkable is settings:  # every service was read here: routing is known
+        problems.extend(
+            f"{where}: lock[{number}].notify_tags: {why}: its alerts would reach nobody"
+            for number, lock in enumerate(locks, start=1)
+            if (why := notifier.unrouted(lock.notify_tags)) is not None
+        )
     return problems
 
 

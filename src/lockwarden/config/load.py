@@ -70,14 +70,21 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
         problems.append(f"{where}: {key_path}: {message}")
 
     _refuse_unknown(document, {*SECTIONS, "lock"}, "", report)
-    sections = {
-        name: _section(document.get(name, {}), options, name, report)
-        for name, options in SECTIONS.items()
-    }
+    sections: dict[str, dict[str, Any]] = {}
+    valid: set[str] = set()
+    for name, options in SECTIONS.items():
+        before = len(problems)
+        sections[name] = _section(document.get(name, {}), options, name, report)
+        if len(problems) == before:
+            valid.add(name)
     alerts = AlertSettings(**sections["alerts"])
     locks = _locks(document.get("lock", []), sections["defaults"], alerts, report)
     if problems:
-        raise ConfigError(problems)
+        notify = sections["notify"] if "notify" in valid else None
+        raise ConfigError(
+            problems,
+            None if notify is None else NotifySettings(**_with_unit_credential(notify, os.environ)),
+        )
     return Config(
         source=source,
         locks=tuple(locks),

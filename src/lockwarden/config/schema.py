@@ -28,9 +28,12 @@ WELL_KNOWN_LOCKS: tuple[tuple[str, str, str], ...] = (
 class ConfigError(Exception):
     """One or more problems in a configuration; `problems` holds one line per problem."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], notify: Any = None) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+        self.notify = notify
+        """The [notify] settings when that section itself is valid (NotifySettings): what
+        check-config still checks, so every problem is reported at once."""
 
 
 Converter = Callable[[Any], Any]
