@@ -560,8 +560,8 @@ def command_check_config(arguments: argparse.Namespace) -> int:
 
 def runtime_problems(config: config_module.Config) -> list[str]:
     """What a valid file still cannot do at run time: notify URLs apprise's own parser rejects
-    (checked without sending), a lock whose notify_tags no service carries, and a state
-    directory a run would refuse."""
+    (checked without sending), a lock whose notify_tags no service carries, a state directory
+    a run would refuse, and a Prometheus textfile directory it cannot write."""
     from lockwarden.alerts.stage import state_directory
     from lockwarden.state.journal import state_dir_problem
 
@@ -571,6 +571,18 @@ def runtime_problems(config: config_module.Config) -> list[str]:
     state_problem = state_dir_problem(state_directory(config)) if writes else None
     if state_problem:
         problems.append(f"{where}: state.path: {state_problem}")
+    textfile = config.prometheus_textfile
+    directory = os.path.dirname(textfile) if textfile else None
+    if directory and not os.path.isdir(directory):
+        problems.append(
+            f"{where}: prometheus.textfile: its directory {directory} does not exist (make it, "
+            "or point this at node-exporter's --collector.textfile.directory)"
+        )
+    elif directory and not os.access(directory, os.W_OK | os.X_OK):
+        problems.append(
+            f"{where}: prometheus.textfile: its directory {directory} is not writable by uid "
+            f"{os.geteuid()}, which each run needs to replace the file"
+        )
     return problems
 
 

@@ -202,6 +202,9 @@ def test_an_unwritable_textfile_is_logged_and_keeps_the_exit_code(tmp_path: Path
     assert completed.returncode == 0
     assert "could not write the Prometheus textfile" in completed.stderr
     assert json.loads(completed.stdout)["status"] == "ok"  # the report is printed all the same
+    checked = run_cli("check-config", "--config", config)  # which check-config says first
+    assert checked.returncode == 78
+    assert f"prometheus.textfile: its directory {missing.parent} does not exist" in checked.stderr
 
 
 def complete(text: str) -> bool:
