@@ -694,7 +694,11 @@ def command_inspect(arguments: argparse.Namespace) -> int:
     except DurationError as error:
         raise UsageError(str(error)) from None
     if warn_after > critical_after:
-        raise UsageError("--warn-after is longer than --critical-after; a warning must come first")
+        raise UsageError(
+            f"--warn-after {format_config_duration(warn_after)} is longer than --critical-after "
+            f"{format_config_duration(critical_after)}; a warning must come first (raise "
+            "--critical-after too)"
+        )
     path = os.path.abspath(arguments.path)
 
     def look() -> RunResult:

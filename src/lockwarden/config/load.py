@@ -41,7 +41,7 @@ from lockwarden.config.settings import (
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.formats.dpkg import NAME as DPKG
 from lockwarden.formats.removable import NEVER_REMOVED
-from lockwarden.support.durations import parse_duration
+from lockwarden.support.durations import format_config_duration, parse_duration
 
 
 def load(path: str) -> Config:
@@ -219,7 +219,7 @@ def _locks(
             report(f"{prefix}name", f"{name!r} is already the name of lock[{seen[name]}]")
         elif isinstance(name, str):
             seen[name] = number
-        _check_order(values, prefix, report)
+        _check_order(values, table, prefix, report)
         _check_removal(values, prefix, report)
         named = values["name"] not in (None, REQUIRED) and values["path"] not in (None, REQUIRED)
         if (
@@ -308,10 +308,23 @@ def _lock_alerts(values: dict[str, Any], alerts: AlertSettings) -> None:
     values["notify_tags"] = tuple(values["notify_tags"] or ())
 
 
-def _check_order(values: dict[str, Any], prefix: str, report: Callable[[str, str], None]) -> None:
+def _check_order(
+    values: dict[str, Any],
+    table: dict[str, Any],
+    prefix: str,
+    report: Callable[[str, str], None],
+) -> None:
     warn, critical = values["warn_after"], values["critical_after"]
     if isinstance(warn, float) and isinstance(critical, float) and warn > critical:
-        report(f"{prefix}warn_after", "is longer than critical_after; a warning must come first")
+        said = [
+            f"{key} {format_config_duration(values[key])}"
+            + ("" if key in table else " (from [defaults])")
+            for key in ("warn_after", "critical_after")
+        ]
+        report(
+            f"{prefix}warn_after",
+            f"{said[0]} is longer than {said[1]}; a warning must come first",
+        )
 
 
 def _check_removal(values: dict[str, Any], prefix: str, report: Callable[[str, str], None]) -> None:
