@@ -1010,8 +1010,8 @@ def child_env(workdir: Path) -> dict[str, str]:
     env["NO_COLOR"] = "1"
     # What a run remembers between runs (the last check of the notify URLs) stays in the
     # benchmark's own directory, as the unit's RuntimeDirectory= keeps it in /run/lockwarden.
-    runtime = workdir / "runtime"
-    runtime.mkdir(mode=0o700, exist_ok=True)
+    runtime = workdir / "runtime" / "lockwarden"  # named as the unit's RuntimeDirectory= is
+    runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
     env["RUNTIME_DIRECTORY"] = str(runtime)
     return env
 

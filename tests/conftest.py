@@ -50,8 +50,8 @@ def _private_runtime_directory(tmp_path_factory: pytest.TempPathFactory) -> None
     the session's own temporary directory, never to the host's /run/lockwarden: through
     $RUNTIME_DIRECTORY, as the unit's RuntimeDirectory= gives it, for in-process code and every
     command a test starts (cli_env copies the environment)."""
-    runtime = tmp_path_factory.mktemp("runtime")
-    runtime.chmod(0o700)
+    runtime = tmp_path_factory.mktemp("runtime") / "lockwarden"  # its name, as the unit's
+    runtime.mkdir(mode=0o700)
     os.environ["RUNTIME_DIRECTORY"] = str(runtime)
 
 

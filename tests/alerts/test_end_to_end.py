@@ -512,25 +512,37 @@ def test_a_lock_whose_notify_tags_no_service_carries_is_said_never_silent(
     scenario: Scenario, receiver: Receiver
 ) -> None:
     """A mistyped tag ("opz" for "ops") would send a critical alert to nobody: check-config
-    refuses it, and a run that had an alert to send says so on stderr and as the notify
-    finding, which the exit code counts (a critical lock still outranks it)."""
+    refuses it, and every run says so on stderr and as the notify finding, which the exit
+    code counts (a critical lock still outranks it), and counts the unsent alert."""
     scenario.configure([f"ops={receiver.url(TOKEN)}"])
-    text = scenario.config.read_text().replace(
-        'critical_after = "1h"', 'critical_after = "1h"\nnotify_tags = ["opz"]'
+    textfile = scenario.tmp_path / "lockwarden.prom"
+    text = (
+        scenario.config.read_text()
+        .replace('critical_after = "1h"', 'critical_after = "1h"\nnotify_tags = ["opz"]')
+        .replace("[notify]", f'[prometheus]\ntextfile = "{textfile}"\n\n[notify]')
     )
     scenario.config.write_text(text)
     checked = run_cli("check-config", "--config", str(scenario.config))
     assert checked.returncode == 78, checked.stderr
     assert "lock[1].notify_tags: notify_tags opz match no notify service" in checked.stderr
+    said = (
+        "lock wa-store: notify_tags opz match no notify service (the services' tags are ops): "
+        "its alerts reach nobody"
+    )
+    quiet = scenario.once(0, "--json")  # nothing due yet: said all the same
+    assert quiet.returncode == 3, quiet.stderr
+    assert said in quiet.stderr
     scenario.hold()
-    done = scenario.once(120, "--json")
-    assert done.returncode == 2, done.stderr
+    for minutes, undelivered in ((120, 1), (121, 0)):  # the alert's run, then a later one
+        done = scenario.once(minutes, "--json")
+        assert done.returncode == 2, done.stderr
+        assert said in done.stderr
+        findings = {finding["name"]: finding for finding in json.loads(done.stdout)["locks"]}
+        assert findings["wa-store"]["state"] == "held_too_long"
+        assert findings["lockwarden:notify"]["state"] == "unknown"
+        assert said in findings["lockwarden:notify"]["reason"]
+        assert f"lockwarden_alerts_undelivered {undelivered}" in textfile.read_text()
     assert receiver.payloads == []
-    assert "alert for wa-store not sent: notify_tags opz match no notify service" in done.stderr
-    findings = {finding["name"]: finding for finding in json.loads(done.stdout)["locks"]}
-    assert findings["wa-store"]["state"] == "held_too_long"
-    assert findings["lockwarden:notify"]["state"] == "unknown"
-    assert "the services' tags are ops" in findings["lockwarden:notify"]["reason"]
     routed = text.replace('notify_tags = ["opz"]', 'notify_tags = ["ops"]')
     scenario.config.write_text(routed)
     assert run_cli("check-config", "--config", str(scenario.config)).returncode == 0
@@ -663,6 +675,51 @@ def test_an_unusable_notify_url_is_said_on_runs_with_nothing_to_send(
     assert fixed.returncode == 0, fixed.stderr
     assert [f["name"] for f in json.loads(fixed.stdout)["locks"]] == ["wa-store"]
     assert receiver.payloads == []
+
+
+def check_marker(scenario: Scenario) -> Path:
+    """Where a run remembers its last check of the notify services (the runtime directory)."""
+    name = str(scenario.state_path).replace("%", "%25").replace("/", "%2F")
+    return Path(os.environ["RUNTIME_DIRECTORY"]) / name / "notify-checked"
+
+
+def test_the_last_check_of_the_notify_services_is_trusted_only_while_it_is_fresh(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    """A run with nothing to send says what the remembered check found (a fake problem planted
+    in it is said), but not a check from the future (a clock stepped back) or older than an
+    hour: those are made again."""
+    scenario.configure([receiver.url(TOKEN)])
+    assert scenario.once(0).returncode == 0
+    marker = check_marker(scenario)
+    fingerprint = marker.read_text().splitlines()[0]
+    marker.write_text(f"{fingerprint}\ninvalid\tnotify.urls[9]: planted://…: remembered\n")
+    remembered = scenario.once(1)
+    assert remembered.returncode == 3
+    assert "notify.urls[9]: planted://…: remembered" in remembered.stderr
+    for shift in (2 * 3600, -2 * 3600):  # from the future; too old
+        marker.write_text(f"{fingerprint}\ninvalid\tnotify.urls[9]: planted://…: remembered\n")
+        moment = time.time() + shift
+        os.utime(marker, (moment, moment))
+        checked = scenario.once(2)
+        assert checked.returncode == 0, checked.stderr
+        assert "planted" not in marker.read_text()
+
+
+def test_a_url_file_that_changes_is_checked_again(
+    scenario: Scenario, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The URL file's content is part of what the remembered check is for: a bad URL written
+    into it is said on the next run, not an hour later."""
+    urls = tmp_path / "urls"
+    urls.write_text(f"{receiver.url(TOKEN)}\n")
+    urls.chmod(0o600)
+    scenario.configure([], extra=f'urls_file = "{urls}"\n')
+    assert scenario.once(0).returncode == 0
+    urls.write_text(f"{receiver.url(TOKEN)}\nnosuch://example\n")
+    changed = scenario.once(1)
+    assert changed.returncode == 3
+    assert f"notify.urls_file ({urls} line 2): nosuch://…" in changed.stderr
 
 
 def test_compaction_keeps_the_journal_bounded_without_duplicate_alerts(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockwarden.alerts.messages import Message
-from lockwarden.config import NotifySettings
+from lockwarden.config import NotifySettings, credential_file
 from lockwarden.support.checkpoints import Checkpoint, skip
 
 log = logging.getLogger(__name__)
@@ -114,15 +114,13 @@ def url_specs(settings: NotifySettings, environ: Mapping[str, str] | None = None
 
 def credential_path(name: str, environ: Mapping[str, str]) -> str:
     """An absolute path as is; a bare name inside $CREDENTIALS_DIRECTORY (LoadCredential=)."""
-    if os.path.isabs(name):
-        return name
-    directory = environ.get("CREDENTIALS_DIRECTORY")
-    if not directory:
+    path = credential_file(name, environ)
+    if path is None:
         raise NotifyConfigError(
             f"notify.urls_file: {name!r} is a credential name but $CREDENTIALS_DIRECTORY is not "
             "set (use LoadCredential= in the service, or an absolute path)"
         )
-    return os.path.join(directory, name)
+    return path
 
 
 def _url_lines(path: str) -> list[tuple[str, int]]:
@@ -212,12 +210,25 @@ def shown_url(private_url: str, schemes: set[str]) -> str:
 
 
 def path_secrets(private_url: str) -> set[str]:
-    """The path pieces of a generic webhook URL that look like its token; a route name such
-    as /hook, /alerts or /lockwarden is not one (masked, every log line with that word in it
-    would be garbled)."""
-    path = private_url.split("?", 1)[0].split("://", 1)[-1].partition("/")[2]
+    """The path pieces of a generic webhook URL that look like its token (masked wherever
+    they appear), and the whole path when it has several pieces."""
+    path = _webhook_path(private_url)
     pieces = {piece for piece in path.split("/") if len(piece) >= MIN_SECRET_LENGTH}
-    return {piece for piece in {*pieces, path} if _token_like(piece)}
+    return {piece for piece in pieces if _token_like(piece)} | ({path} if "/" in path else set())
+
+
+def path_routes(private_url: str) -> set[str]:
+    """The other path pieces of a generic webhook URL (/hook, /alerts, an ntfy-style topic
+    such as /lockwardenprod): masked where they stand as a URL's path segment, never as a
+    word of a sentence, which would garble every line with that word in it."""
+    pieces = {piece for piece in _webhook_path(private_url).split("/")}
+    return {piece for piece in pieces if len(piece) >= MIN_SECRET_LENGTH} - path_secrets(
+        private_url
+    )
+
+
+def _webhook_path(private_url: str) -> str:
+    return private_url.split("?", 1)[0].split("#", 1)[0].split("://", 1)[-1].partition("/")[2]
 
 
 def _token_like(piece: str) -> bool:
@@ -232,12 +243,18 @@ def _token_like(piece: str) -> bool:
 class RedactingFilter(logging.Filter):
     """Masks secrets in every log record that passes a handler it is attached to."""
 
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(self, secrets: Iterable[str], segments: Iterable[str] = ()) -> None:
+        """`secrets`: masked anywhere (a short one as a word); `segments`: masked where they
+        stand as a URL path segment (`/hook?`, `/hook/`, `/hook` at the end)."""
         super().__init__()
         self.secrets = sorted(set(secrets), key=len, reverse=True)
         pieces = [
             re.escape(secret) if len(secret) >= WORD_SECRET_LENGTH else _as_word(secret)
             for secret in self.secrets
+        ]
+        pieces += [
+            rf"(?<=/){re.escape(segment)}(?=[/?#&\s'\"),;:]|$)"
+            for segment in sorted(set(segments) - set(self.secrets), key=len, reverse=True)
         ]
         self.pattern = re.compile("|".join(pieces)) if pieces else None
 
@@ -261,12 +278,14 @@ def _as_word(secret: str) -> str:
     return rf"(?:(?<![A-Za-z0-9])|(?<=%[0-9A-Fa-f]{{2}})){re.escape(secret)}(?![A-Za-z0-9])"
 
 
-def redact_in_logs(secrets: Iterable[str]) -> RedactingFilter:
+def redact_in_logs(secrets: Iterable[str], segments: Iterable[str] = ()) -> RedactingFilter:
     """Mask these strings in every line written by a handler of the root logger, of the
     `lockwarden` logger (the CLI's own handler, which does not propagate to the root), or by
     logging's last resort (what prints a library's warning when the root has no handler, as
     under the CLI: urllib3's "Retrying ... /path" carries a webhook's token)."""
-    redaction = RedactingFilter(secret for secret in secrets if secret)
+    redaction = RedactingFilter(
+        (secret for secret in secrets if secret), (segment for segment in segments if segment)
+    )
     handlers = [*logging.getLogger().handlers, *logging.getLogger("lockwarden").handlers]
     if logging.lastResort is not None:
         handlers.append(logging.lastResort)
@@ -388,12 +407,14 @@ class Notifier:
 
     def _install_redaction(self) -> None:
         secrets: set[str] = set()
+        segments: set[str] = set()
         for service in self.services:
             full, private = service.plugin.url(), service.plugin.url(privacy=True)
             secrets |= secrets_of(full, private)
             if service.url.endswith(HIDDEN_PATH):  # a generic webhook: its path is a secret
                 secrets |= path_secrets(private)
-        self._redaction = redact_in_logs(secrets)
+                segments |= path_routes(private)
+        self._redaction = redact_in_logs(secrets, segments)
 
     def targets(self, tags: tuple[str, ...]) -> tuple[str, ...]:
         """The services a lock routes to: all of them, or those sharing one of its tags (and
@@ -534,8 +555,18 @@ class Notifier:
         status = _status_of(result)
         reason = None if result else _failure_reason(result)
         if reason:
-            status = f"{status}: {self._redaction.mask(reason.strip())}"
+            status = f"{status}: {self._redaction.mask(_one_line(reason))}"
         return Delivery(service.service_id, service.url, bool(result), status)
+
+
+REASON_LENGTH = 300
+
+
+def _one_line(text: str) -> str:
+    """A server's words as one short line: no control characters (a remote error text must
+    not put line breaks or terminal escapes into stdout, stderr or the journal)."""
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line if len(line) <= REASON_LENGTH else line[: REASON_LENGTH - 1] + "…"
 
 
 def _failure_reason(result: Any) -> str | None:

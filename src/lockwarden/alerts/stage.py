@@ -73,7 +73,8 @@ class AlertOutcome:
     notify_problem: str | None = None
     unsent: int = 0
     invalid_services: list[str] = field(default_factory=list)  # `notify.urls[1]: why`
-    unrouted: list[str] = field(default_factory=list)  # `alert for db: notify_tags x match no...`
+    unrouted: list[str] = field(default_factory=list)  # `lock db: notify_tags x match no ...`
+    unrouted_messages: int = 0  # messages of this run that no service was to get
     last_delivered_at: datetime | None = None  # the journal's latest confirmed delivery
 
     @property
@@ -93,7 +94,8 @@ class AlertOutcome:
         """Messages that some service did not confirm this run (retried next run), plus those
         given up on: what the textfile counts as undelivered."""
         failed = {d.message_id for d in self.deliveries if not d.ok and d.message_id != NOTICE_ID}
-        return len(failed) + len(self.plan.given_up) + (self.unsent if self.notify_problem else 0)
+        unsent = self.unsent if self.notify_problem else 0
+        return len(failed) + len(self.plan.given_up) + unsent + self.unrouted_messages
 
 
 def state_path(config: Config) -> str:
@@ -228,31 +230,27 @@ def _deliver(
     )
     if not (plan.sends_anything or wants_notice):
         if config.notify.configured:
-            outcome.invalid_services, outcome.notify_problem = _unsendable(config)
+            _said(outcome, _remembered_check(config))
         return
     from lockwarden.alerts.notify import Notifier, NotifyConfigError  # only a run that sends
 
     try:
         notifier = Notifier(config.notify, checkpoint=writer.journal.checkpoint)
     except NotifyConfigError as error:
-        outcome.notify_problem = str(error)
+        _said(outcome, _remember_check(config, NotifyCheck(problem=str(error))))
         outcome.unsent = len(plan.outgoing) + len(plan.retries)
         for item in plan.outgoing:  # targets unresolved: sent once notify works again
             writer.append(_due_record(item, None, now))
         return
-    outcome.invalid_services = [
-        f"{bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid
-    ]
+    _said(outcome, _remember_check(config, _checked(notifier, config)))
     for retry in plan.retries:  # one due while notify was broken is routed only now
-        unrouted = notifier.unrouted(retry.sent.tags) if UNRESOLVED in retry.services else None
-        if unrouted is not None:
-            outcome.unrouted.append(f"{retry.sent.kind} for {retry.lock} not sent: {unrouted}")
+        if UNRESOLVED in retry.services and not notifier.targets(retry.sent.tags):
+            outcome.unrouted_messages += 1
     jobs = [_retry(notifier, retry, writer, now) for retry in plan.retries]
     for item in plan.outgoing:  # each one's due record is journaled before anything is sent
         targets = notifier.targets(item.tags)
-        unrouted = notifier.unrouted(item.tags)
-        if unrouted is not None:  # sent to nobody: said on stderr and as the notify finding
-            outcome.unrouted.append(f"{item.kind} for {item.lock} not sent: {unrouted}")
+        if not targets and notifier.services:  # sent to nobody: counted as undelivered
+            outcome.unrouted_messages += 1
         writer.append(_due_record(item, targets, now))
         jobs.append(Job(item.message_id, item.kind, item.lock, item.message, targets))
     notice = _degraded_notice(notifier, outcome, state_path(config), hostname, now)
@@ -317,12 +315,14 @@ def _remember_notice(outcome: AlertOutcome, path: str, sent: list[Delivery]) -> 
 def runtime_directory(state_file: str) -> str | None:
     """A private directory for what a run must remember while its state directory is broken
     (and what the last check of the notify URLs found): the unit's own $RUNTIME_DIRECTORY
-    (RuntimeDirectory=), else /run/lockwarden for root, $XDG_RUNTIME_DIR/lockwarden for a user
-    (None without one); one subdirectory per state file so two configurations never share it."""
+    (RuntimeDirectory=lockwarden), else /run/lockwarden for root, $XDG_RUNTIME_DIR/lockwarden
+    for a user (None without one); one subdirectory per state file so two configurations
+    never share it."""
     given = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]  # systemd lists several so
-    base = (
+    ours = os.path.isabs(given) and os.path.basename(given.rstrip("/")) == "lockwarden"
+    base = (  # another unit's RuntimeDirectory= (a monitoring agent running us) is not ours
         given
-        if os.path.isabs(given)
+        if ours
         else "/run/lockwarden"
         if os.geteuid() == 0
         else os.path.join(os.environ.get("XDG_RUNTIME_DIR", ""), "lockwarden")
@@ -384,74 +384,136 @@ def _write_marker(marker: str, cause: str | None) -> None:
 
 
 # A run with nothing to send does not load apprise; it says what the last check of the notify
-# URLs found, and checks them again when the config changes, the unit's credentials or
-# $urls_env change, the host reboots (the runtime directory is gone), or an hour has passed
-# (an apprise config file or a credential file edited in place).
+# services found (remembered in the runtime directory by every run that checks them), and
+# checks them again when the config file, a URL file, the unit's credentials or $urls_env
+# change, the host reboots (the runtime directory is gone), or an hour has passed.
 NOTIFY_CHECK_S = 3600.0
+NOTIFY_CHECKED = "notify-checked"
+CLOCK_SLACK_S = 60.0  # a check dated further in the future than this is from a stepped clock
 
 
-def _unsendable(config: Config) -> tuple[list[str], str | None]:
-    """The notify URLs apprise cannot use (`notify.urls[1]: nosuch://…: why`) and why no
-    service can be set up at all (an unreadable urls_file), as a run that sends would say:
-    a bad URL must not stay hidden until the first incident."""
-    directory = runtime_directory(state_path(config))
-    marker = None if directory is None else os.path.join(directory, "notify-checked")
-    fingerprint = _notify_fingerprint(config)
-    remembered = _read_check(marker, fingerprint)
+@dataclass(frozen=True)
+class NotifyCheck:
+    """What one check of the notify services found (each line as a run reports it)."""
+
+    invalid: tuple[str, ...] = ()  # `notify.urls[1]: nosuch://…: why`
+    problem: str | None = None  # why no service can be set up at all (an unreadable urls_file)
+    unrouted: tuple[str, ...] = ()  # `lock db: notify_tags x match no notify service (...)`
+
+
+def _said(outcome: AlertOutcome, check: NotifyCheck | None) -> None:
+    if check is not None:
+        outcome.invalid_services = list(check.invalid)
+        outcome.notify_problem = check.problem
+        outcome.unrouted = list(check.unrouted)
+
+
+def _checked(notifier: Notifier, config: Config) -> NotifyCheck:
+    return NotifyCheck(
+        invalid=tuple(f"{bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid),
+        unrouted=tuple(
+            f"lock {lock.name}: {why}: its alerts reach nobody"
+            for lock in config.locks
+            if (why := notifier.unrouted(lock.notify_tags)) is not None
+        ),
+    )
+
+
+def _remembered_check(config: Config) -> NotifyCheck | None:
+    """On a run with nothing to send: what the last check found, else a check made now (it
+    loads apprise). None where no runtime directory can remember it (a user's cron without
+    $XDG_RUNTIME_DIR): then only check-config and runs that send check the services, as a
+    quiet run every minute must not load apprise each time."""
+    marker = _check_marker(config)
+    if marker is None:
+        return None
+    remembered = _read_check(marker, _notify_fingerprint(config))
     if remembered is not None:
         return remembered
     from lockwarden.alerts.notify import Notifier, NotifyConfigError
 
     try:
-        notifier = Notifier(config.notify)
+        check = _checked(Notifier(config.notify), config)
     except NotifyConfigError as error:
-        found: tuple[list[str], str | None] = ([], str(error))
-    else:
-        found = ([f"{bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid], None)
-    if marker is not None and _private_directory(os.path.dirname(marker)):
-        lines = [fingerprint, *(f"invalid\t{bad}" for bad in found[0])]
-        lines += [f"problem\t{found[1]}"] if found[1] else []
-        _write_marker(marker, "\n".join(lines) + "\n")
-    return found
+        check = NotifyCheck(problem=str(error))
+    return _remember_check(config, check)
+
+
+def _check_marker(config: Config) -> str | None:
+    directory = runtime_directory(state_path(config))
+    if directory is None or not _private_directory(directory):
+        return None
+    return os.path.join(directory, NOTIFY_CHECKED)
+
+
+def _remember_check(config: Config, check: NotifyCheck) -> NotifyCheck:
+    marker = _check_marker(config)
+    if marker is not None:
+        lines = [_notify_fingerprint(config), *(f"invalid\t{line}" for line in check.invalid)]
+        lines += [f"problem\t{check.problem}"] if check.problem else []
+        lines += [f"unrouted\t{line}" for line in check.unrouted]
+        _write_marker(marker, "\n".join(line.replace("\n", " ") for line in lines) + "\n")
+    return check
 
 
 def _notify_fingerprint(config: Config) -> str:
-    """What the configured services depend on, short of reading the files they name: the
-    config file's identity and modification, and the environment they are read with. The
-    environment variable's value is kept as a CRC (it holds tokens)."""
+    """What the configured services are made of: the config file (its identity and
+    modification), the URL file and apprise config file (CRCs of their contents: a systemd
+    credential is a new copy on every start), and the environment they are read with (the
+    URL variable as a CRC: it holds tokens). Read on every quiet run: a few small reads."""
     from binascii import crc32
+
+    from lockwarden.config import credential_file
 
     try:
         status = os.stat(config.source) if config.source else None
     except OSError:
         status = None
     identity = "" if status is None else f"{status.st_ino}:{status.st_mtime_ns}:{status.st_size}"
-    variable = config.notify.urls_env
-    value = os.environ.get(variable, "") if variable else ""
+    notify = config.notify
+    value = os.environ.get(notify.urls_env, "") if notify.urls_env else ""
+    files = [
+        credential_file(notify.urls_file, os.environ) if notify.urls_file else None,
+        notify.config if notify.config and "://" not in notify.config else None,
+    ]
+    contents = [_content_crc(path) for path in files]
     credentials = os.environ.get("CREDENTIALS_DIRECTORY", "")
-    return f"v1 {config.source}:{identity} {crc32(value.encode()):08x} {credentials}"
+    return (
+        f"v2 {config.source}:{identity} {crc32(value.encode()):08x} {' '.join(contents)} "
+        f"{credentials}"
+    )
 
 
-def _read_check(marker: str | None, fingerprint: str) -> tuple[list[str], str | None] | None:
-    """What the last check found, if it was made for this fingerprint within the hour."""
-    if marker is None:
-        return None
+def _content_crc(path: str | None) -> str:
+    from binascii import crc32
+
+    if path is None:
+        return "-"
     try:
-        if os.lstat(marker).st_mtime < time.time() - NOTIFY_CHECK_S:
-            return None
+        with open(path, "rb") as handle:
+            return f"{crc32(handle.read(1 << 20)):08x}"
+    except OSError as error:
+        return f"error:{error.errno}"
+
+
+def _read_check(marker: str, fingerprint: str) -> NotifyCheck | None:
+    """What the last check found, if it was made for this fingerprint within the hour (a
+    check dated in the future is from a clock stepped back since: it is made again)."""
+    try:
+        age = time.time() - os.lstat(marker).st_mtime
     except OSError:
+        return None
+    if not -CLOCK_SLACK_S <= age <= NOTIFY_CHECK_S:
         return None
     text = _read_marker(marker)
     if text is None or not text.startswith(fingerprint + "\n"):
         return None
-    invalid, problem = [], None
+    said: dict[str, list[str]] = {"invalid": [], "problem": [], "unrouted": []}
     for line in text.splitlines()[1:]:
-        kind, _tab, said = line.partition("\t")
-        if kind == "invalid":
-            invalid.append(said)
-        elif kind == "problem":
-            problem = said
-    return invalid, problem
+        kind, _tab, what = line.partition("\t")
+        said.setdefault(kind, []).append(what)
+    problem = said["problem"][0] if said["problem"] else None
+    return NotifyCheck(tuple(said["invalid"]), problem, tuple(said["unrouted"]))
 
 
 def _nofollow(path: str, flags: int) -> int:

@@ -42,6 +42,7 @@ from lockwarden.config.schema import (
     ConfigError,
     Converter,
     Option,
+    credential_file,
     schema_default,
 )
 from lockwarden.config.settings import (
@@ -93,6 +94,7 @@ __all__ = [
     "Option",
     "StateSettings",
     "builtin",
+    "credential_file",
     "database_document",
     "effective",
     "hide_url",

@@ -318,7 +318,7 @@ def _check_order(
     if isinstance(warn, float) and isinstance(critical, float) and warn > critical:
         said = [
             f"{key} {format_config_duration(values[key])}"
-            + ("" if key in table else " (from [defaults])")
+            + ("" if key in table else " (not set in this lock: the default)")
             for key in ("warn_after", "critical_after")
         ]
         report(

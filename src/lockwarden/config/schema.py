@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -141,6 +141,15 @@ def _environment_name(value: Any) -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
         raise ValueError(f"{text!r} is not an environment variable name")
     return text
+
+
+def credential_file(name: str, environ: Mapping[str, str]) -> str | None:
+    """Where a `*_file` setting is: an absolute path as is, a bare name inside
+    $CREDENTIALS_DIRECTORY (systemd's LoadCredential=); None for a bare name without one."""
+    if os.path.isabs(name):
+        return name
+    directory = environ.get("CREDENTIALS_DIRECTORY")
+    return os.path.join(directory, name) if directory else None
 
 
 def _credential_path(value: Any) -> str:

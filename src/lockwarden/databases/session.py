@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 
-from lockwarden.config import DatabaseWatch
+from lockwarden.config import DatabaseWatch, credential_file
 
 APPLICATION_NAME = "lockwarden"
 PASSWORD_LIMIT = 4096
@@ -23,15 +22,13 @@ def read_password(watch: DatabaseWatch, environ: Mapping[str, str]) -> str | Non
     file, never its content."""
     if watch.password_file is None:
         return None
-    path = watch.password_file
-    if not os.path.isabs(path):
-        directory = environ.get("CREDENTIALS_DIRECTORY")
-        if not directory:
-            raise CheckProblem(
-                f"password_file {path!r} is a credential name but $CREDENTIALS_DIRECTORY is not "
-                "set (use LoadCredential= in the service, or an absolute path)"
-            )
-        path = os.path.join(directory, path)
+    path = credential_file(watch.password_file, environ)
+    if path is None:
+        raise CheckProblem(
+            f"password_file {watch.password_file!r} is a credential name but "
+            "$CREDENTIALS_DIRECTORY is not set (use LoadCredential= in the service, or an "
+            "absolute path)"
+        )
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read(PASSWORD_LIMIT)

@@ -4,33 +4,52 @@ from __future__ import annotations
 
 import pytest
 
-from lockwarden.alerts.notify import RedactingFilter, path_secrets
+from lockwarden.alerts.notify import RedactingFilter, path_routes, path_secrets
 
 LINE = "CRITICAL vm: stalepid stale lock left by a dead holder; writes blocked (failure)"
 
 
 @pytest.mark.parametrize(
-    ("url", "secrets"),
+    ("url", "secrets", "routes"),
     [
-        ("json://127.0.0.1:18799/lock", set()),
-        ("json://alerts.example.net/hook", set()),
-        ("json://h/alerts/lockwarden", {"alerts/lockwarden"}),
-        ("json://h/hook/s3cr3tT0ken", {"hook/s3cr3tT0ken", "s3cr3tT0ken"}),
-        ("json://h/AbCdEf", {"AbCdEf"}),
+        ("json://127.0.0.1:18799/lock", set(), {"lock"}),
+        ("json://alerts.example.net/hook", set(), {"hook"}),
+        ("jsons://ntfy.example/lockwardenprod", set(), {"lockwardenprod"}),
+        ("json://h/alerts/lockwarden", {"alerts/lockwarden"}, {"alerts", "lockwarden"}),
+        ("json://h/hook/s3cr3tT0ken", {"hook/s3cr3tT0ken", "s3cr3tT0ken"}, {"hook"}),
+        ("json://h/AbCdEf", {"AbCdEf"}, set()),
         (
-            "jsons://h/services/T0000/B0000/xxxxxxxxxxxxxxxxxxxxxxxx",
+            "jsons://h/services/T0000/B0000/xxxxxxxxxxxxxxxxxxxxxxxx?x=1",
             {
                 "T0000",
                 "B0000",
                 "xxxxxxxxxxxxxxxxxxxxxxxx",
                 "services/T0000/B0000/xxxxxxxxxxxxxxxxxxxxxxxx",
             },
+            {"services"},
         ),
     ],
 )
-def test_a_webhook_path_is_secret_where_it_looks_like_a_token(url: str, secrets: set[str]) -> None:
-    """Long, with a digit, or mixed case: a token; a route name (/hook, /lock) is not one."""
-    assert path_secrets(url) == secrets
+def test_a_webhook_path_is_masked_anywhere_where_it_looks_like_a_token(
+    url: str, secrets: set[str], routes: set[str]
+) -> None:
+    """Long, with a digit, or mixed case: a token, masked anywhere; any other piece (a route
+    such as /hook, or a topic such as /lockwardenprod) where it stands as a URL's segment."""
+    assert (path_secrets(url), path_routes(url)) == (secrets, routes)
+
+
+def test_a_route_is_masked_in_a_url_and_never_as_a_word_of_a_sentence() -> None:
+    masking = RedactingFilter([], ["lockwardenprod", "lock"])
+    assert masking.mask("POST https://ntfy.example/lockwardenprod") == (
+        "POST https://ntfy.example/****"
+    )
+    assert (
+        masking.mask("Retrying: /lock?x=1, /lock/a, /lock") == "Retrying: /****?x=1, /****/a, /****"
+    )
+    assert masking.mask(LINE) == LINE
+    assert (
+        masking.mask("lockwardenprod and lockwarden: fine") == "lockwardenprod and lockwarden: fine"
+    )
 
 
 def test_a_short_secret_is_masked_only_where_it_stands_alone() -> None:

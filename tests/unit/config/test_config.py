@@ -55,8 +55,8 @@ def problems_of(tmp_path: Path, text: str) -> list[str]:
         ),
         (
             '[[lock]]\nname = "a"\npath = "/x"\nwarn_after = "2h"\n',
-            "lock[1].warn_after: warn_after 2h is longer than critical_after 1h (from [defaults]); "
-            "a warning must come first",
+            "lock[1].warn_after: warn_after 2h is longer than critical_after 1h (not set in this "
+            "lock: the default); a warning must come first",
         ),
         ('[[lock]]\nname = "a b"\npath = "/x"\n', "lock[1].name: 'a b' is not a lock name"),
         ('[defaults]\nwarn = "1m"\n', "defaults.warn: unknown key; did you mean 'warn_after'?"),
