@@ -392,7 +392,7 @@ NOTIFY_CHECKED = "notify-checked"
 CLOCK_SLACK_S = 60.0  # a check dated further in the future than this is from a stepped clock
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NotifyCheck:
     """What one check of the notify services found (each line as a run reports it)."""
 
