@@ -151,8 +151,9 @@ def test_check_config_reports_a_bad_url_beside_the_other_problems(tmp_path: Path
     fixed; a [notify] section that is itself wrong is reported as such, its URLs unchecked."""
     config = tmp_path / "c.toml"
     config.write_text(
-        '[notify]\nurls = ["nosuch://host/x"]\n'
+        '[notify]\nurls = ["nosuch://host/x", "ops=json://127.0.0.1:9/hook"]\n'
         '[[lock]]\nname = "a"\npath = "/tmp/a"\nwarn_afer = "1h"\n'
+        '[[lock]]\nname = "b"\npath = "/tmp/b"\nnotify_tags = ["pager"]\n'
     )
     checked = run_cli("check-config", "--config", str(config))
     assert checked.returncode == 78
@@ -160,6 +161,7 @@ def test_check_config_reports_a_bad_url_beside_the_other_problems(tmp_path: Path
     assert [problem.split(": ")[3] for problem in problems] == [
         "lock[1].warn_afer",
         "notify.urls[1]",
+        "lock[2].notify_tags",
     ], checked.stderr
     config.write_text(config.read_text().replace("[notify]\n", '[notify]\ntimeout = "x"\n'))
     broken = run_cli("check-config", "--config", str(config))

@@ -234,6 +234,8 @@ def test_receiver_refused_then_500_then_hanging_then_up_delivers_exactly_once(
     scenario.once(145)
     assert len(receiver.payloads) == 1
     assert title_kind(titles(receiver)[0]) == "writes blocked"
+    late = f"Due at {scenario.at(120)} (15m00s ago) and sent late, as no earlier attempt"
+    assert late in str(receiver.payloads[0]["message"])  # its figures are from then
     history = run_cli("history", "--config", str(scenario.config))
     assert history.stdout.count("failed (") == 3 and history.stdout.count("delivered") == 1
 
@@ -256,6 +258,20 @@ def test_two_services_one_down_each_gets_exactly_one(
         assert down.payloads[0]["title"] == receiver.payloads[0]["title"]
     finally:
         down.stop()
+
+
+def test_a_retry_to_a_service_removed_from_the_config_is_said_to_be_dropped(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    down = Receiver()
+    scenario.configure([receiver.url(TOKEN), down.url()])
+    scenario.hold()
+    scenario.once(120)  # delivered to one, due again to the other
+    scenario.configure([receiver.url(TOKEN)])
+    done = scenario.once(125, "--json")
+    notes = json.loads(done.stdout)["notes"]
+    assert "alert for wa-store: not retried to 1 service(s) no longer configured" in notes
+    assert len(receiver.payloads) == 1 and down.payloads == []
 
 
 def test_torn_last_line_and_corrupt_middle_line_cause_no_duplicate(
@@ -443,6 +459,20 @@ def test_dry_run_prints_what_would_be_sent_and_sends_and_writes_nothing(
     assert sorted(p.name for p in scenario.state_dir.iterdir()) == []
 
 
+def test_a_dry_run_says_what_a_real_run_says_of_the_notify_services(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    """A dry run is how the alerting set-up is tried: an unusable URL is its notify finding
+    and exit code too, and it remembers nothing (the next real run checks for itself)."""
+    scenario.configure(["nosuch://example", receiver.url(TOKEN)])
+    done = scenario.once(0, "--dry-run", "--json")
+    assert done.returncode == 3, done.stderr
+    [notify] = [f for f in json.loads(done.stdout)["locks"] if f["name"] == "lockwarden:notify"]
+    assert "notify.urls[1]: nosuch://…" in notify["reason"]
+    assert not check_marker(scenario).exists()
+    assert sorted(p.name for p in scenario.state_dir.iterdir()) == []
+
+
 def test_dry_run_names_the_lock_of_a_retry(scenario: Scenario, receiver: Receiver) -> None:
     """A message a service has not confirmed is retried; a dry run says which lock it is for."""
     scenario.configure([receiver.url(TOKEN)], timeout="1s")
@@ -529,6 +559,14 @@ def test_a_lock_whose_notify_tags_no_service_carries_is_said_never_silent(
         "lock wa-store: notify_tags opz match no notify service (the services' tags are ops): "
         "its alerts reach nobody"
     )
+    tested = run_cli("notify-test", "--config", str(scenario.config))
+    assert tested.returncode == 78
+    assert tested.stdout.splitlines()[-1] == (
+        "UNROUTED  lock wa-store: notify_tags opz match no notify service (the services' tags "
+        "are ops): its alerts reach nobody"
+    )
+    assert len(receiver.payloads) == 1  # the test message itself went to the ops service
+    receiver.payloads.clear()
     quiet = scenario.once(0, "--json")  # nothing due yet: said all the same
     assert quiet.returncode == 3, quiet.stderr
     assert said in quiet.stderr
@@ -541,6 +579,7 @@ def test_a_lock_whose_notify_tags_no_service_carries_is_said_never_silent(
         assert findings["wa-store"]["state"] == "held_too_long"
         assert findings["lockwarden:notify"]["state"] == "unknown"
         assert said in findings["lockwarden:notify"]["reason"]
+        assert json.loads(done.stdout)["alerts"]["unrouted"] == [said]
         assert f"lockwarden_alerts_undelivered {undelivered}" in textfile.read_text()
     assert receiver.payloads == []
     routed = text.replace('notify_tags = ["opz"]', 'notify_tags = ["ops"]')
@@ -666,8 +705,12 @@ def test_an_unusable_notify_url_is_said_on_runs_with_nothing_to_send(
     for _run in range(2):
         done = scenario.once(1, "--json")
         assert done.returncode == 3, done.stderr
-        [notify] = [f for f in json.loads(done.stdout)["locks"] if f["name"] == "lockwarden:notify"]
+        document = json.loads(done.stdout)
+        [notify] = [f for f in document["locks"] if f["name"] == "lockwarden:notify"]
         assert "notify service unusable: notify.urls[1]: nosuch://…" in notify["reason"]
+        assert [line.split(": ")[:2] for line in document["alerts"]["unusable_services"]] == [
+            ["notify.urls[1]", "nosuch://…"]
+        ]
         said = "lockwarden: notify service unusable, never sent to: notify.urls[1]: nosuch://…"
         assert said in done.stderr, done.stderr
     scenario.configure([receiver.url(TOKEN)])

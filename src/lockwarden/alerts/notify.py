@@ -232,11 +232,12 @@ def _webhook_path(private_url: str) -> str:
 
 
 def _token_like(piece: str) -> bool:
-    """Long, or with a digit, or mixed case: what a generated token is and a word is not."""
+    """Long, or with a digit, or a capital after its first letter: what a generated token is
+    and a word ("Events", "hook") is not."""
     return (
         len(piece) >= TOKEN_LENGTH
         or any(character.isdigit() for character in piece)
-        or (piece.lower() != piece and piece.upper() != piece)
+        or (any(c.isupper() for c in piece[1:]) and any(c.islower() for c in piece))
     )
 
 
@@ -272,10 +273,12 @@ class RedactingFilter(logging.Filter):
 
 
 def _as_word(secret: str) -> str:
-    """A short secret (a webhook path like /hook or /alerts) is masked where it stands alone,
-    never inside a longer word ("dead" in "deadline"), which would garble the line; after a
-    %-escape (`%2Fhook`) it stands alone too."""
-    return rf"(?:(?<![A-Za-z0-9])|(?<=%[0-9A-Fa-f]{{2}})){re.escape(secret)}(?![A-Za-z0-9])"
+    """A short secret (a password of `user:pass@host`) is masked where it stands alone, never
+    inside a longer word or name ("dead" in "deadline", "store" in the lock name
+    "hook-store"), which would garble the line; after a %-escape (`%2Fpass`) it stands alone."""
+    return (
+        rf"(?:(?<![\w.-])|(?<=%[0-9A-Fa-f]{{2}})){re.escape(secret)}(?![\w.-]|%[0-9A-Fa-f]{{2}}\w)"
+    )
 
 
 def redact_in_logs(secrets: Iterable[str], segments: Iterable[str] = ()) -> RedactingFilter:

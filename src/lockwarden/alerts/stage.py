@@ -37,7 +37,7 @@ from lockwarden.state.journal import (
     state_directory_of,
 )
 from lockwarden.support.checkpoints import Checkpoint, skip
-from lockwarden.support.durations import timestamp
+from lockwarden.support.durations import format_duration, timestamp
 
 if TYPE_CHECKING:
     from lockwarden.alerts.notify import Delivery, Notifier
@@ -75,6 +75,7 @@ class AlertOutcome:
     invalid_services: list[str] = field(default_factory=list)  # `notify.urls[1]: why`
     unrouted: list[str] = field(default_factory=list)  # `lock db: notify_tags x match no ...`
     unrouted_messages: int = 0  # messages of this run that no service was to get
+    dropped: list[str] = field(default_factory=list)  # retries to services since removed
     last_delivered_at: datetime | None = None  # the journal's latest confirmed delivery
 
     @property
@@ -205,6 +206,8 @@ def alert_stage(
     if read_only:
         outcome.state_problems = [] if not dry_run else problems
         outcome.unsent = 0 if dry_run else len(plan.outgoing)
+        if dry_run and config.notify.configured:  # what a real run would say of the services
+            _said(outcome, _check_now(config))
         return outcome
     writer = JournalWriter(journal, problems, fallback)
     for record in plan.records:
@@ -246,7 +249,7 @@ def _deliver(
     for retry in plan.retries:  # one due while notify was broken is routed only now
         if UNRESOLVED in retry.services and not notifier.targets(retry.sent.tags):
             outcome.unrouted_messages += 1
-    jobs = [_retry(notifier, retry, writer, now) for retry in plan.retries]
+    jobs = [_retry(notifier, retry, writer, now, outcome) for retry in plan.retries]
     for item in plan.outgoing:  # each one's due record is journaled before anything is sent
         targets = notifier.targets(item.tags)
         if not targets and notifier.services:  # sent to nobody: counted as undelivered
@@ -430,13 +433,17 @@ def _remembered_check(config: Config) -> NotifyCheck | None:
     remembered = _read_check(marker, _notify_fingerprint(config))
     if remembered is not None:
         return remembered
+    return _remember_check(config, _check_now(config))
+
+
+def _check_now(config: Config) -> NotifyCheck:
+    """Check the notify services now (this loads apprise), remembering nothing."""
     from lockwarden.alerts.notify import Notifier, NotifyConfigError
 
     try:
-        check = _checked(Notifier(config.notify), config)
+        return _checked(Notifier(config.notify), config)
     except NotifyConfigError as error:
-        check = NotifyCheck(problem=str(error))
-    return _remember_check(config, check)
+        return NotifyCheck(problem=str(error))
 
 
 def _check_marker(config: Config) -> str | None:
@@ -570,7 +577,9 @@ def _remove_fallback(fallback: Journal) -> None:
         log.debug("cannot remove %s: %s", fallback.path, error.strerror)
 
 
-def _retry(notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetime) -> Job:
+def _retry(
+    notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetime, outcome: AlertOutcome
+) -> Job:
     if UNRESOLVED in retry.services:  # due while notify was broken: resolve its services now
         targets = notifier.targets(retry.sent.tags)
         writer.append(_resolved_due(retry, targets))
@@ -578,6 +587,10 @@ def _retry(notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetim
     retry = _renamed(notifier, retry, writer)
     gone = [service for service in retry.services if not notifier.known(service)]
     if gone:  # a service removed from the config can never confirm: stop waiting for it
+        outcome.dropped.append(
+            f"{retry.sent.kind} for {retry.lock or 'a lock no longer configured'}: not retried "
+            f"to {len(gone)} service(s) no longer configured"
+        )
         writer.append(
             {
                 "type": "giveup",
@@ -588,8 +601,18 @@ def _retry(notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetim
             }
         )
     live = [service for service in retry.services if notifier.known(service)]
+    # The same message (its title is what a service shows): said to be late, as its figures
+    # ("held at least 6s") are those of when it was due.
+    ago = format_duration(max(0.0, (now - retry.sent.due_at).total_seconds()))
+    late = (
+        f"Due at {timestamp(retry.sent.due_at)} ({ago} ago) and sent late, as no earlier "
+        "attempt reached this service: the figures above are from then."
+    )
     message = Message(
-        retry.sent.title, retry.sent.markdown, retry.sent.text, retry.sent.notify_type
+        retry.sent.title,
+        f"{retry.sent.markdown}\n\n_{late}_",
+        f"{retry.sent.text}\n\n{late}",
+        retry.sent.notify_type,
     )
     return Job(retry.sent.message_id, retry.sent.kind, retry.lock, message, tuple(live))
 
@@ -720,6 +743,7 @@ def with_outcome(
         )
     extra_notes.extend(f"notify service unusable: {bad}" for bad in outcome.invalid_services)
     extra_notes.extend(outcome.unrouted)
+    extra_notes.extend(outcome.dropped)
     if outcome.notify_problem:
         extra_notes.append(f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent")
     elif outcome.unsent:

@@ -112,6 +112,8 @@ def alerts_document(alerted: AlertedRun) -> dict[str, Any]:
             "undeliverable": [],
             "state_problems": [],
             "notify_problem": None,
+            "unusable_services": [],
+            "unrouted": [],
             "journal": None,
         }
     return {
@@ -130,6 +132,8 @@ def alerts_document(alerted: AlertedRun) -> dict[str, Any]:
         "undeliverable": [retry.sent.message_id for retry in outcome.plan.given_up],
         "state_problems": list(dict.fromkeys(outcome.state_problems)),
         "notify_problem": outcome.notify_problem,
+        "unusable_services": list(outcome.invalid_services),
+        "unrouted": list(outcome.unrouted),
         "journal": outcome.state_path,
     }
 
@@ -184,13 +188,23 @@ def notify_test(config: Config, tags: list[str], now: datetime, as_json: bool = 
     unusable = [
         {"origin": b.origin, "url": b.shown, "problem": b.problem} for b in notifier.invalid
     ]
+    unrouted = [
+        {"lock": lock.name, "problem": why}
+        for lock in config.locks
+        if (why := notifier.unrouted(lock.notify_tags)) is not None
+    ]
     nothing = "" if targets else "no usable configured service matches those tags"
-    if unusable or nothing:  # the usable services were still tried: one bad URL holds back none
+    if unusable or unrouted or nothing:  # the usable services were still tried
         code = EXIT_CONFIG
     else:
         code = 0 if all(delivery.ok for delivery in deliveries) else EXIT_NOTIFY_FAILED
     if as_json:
-        document = {"config": where, "services": results, "unusable": unusable}
+        document = {
+            "config": where,
+            "services": results,
+            "unusable": unusable,
+            "unrouted": unrouted,
+        }
         return Output(code, json.dumps(document, indent=2) + "\n", nothing)
     lines = [
         f"{'delivered' if r['delivered'] else 'FAILED':<9} {r['url']} "
@@ -200,6 +214,10 @@ def notify_test(config: Config, tags: list[str], now: datetime, as_json: bool = 
     ]
     lines.extend(
         f"{'UNUSABLE':<9} {where}: {b['origin']}: {b['url']}: {b['problem']}" for b in unusable
+    )
+    lines.extend(
+        f"{'UNROUTED':<9} lock {r['lock']}: {r['problem']}: its alerts reach nobody"
+        for r in unrouted
     )
     return Output(code, "".join(line + "\n" for line in lines), nothing)
 

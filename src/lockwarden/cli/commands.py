@@ -540,7 +540,7 @@ def command_check_config(arguments: argparse.Namespace) -> int:
         config = load_config(arguments.config)
     except config_module.ConfigError as error:  # the notify URLs too, so all is said at once
         where = arguments.config or config_module.DEFAULT_PATH
-        urls = [] if error.notify is None else _notify_problems(error.notify, (), where)
+        urls = [] if error.notify is None else _notify_problems(error.notify, error.locks, where)
         raise config_module.ConfigError(error.problems + urls) from None
     problems = runtime_problems(config)
     if problems:  # the same form as a config error: FILE: key: message, exit 78
@@ -554,7 +554,8 @@ def command_check_config(arguments: argparse.Namespace) -> int:
     else:
         import tomli_w  # only check-config writes TOML; a run every minute should not load it
 
-        print(f"# effective configuration from {source}: valid, {len(config.locks)} locks")
+        count = len(config.locks)
+        print(f"# effective configuration from {source}: valid, {count} lock{'s' * (count != 1)}")
         print(tomli_w.dumps(document), end="")
     return EXIT_OK
 
@@ -567,7 +568,7 @@ def runtime_problems(config: config_module.Config) -> list[str]:
     from lockwarden.state.journal import state_dir_problem
 
     where = config.source or "built-in defaults"
-    problems = _notify_problems(config.notify, config.locks, where)
+    problems = _notify_problems(config.notify, list(enumerate(config.locks, start=1)), where)
     writes = config.notify.configured or any(lock.remove_stale for lock in config.locks)
     state_problem = state_dir_problem(state_directory(config)) if writes else None
     if state_problem:
@@ -589,7 +590,7 @@ def runtime_problems(config: config_module.Config) -> list[str]:
 
 def _notify_problems(
     settings: config_module.NotifySettings,
-    locks: Sequence[config_module.LockConfig],
+    locks: Sequence[tuple[int, config_module.LockConfig]],
     where: str,
 ) -> list[str]:
     """The notify URLs apprise's own parser rejects (checked without sending), and the locks
@@ -607,7 +608,7 @@ def _notify_problems(
     if checkable is settings:  # every service was read here: routing is known
         problems.extend(
             f"{where}: lock[{number}].notify_tags: {why}: its alerts would reach nobody"
-            for number, lock in enumerate(locks, start=1)
+            for number, lock in locks
             if (why := notifier.unrouted(lock.notify_tags)) is not None
         )
     return problems

@@ -81,9 +81,12 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
     locks = _locks(document.get("lock", []), sections["defaults"], alerts, report)
     if problems:
         notify = sections["notify"] if "notify" in valid else None
+        tables = document.get("lock", [])
+        names = [table.get("name") if isinstance(table, dict) else None for table in tables]
         raise ConfigError(
             problems,
             None if notify is None else NotifySettings(**_with_unit_credential(notify, os.environ)),
+            [(names.index(lock.name) + 1, lock) for lock in locks],
         )
     return Config(
         source=source,

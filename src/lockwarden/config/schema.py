@@ -28,12 +28,14 @@ WELL_KNOWN_LOCKS: tuple[tuple[str, str, str], ...] = (
 class ConfigError(Exception):
     """One or more problems in a configuration; `problems` holds one line per problem."""
 
-    def __init__(self, problems: list[str], notify: Any = None) -> None:
+    def __init__(self, problems: list[str], notify: Any = None, locks: Any = ()) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
         self.notify = notify
-        """The [notify] settings when that section itself is valid (NotifySettings): what
-        check-config still checks, so every problem is reported at once."""
+        """The [notify] settings when that section itself is valid (NotifySettings), and the
+        locks that are ((N of lock[N], LockConfig)): what check-config still checks, so every
+        problem is reported at once."""
+        self.locks = tuple(locks)
 
 
 Converter = Callable[[Any], Any]

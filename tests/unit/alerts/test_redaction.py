@@ -18,6 +18,8 @@ LINE = "CRITICAL vm: stalepid stale lock left by a dead holder; writes blocked (
         ("json://h/alerts/lockwarden", {"alerts/lockwarden"}, {"alerts", "lockwarden"}),
         ("json://h/hook/s3cr3tT0ken", {"hook/s3cr3tT0ken", "s3cr3tT0ken"}, {"hook"}),
         ("json://h/AbCdEf", {"AbCdEf"}, set()),
+        ("json://h/api/v2/Events", {"api/v2/Events"}, {"Events"}),
+        ("json://h/EVENTS", set(), {"EVENTS"}),
         (
             "jsons://h/services/T0000/B0000/xxxxxxxxxxxxxxxxxxxxxxxx?x=1",
             {
@@ -53,11 +55,14 @@ def test_a_route_is_masked_in_a_url_and_never_as_a_word_of_a_sentence() -> None:
 
 
 def test_a_short_secret_is_masked_only_where_it_stands_alone() -> None:
-    """A short password is masked as a word, and after a %-escape, never inside a word: a
-    run's warnings must stay readable ("dead" in "deadline", "fail" in "failure")."""
-    masking = RedactingFilter(["dead", "fail", "pw12"])
+    """A short password is masked as a word, and after a %-escape, never inside a word or a
+    name: a run's warnings must stay readable ("dead" in "deadline", "fail" in "failure",
+    "store" in the lock name "hook-store")."""
+    masking = RedactingFilter(["dead", "fail", "pw12", "store"])
     assert masking.mask(LINE) == LINE.replace(" dead ", " **** ")
     assert masking.mask("deadline failure") == "deadline failure"
+    assert masking.mask("CRITICAL vm: hook-store blocked") == "CRITICAL vm: hook-store blocked"
+    assert masking.mask("json://bob:store@host") == "json://bob:****@host"
     assert masking.mask("POST /x%2Fpw12?a=pw12&b=fail") == "POST /x%2F****?a=****&b=****"
 
 
