@@ -582,6 +582,8 @@ def test_a_lock_whose_notify_tags_no_service_carries_is_said_never_silent(
         assert json.loads(done.stdout)["alerts"]["unrouted"] == [said]
         assert f"lockwarden_alerts_undelivered {undelivered}" in textfile.read_text()
     assert receiver.payloads == []
+    history = run_cli("history", "--config", str(scenario.config)).stdout
+    assert "        sent to no service: none matched (notify_tags opz)" in history, history
     routed = text.replace('notify_tags = ["opz"]', 'notify_tags = ["ops"]')
     scenario.config.write_text(routed)
     assert run_cli("check-config", "--config", str(scenario.config)).returncode == 0

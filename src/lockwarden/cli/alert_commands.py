@@ -291,4 +291,7 @@ def _incident_lines(incident: Incident) -> list[str]:
             lines.append(f"        still pending for {len(message.pending)} service(s)")
         if message.gave_up:
             lines.append(f"        undeliverable to {len(message.gave_up)} service(s)")
+        if message.targets == () and not message.attempts:
+            tags = f" (notify_tags {', '.join(message.tags)})" if message.tags else ""
+            lines.append(f"        sent to no service: none matched{tags}")
     return lines
