@@ -367,6 +367,11 @@ def _read_marker(marker: str | None) -> str | None:
         return None
     if not _private_directory(os.path.dirname(marker)):
         return None
+    return _read_private(marker)
+
+
+def _read_private(marker: str) -> str | None:
+    """A marker in a directory already found private; never through a symlink."""
     try:
         with open(marker, encoding="utf-8", opener=_nofollow) as handle:
             return handle.read(65536)
@@ -512,7 +517,7 @@ def _read_check(marker: str, fingerprint: str) -> NotifyCheck | None:
         return None
     if not -CLOCK_SLACK_S <= age <= NOTIFY_CHECK_S:
         return None
-    text = _read_marker(marker)
+    text = _read_private(marker)  # _check_marker found its directory private
     if text is None or not text.startswith(fingerprint + "\n"):
         return None
     said: dict[str, list[str]] = {"invalid": [], "problem": [], "unrouted": []}
