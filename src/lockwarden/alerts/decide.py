@@ -17,22 +17,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
-from lockwarden.alerts.messages import (
-    ALERT,
-    REMINDER,
-    RESOLVED,
-    Ended,
-    Message,
-    holder_label,
-    render_alert,
-    render_resolved,
-)
 from lockwarden.config import AlertSettings
 from lockwarden.model import Finding, Severity, State
-from lockwarden.state.history import GOOD, History, Incident, Sent
+from lockwarden.state.history import ALERT, GOOD, REMINDER, RESOLVED, History, Incident, Sent
 from lockwarden.state.journal import Record
 from lockwarden.support.durations import timestamp
+
+if TYPE_CHECKING:
+    from lockwarden.alerts.messages import Message
+
+# A message is composed only when one is due: a quiet run never loads the renderer
+# (alerts/messages.py, imported where a message is made).
 
 
 @dataclass(frozen=True)
@@ -177,6 +174,8 @@ def _alert_interrupted(
 ) -> None:
     """The run that opened it died before its alert was due (kill -9, power loss): the "open"
     record is there, the alert is not. Send it now, or it is lost until the first reminder."""
+    from lockwarden.alerts.messages import render_alert
+
     message = render_alert(finding, host, ALERT, policy.role)
     identifier = incident.incident_id
     plan.outgoing.append(
@@ -193,6 +192,8 @@ def _open(
     policy: LockPolicy,
     host: str,
 ) -> None:
+    from lockwarden.alerts.messages import holder_label, render_alert
+
     identifier = incident_id(key, now)
     held_since = (
         now - timedelta(seconds=finding.held_for_s) if finding.held_for_s is not None else None
@@ -242,6 +243,8 @@ def _maybe_remind(
     interval = policy.alerts.repeat_interval
     if interval <= 0 or elapsed_since(incident.last_notice_at, history, now) < interval:
         return
+    from lockwarden.alerts.messages import render_alert
+
     message = render_alert(finding, host, REMINDER, policy.role)
     plan.outgoing.append(
         Outgoing(
@@ -281,6 +284,8 @@ def _resolve_message(
     host: str,
     superseded: bool,
 ) -> None:
+    from lockwarden.alerts.messages import Ended, render_resolved
+
     ended = Ended(
         lock=incident.lock,
         path=incident.path,

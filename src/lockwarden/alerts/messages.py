@@ -16,11 +16,9 @@ from datetime import datetime
 
 from lockwarden.check.advice import is_command, why_no_action
 from lockwarden.model import Finding, Holder, Severity, State, command_text
+from lockwarden.state.history import ALERT, REMINDER
 from lockwarden.support.durations import format_duration, stamp
 
-ALERT = "alert"
-REMINDER = "reminder"
-RESOLVED = "resolved"
 MAX_COMMAND = 300
 MAX_WAITERS_NAMED = 5
 

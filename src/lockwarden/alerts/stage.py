@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lockwarden.alerts.decide import LockPolicy, Outgoing, Plan, Retry, decide
-from lockwarden.alerts.messages import Message, render_state_degraded, render_state_healthy
 from lockwarden.check.sightings import keep_latest_seen
 from lockwarden.config import Config
 from lockwarden.model import Finding, Severity, State
@@ -40,6 +39,7 @@ from lockwarden.support.checkpoints import Checkpoint, skip
 from lockwarden.support.durations import format_duration, timestamp
 
 if TYPE_CHECKING:
+    from lockwarden.alerts.messages import Message
     from lockwarden.alerts.notify import Delivery, Notifier
 
 log = logging.getLogger(__name__)
@@ -287,6 +287,8 @@ def _degraded_notice(
 ) -> Job | None:
     """One notice per cause of degradation, and one when it is over: remembered by a marker
     in the runtime directory (the state directory is the thing that is broken)."""
+    from lockwarden.alerts.messages import render_state_degraded, render_state_healthy
+
     said = _read_marker(degraded_marker(path))
     if outcome.state_problems:
         cause = _cause(outcome)
@@ -608,6 +610,8 @@ def _retry(
     live = [service for service in retry.services if notifier.known(service)]
     # The same message (its title is what a service shows): said to be late, as its figures
     # ("held at least 6s") are those of when it was due.
+    from lockwarden.alerts.messages import Message
+
     ago = format_duration(max(0.0, (now - retry.sent.due_at).total_seconds()))
     late = (
         f"Due at {timestamp(retry.sent.due_at)} ({ago} ago) and sent late, as no earlier "

@@ -24,6 +24,10 @@ from lockwarden.state.journal import Record, encode
 from lockwarden.support.durations import parse_time
 
 GOOD = "good"
+# The kinds of message an incident journals (its "due" and "sent" records' `kind`).
+ALERT = "alert"
+REMINDER = "reminder"
+RESOLVED = "resolved"
 UNRESOLVED = "*"  # a message due before its services were known: every matching service
 KEEP_CLOSED_INCIDENTS = 50
 KEEP_RUNS = 5  # at least; compaction keeps max(resolve_after, unknown_after) + 1 if more
@@ -90,12 +94,12 @@ class Incident:
 
     @property
     def last_notice_at(self) -> datetime:
-        notices = [m.due_at for m in self.messages if m.kind in ("alert", "reminder")]
+        notices = [m.due_at for m in self.messages if m.kind in (ALERT, REMINDER)]
         return max(notices, default=self.opened_at)
 
     def superseded_reminders(self) -> set[str]:
         """Delivered reminders older than the latest: dedupe needs only the latest one."""
-        reminders = [m for m in self.messages if m.kind == "reminder" and not m.pending]
+        reminders = [m for m in self.messages if m.kind == REMINDER and not m.pending]
         latest = max((m.due_at for m in reminders), default=None)
         return {m.message_id for m in reminders if m.due_at != latest}
 

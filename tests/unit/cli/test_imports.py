@@ -41,7 +41,8 @@ def test_quiet_once_imports_neither_apprise_nor_requests(
 ) -> None:
     """A quiet run with held locks (so the descriptor scan and holder details run too); with
     alerting on it also takes the run lock, reads the journal and decides (nothing to send),
-    and says what the last check of the notify URLs found, without loading apprise."""
+    and says what the last check of the notify URLs found, without loading apprise or the
+    message renderer."""
     flock_file = tmp_path / "store.lock"
     flock_file.touch()
     children.python(FLOCK_HOLDER, str(flock_file))
@@ -80,6 +81,7 @@ def test_quiet_once_imports_neither_apprise_nor_requests(
     assert "lockwarden.pipeline" in result["modules"]  # the list is real, not empty
     assert ("lockwarden.alerts.stage" in result["modules"]) is alerting
     assert ("lockwarden.alerts.notify" in result["modules"]) is False  # nothing to send
+    assert ("lockwarden.alerts.messages" in result["modules"]) is False  # nor to compose
     for package in HEAVY:
         assert loaded(result["modules"], package) == [], f"a quiet run imported {package}"
 
