@@ -349,6 +349,13 @@ class Finding:
         """Every process that holds it, the primary first."""
         return (self.holder, *self.sharers) if self.holder is not None else self.sharers
 
+    @property
+    def unseen(self) -> bool:
+        """Unknown and naming no holder: this run could not see who holds it (its database
+        server did not answer, its mount hung, a right was missing), which says nothing of
+        whether an earlier holder still does. What was known of it is carried, not ended."""
+        return self.state is State.UNKNOWN and self.identity is None
+
 
 def command_text(cmdline: Iterable[str], limit: int = 300) -> str:
     """A command line for one line of a report or an alert: control characters escaped, so a

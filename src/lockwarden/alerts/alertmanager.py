@@ -141,8 +141,10 @@ def plan(
     settings: AlertmanagerSettings,
 ) -> Posted:
     """What to post this run (pure): each firing alert renewed until now + ends_after, each one
-    that stopped firing (or whose resolve is still owed) ended at the moment it stopped."""
+    that stopped firing (or whose resolve is still owed) ended at the moment it stopped. The
+    alerts of a lock this run could not see (Finding.unseen) are renewed as they were."""
     firing: dict[str, Alert] = {}
+    until = timestamp(now + timedelta(seconds=settings.ends_after))
     for finding in findings:
         labels = alert_labels(finding, host)
         if labels is None:
@@ -150,8 +152,11 @@ def plan(
         key = alert_key(labels)
         known = before.firing.get(key)
         started = known.starts_at if known is not None else timestamp(now)
-        until = timestamp(now + timedelta(seconds=settings.ends_after))
         firing[key] = Alert(labels, alert_annotations(finding, host), started, until)
+    unseen = {finding.name for finding in findings if finding.unseen}
+    for key, alert in before.firing.items():  # a lock this run could not see is not over
+        if key not in firing and alert.labels.get("lock") in unseen:
+            firing[key] = Alert(alert.labels, alert.annotations, alert.starts_at, until)
     resolving = {
         key: Alert(alert.labels, alert.annotations, alert.starts_at, timestamp(now))
         for key, alert in before.firing.items()

@@ -15,6 +15,13 @@ continuously held: a budget shorter than the runs' own interval must not make ev
 start over, or a lock held for hours would never escalate). A run that sees no such lock
 writes an empty record once, to break the series, and then nothing.
 
+A run that could not look (the lock is unknown and names no holder: its database server did
+not answer, its mount hung, a right was missing) neither continues nor ends a series: it
+carries it on as `[IDENTITY, FIRST_SEEN, LAST_SEEN]`, LAST_SEEN being the last run that did see
+the holder, and the gap is counted from LAST_SEEN. One failed look then neither restarts the
+count of a lock held for hours (nor resolves its incident), and a series is never carried
+further than a gap would be.
+
 This memory is written whether or not alerting is on: a timer-driven agent with no [notify]
 service must still escalate a lock held continuously (its exit code, its report, the
 Prometheus textfile). Pure functions here; cli/once.py reads and appends.
@@ -43,11 +50,19 @@ Memory = dict[str, dict[str, datetime]]
 """lock name -> holder identity -> first sighting of an unbroken series."""
 
 
+class Series(NamedTuple):
+    """One lock's series: its holder, the first run that saw it, the last run that saw it."""
+
+    identity: str
+    since: datetime
+    seen_at: datetime
+
+
 class LastSeen(NamedTuple):
     """The latest `seen` record in the journal."""
 
     at: datetime
-    locks: dict[str, tuple[str, datetime]]
+    locks: dict[str, Series]
 
 
 def last_seen(records: Iterable[Record]) -> LastSeen | None:
@@ -59,18 +74,19 @@ def last_seen(records: Iterable[Record]) -> LastSeen | None:
         locks = record.get("locks")
         if at is None or not isinstance(locks, dict):
             continue
-        latest = LastSeen(at, _entries(locks))
+        latest = LastSeen(at, _entries(locks, at))
     return latest
 
 
-def _entries(locks: dict[object, object]) -> dict[str, tuple[str, datetime]]:
+def _entries(locks: dict[object, object], at: datetime) -> dict[str, Series]:
     entries = {}
     for name, value in locks.items():
-        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)):
+        if not (isinstance(value, list) and len(value) in (2, 3) and isinstance(value[0], str)):
             continue
         since = parse_time(value[1])
-        if since is not None:
-            entries[str(name)] = (value[0], since)
+        seen_at = parse_time(value[2]) if len(value) == 3 else at
+        if since is not None and seen_at is not None:
+            entries[str(name)] = Series(value[0], since, seen_at)
     return entries
 
 
@@ -80,27 +96,49 @@ def longest_gap(warn_after: float) -> float:
 
 
 def memory(latest: LastSeen | None, now: datetime, gaps: Mapping[str, float]) -> Memory:
-    """What this run may count on: each lock's series, unless the run before was too long
-    ago (`gaps`: the longest break, per lock, that still counts as continuous) or later."""
+    """What this run may count on: each lock's series, unless the last run that saw its
+    holder was too long ago (`gaps`: the longest break, per lock, that still counts as
+    continuous) or later."""
     if latest is None:
         return {}
-    elapsed = (now - latest.at).total_seconds()
     kept: Memory = {}
-    for name, (identity, since) in latest.locks.items():
+    for name, series in latest.locks.items():
+        elapsed = (now - series.seen_at).total_seconds()
         if 0 <= elapsed <= gaps.get(name, 0.0):
-            kept[name] = {identity: since}
+            kept[name] = {series.identity: series.since}
     return kept
 
 
-def sightings_of(findings: Iterable[Finding], remembered: Memory, now: datetime) -> Record:
-    """This run's `seen` record: every lock held with no dated record, with its series start."""
+def sightings_of(
+    findings: Iterable[Finding],
+    remembered: Memory,
+    now: datetime,
+    latest: LastSeen | None = None,
+) -> Record:
+    """This run's `seen` record: every lock held with no dated record, with its series start;
+    and each series of a lock this run could not look at, carried on (`latest`: the record it
+    comes from, for when its holder was last seen)."""
     locks: dict[str, list[str]] = {}
     for finding in findings:
+        carried = _carried(finding, remembered, latest)
+        if carried is not None:
+            locks[finding.name] = carried
         if not _undated_hold(finding) or finding.identity is None:
             continue
         since = remembered.get(finding.name, {}).get(finding.identity, now)
         locks[finding.name] = [finding.identity, timestamp(since)]
     return {"type": SEEN, "at": timestamp(now), "locks": locks}
+
+
+def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> list[str] | None:
+    """A series this run could neither continue nor end (Finding.unseen). Only one still in
+    memory (its gap not yet too long) is carried."""
+    if not finding.unseen or latest is None:
+        return None
+    series = latest.locks.get(finding.name)
+    if series is None or series.identity not in remembered.get(finding.name, {}):
+        return None
+    return [series.identity, timestamp(series.since), timestamp(series.seen_at)]
 
 
 def worth_writing(record: Record, latest: LastSeen | None) -> bool:

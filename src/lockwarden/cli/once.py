@@ -189,7 +189,7 @@ class SightingMemory:
     def remember(self, result: RunResult, lock_first: bool) -> RunResult:
         """Append this run's `seen` record. `lock_first`: take the run lock for the write
         (a run with alerting off holds none); a busy one means another run records it."""
-        record = sightings.sightings_of(result.findings, self.memory, self.now)
+        record = sightings.sightings_of(result.findings, self.memory, self.now, self.latest)
         if self.problem is None and sightings.worth_writing(record, self.latest):
             self.problem = self._append(record, lock_first)
         if self.problem is None:

@@ -105,6 +105,23 @@ def test_released_is_posted_once_more_with_ends_at_now() -> None:
     assert alert.ends_at == "2026-12-02T12:01:00Z"
 
 
+def test_a_run_that_could_not_see_the_lock_keeps_its_alert_firing() -> None:
+    """A database that did not answer once, a hung mount: nothing says the hold is over, so
+    its alert is renewed as it was rather than resolved (and fired again a minute later)."""
+    first = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
+    blind = make_finding(
+        name="wa-store", state=State.UNKNOWN, severity=Severity.UNKNOWN, reason="no answer"
+    )
+    assert blind.unseen
+    second = plan([blind], first, "db1", later(60), SETTINGS)
+    [alert] = second.firing.values()
+    assert alert.labels == next(iter(first.firing.values())).labels
+    assert alert.starts_at == "2026-12-02T12:00:00Z" and alert.ends_at == "2026-12-02T12:06:00Z"
+    assert second.resolving == {}
+    seen_free = plan([finding(State.FREE, Severity.OK)], second, "db1", later(120), SETTINGS)
+    assert seen_free.firing == {} and len(seen_free.resolving) == 1
+
+
 def test_a_new_holder_resolves_the_old_alert_and_fires_a_new_one() -> None:
     first = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
     other = [finding(State.HELD_TOO_LONG, Severity.CRITICAL, pid=43)]

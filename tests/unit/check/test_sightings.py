@@ -86,6 +86,51 @@ def test_only_undated_holds_are_remembered(state: State, bound: Bound, recorded:
     assert bool(record["locks"]) is recorded
 
 
+def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -> None:
+    """A database that did not answer, a hung mount: the lock is unknown and names no holder.
+    That run neither restarts the count of a lock held for hours nor ends it (which would
+    resolve its incident next run), and the gap is still counted from the last sighting."""
+    before = NOW - timedelta(minutes=1)
+    latest = sightings.last_seen([seen(before, store=(HOLDER, FIRST))])
+    remembered = sightings.memory(latest, NOW, {"store": 180.0})
+    blind = finding(State.UNKNOWN, Bound.UNKNOWN, identity=None, key=None)
+    record = sightings.sightings_of([blind], remembered, NOW, latest)
+    assert record["locks"] == {"store": [HOLDER, timestamp(FIRST), timestamp(before)]}
+    carried = sightings.last_seen([record])
+    later = NOW + timedelta(minutes=1)  # two minutes after the holder was last seen
+    assert sightings.memory(carried, later, {"store": 180.0}) == {"store": {HOLDER: FIRST}}
+    assert sightings.memory(carried, later, {"store": 90.0}) == {}
+    again = sightings.sightings_of([finding()], {"store": {HOLDER: FIRST}}, later, carried)
+    assert again["locks"] == {"store": [HOLDER, timestamp(FIRST)]}  # seen again: continued
+
+
+@pytest.mark.parametrize(
+    "looked",
+    [
+        finding(State.FREE, Bound.UNKNOWN, identity=None, key=None),  # seen free: it ends
+        finding(State.UNKNOWN, Bound.UNKNOWN, identity="pid:9:1:boot-a"),  # another holder
+    ],
+    ids=["free", "unknown-other-holder"],
+)
+def test_a_run_that_did_look_carries_nothing(looked: Finding) -> None:
+    before = NOW - timedelta(minutes=1)
+    latest = sightings.last_seen([seen(before, store=(HOLDER, FIRST))])
+    remembered = sightings.memory(latest, NOW, {"store": 180.0})
+    record = sightings.sightings_of([looked], remembered, NOW, latest)
+    assert [entry[0] for entry in record["locks"].values()] == (
+        [] if looked.identity is None else [looked.identity]
+    )
+    assert all(len(entry) == 2 for entry in record["locks"].values())
+
+
+def test_a_series_past_its_gap_is_not_carried() -> None:
+    long_ago = NOW - timedelta(minutes=10)
+    latest = sightings.last_seen([seen(long_ago, store=(HOLDER, FIRST))])
+    remembered = sightings.memory(latest, NOW, {"store": 180.0})
+    blind = finding(State.UNKNOWN, Bound.UNKNOWN, identity=None, key=None)
+    assert sightings.sightings_of([blind], remembered, NOW, latest)["locks"] == {}
+
+
 def test_a_quiet_run_writes_one_empty_record_to_end_a_series_and_then_nothing() -> None:
     empty = sightings.sightings_of([], {}, NOW)
     assert sightings.worth_writing(empty, sightings.last_seen([seen(FIRST, store=(HOLDER, FIRST))]))
@@ -109,7 +154,7 @@ def test_a_budget_shorter_than_the_runs_interval_still_lets_a_series_continue(
     series, or a flock held for hours would never escalate."""
     assert sightings.longest_gap(warn_after) == longest
     before = NOW - timedelta(seconds=70)
-    latest = sightings.LastSeen(before, {"store": ("pid:1", before)})
+    latest = sightings.LastSeen(before, {"store": sightings.Series("pid:1", before, before)})
     remembered = sightings.memory(latest, NOW, {"store": sightings.longest_gap(warn_after)})
     assert remembered == {"store": {"pid:1": before}}
 
