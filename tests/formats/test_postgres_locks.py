@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -335,6 +336,103 @@ def test_statement_that_would_block_is_unknown_not_a_hang(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lockwarden'"
         ).fetchone()
         assert rows[0] == 0
+
+
+class StallingRelay:
+    """A TCP relay on 127.0.0.1 in front of the real server: it passes the login through and,
+    once the server says it is ready for queries, passes nothing more either way while keeping
+    both connections open. A server (or a proxy, a NAT, a half-dead link) that took the
+    connection and stopped answering, which the server's own timeouts cannot end."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.sockets: list[socket.socket] = [self.listener]
+        self.stalled = threading.Event()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _address = self.listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [client, upstream]
+            for source, sink, parse in ((client, upstream, False), (upstream, client, True)):
+                thread = threading.Thread(target=self._pipe, args=(source, sink, parse))
+                thread.daemon = True
+                thread.start()
+                self.threads.append(thread)
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, from_server: bool) -> None:
+        pending = b""
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if self.stalled.is_set():
+                continue  # read and dropped: nothing is answered any more
+            if not from_server:
+                sink.sendall(data)
+                continue
+            pending += data  # the server's messages: a type byte and a 4-byte length each
+            while len(pending) >= 5 and len(pending) >= 1 + int.from_bytes(pending[1:5]):
+                size = 1 + int.from_bytes(pending[1:5])
+                message, pending = pending[:size], pending[size:]
+                sink.sendall(message)
+                if message[:1] == b"Z":  # ReadyForQuery: the login is done
+                    self.stalled.set()
+                    break
+
+    def close(self) -> None:
+        for each in self.sockets:
+            with contextlib.suppress(OSError):
+                each.shutdown(socket.SHUT_RDWR)
+            each.close()
+        for thread in self.threads:
+            thread.join(timeout=10)
+
+
+def lockwarden_sessions(server: Server) -> int:
+    with server.admin() as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lockwarden'"
+        ).fetchone()
+        return int(row[0])
+
+
+def test_a_server_that_stops_answering_after_login_is_unknown_not_a_hang(
+    server: Server, tmp_path: Path
+) -> None:
+    """libpq's connect_timeout and the server's statement_timeout cannot end a wait for a
+    server that took the connection and went silent: the check's own deadline does (here
+    2 x 2s + 4 x 500ms + 1s = 7s), and the run goes on (run_cli's timeout would fail it)."""
+    relay = StallingRelay(server.port)
+    try:
+        dsn = (
+            f"host=127.0.0.1 port={relay.port} dbname=postgres user=app "
+            "sslmode=disable gssencmode=disable"  # the relay reads the plain protocol
+        )
+        lock = (
+            f'name = "app-db"\ndatabase = "postgresql"\nconnection = "{dsn}"\n'
+            'advisory_key = "prisma"\nconnect_timeout = "2s"\nstatement_timeout = "500ms"\n'
+            + password_file(tmp_path)
+            + "\n"
+        )
+        code, finding = check(tmp_path, lock)
+        assert relay.stalled.is_set(), finding  # the login went through: the silence came after
+    finally:
+        relay.close()
+    assert (code, finding["state"], finding["unknown_cause"]) == (3, "unknown", "database")
+    assert "did not answer within 7s" in finding["reason"]
+    # the server ends the abandoned session once the relay has closed its connection
+    assert wait_until(lambda: lockwarden_sessions(server) == 0, timeout=15)
 
 
 def test_killed_client_frees_the_session_lock(

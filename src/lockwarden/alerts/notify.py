@@ -25,6 +25,7 @@ from typing import Any
 
 from lockwarden.alerts.messages import Message
 from lockwarden.config import NotifySettings, credential_file
+from lockwarden.support.abandon import THREAD_PREFIX
 from lockwarden.support.checkpoints import Checkpoint, skip
 
 log = logging.getLogger(__name__)
@@ -39,15 +40,8 @@ ALWAYS_TAG = "always"
 # is often its token (https://hooks.example/T0/B0/XXXX), so lockwarden never shows it.
 GENERIC_WEBHOOK_SCHEMES = frozenset({"json", "jsons", "xml", "xmls", "form", "forms"})
 HIDDEN_PATH = "/…"
-SEND_THREAD = "lockwarden-send-"  # the name prefix of the threads that deliver
-
-
-def abandoned_sends() -> bool:
-    """True while a send the run gave up waiting for (past its budget) is still running."""
-    return any(
-        thread.name.startswith(SEND_THREAD) and thread.is_alive()
-        for thread in threading.enumerate()
-    )
+# The threads that deliver: a send still hanging past the budget is abandoned (abandon.py).
+SEND_THREAD = f"{THREAD_PREFIX}send-"
 
 
 class NotifyConfigError(Exception):

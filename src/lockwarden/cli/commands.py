@@ -18,7 +18,7 @@ from lockwarden.formats import format_names
 from lockwarden.model import Severity, State
 from lockwarden.output.report import render_json, render_text
 from lockwarden.pipeline import RunResult, inspect_path
-from lockwarden.support import logs
+from lockwarden.support import abandon, logs
 from lockwarden.support.checkpoints import Checkpoint, skip
 from lockwarden.support.durations import DurationError, format_config_duration, parse_duration
 from lockwarden.support.exit_codes import (
@@ -379,10 +379,10 @@ def split_hold_command(argv: list[str]) -> tuple[list[str], list[str]]:
 def run() -> int:
     """The `lockwarden` command (pyproject's entry point, and `python -m lockwarden`)."""
     code = main()
-    notify = sys.modules.get("lockwarden.alerts.notify")
-    if notify is not None and notify.abandoned_sends():
-        # A send past the budget still waits in a socket: leave without interpreter
-        # finalisation, which can crash under a daemon thread still inside C code.
+    if abandon.left_running():
+        # A send or a database check past its deadline still waits in a socket: leave
+        # without interpreter finalisation, which can crash under a daemon thread still
+        # inside C code.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

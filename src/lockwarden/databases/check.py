@@ -21,8 +21,10 @@ from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.judge import LiquibaseHost, judge_holds, judge_liquibase
 from lockwarden.databases.observe import Observation
 from lockwarden.databases.peers import find_clients
+from lockwarden.databases.session import answer_deadline_s, unanswered
 from lockwarden.model import Finding, Holder
 from lockwarden.procfs.reader import HostReader
+from lockwarden.support import abandon
 
 # What a running Liquibase looks like: its launcher script, its jar, or its Java main class
 # (a path that merely contains the word, such as a config file's, is not Liquibase).
@@ -41,7 +43,22 @@ def format_name(watch: DatabaseWatch) -> str:
     return "postgresql-advisory" if watch.watch == "advisory_key" else "postgresql-table"
 
 
+# The most queries one check makes (the server's version, the watched key or table, the
+# sessions): each is bounded by statement_timeout on the server.
+QUERIES_PER_CHECK = 4
+
+
 def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
+    """What the server says, within answer_deadline_s: a server that stops answering costs
+    this lock (unknown), never the run; the check is left to end in its thread."""
+    deadline = answer_deadline_s(watch, QUERIES_PER_CHECK)
+    answered, observation = abandon.within(lambda: _ask(watch, environ), "database", deadline)
+    if answered and observation is not None:
+        return observation
+    return Observation(watch.describe(), problem=unanswered(deadline, QUERIES_PER_CHECK))
+
+
+def _ask(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
     if watch.engine == "mysql":
         from lockwarden.databases import mysql
 

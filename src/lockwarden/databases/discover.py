@@ -21,7 +21,8 @@ from lockwarden.databases.postgres import (
     connect,
     migration_keys,
 )
-from lockwarden.databases.session import CheckProblem, one_line
+from lockwarden.databases.session import CheckProblem, answer_deadline_s, one_line, unanswered
+from lockwarden.support import abandon
 
 # A migration tool's history table, by the tool whose advisory lock guards it.
 TOOL_TABLES = {
@@ -31,6 +32,9 @@ TOOL_TABLES = {
     "golang-migrate": "schema_migrations",
 }
 LIQUIBASE_TABLE = "databasechangeloglock"
+# Besides one per tool table: the database, the version, the migration keys, the advisory
+# locks, Liquibase's table and the blocked tables.
+DISCOVERY_QUERIES = 6
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,20 @@ def postgres_candidates(
         import psycopg
     except ImportError:
         return [], ["psycopg 3 is not installed: database locks cannot be discovered"]
+    queries = DISCOVERY_QUERIES + len(TOOL_TABLES)
+    deadline = answer_deadline_s(probe, queries)
     try:
-        with connect(probe, environ) as session:
-            return _candidates(session, probe), []
+        answered, found = abandon.within(lambda: _discover(probe, environ), "discover", deadline)
     except (CheckProblem, psycopg.Error) as error:
         return [], [f"{connection}: {one_line(error)}"]
+    if not answered or found is None:
+        return [], [f"{connection}: {unanswered(deadline, queries)}"]
+    return found, []
+
+
+def _discover(probe: DatabaseWatch, environ: Mapping[str, str]) -> list[DatabaseCandidate]:
+    with connect(probe, environ) as session:
+        return _candidates(session, probe)
 
 
 def _candidates(session: Any, probe: DatabaseWatch) -> list[DatabaseCandidate]:
