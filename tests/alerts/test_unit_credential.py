@@ -4,9 +4,12 @@ on 127.0.0.1; systemd is stood in for by setting $CREDENTIALS_DIRECTORY, as it d
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from .helpers import Receiver, run_cli
+from conftest import FLOCK_HOLDER
+
+from .helpers import Children, Receiver, run_cli
 
 CONFIG = '[[lock]]\nname = "store"\npath = "/nonexistent/store.lock"\nformat = "kernel"\n'
 
@@ -52,3 +55,33 @@ def test_a_urls_file_in_the_config_wins_over_the_units_credential(
     sent = run_cli("notify-test", "--config", str(config), CREDENTIALS_DIRECTORY=directory)
     assert sent.returncode == 0, sent.stdout + sent.stderr
     assert len(receiver.payloads) == 1
+
+
+def test_an_empty_credential_is_said_and_the_alert_goes_out_once_a_url_is_added(
+    tmp_path: Path, receiver: Receiver, children: Children
+) -> None:
+    """`install -m 0600 /dev/null /etc/credstore/lockwarden-notify-urls` before the URL is
+    written: alerting is on, but no service exists. The run says so (the notify finding, not
+    OK), and the alert due meanwhile is sent, as the alert, once a URL is there."""
+    held = tmp_path / "store.lock"
+    holder = children.python(FLOCK_HOLDER, str(held))
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+        f'[[lock]]\nname = "store"\npath = "{held}"\nformat = "kernel"\n'
+        'warn_after = "0s"\ncritical_after = "0s"\n'  # any hold is too long: due at once
+    )
+    directory = credentials(tmp_path, "# the on-call webhook goes here\n")
+    first = run_cli("--once", "--json", "--config", str(config), CREDENTIALS_DIRECTORY=directory)
+    findings = {finding["name"]: finding for finding in json.loads(first.stdout)["locks"]}
+    assert first.returncode == 2, first.stderr  # the critical lock outranks the notify finding
+    assert findings["store"]["holders"][0]["pid"] == holder.pid
+    assert findings["lockwarden:notify"]["state"] == "unknown"
+    assert "lists no URL" in findings["lockwarden:notify"]["reason"]
+    assert receiver.payloads == []
+    (Path(directory) / "lockwarden-notify-urls").write_text(receiver.url() + "\n")
+    second = run_cli("--once", "--json", "--config", str(config), CREDENTIALS_DIRECTORY=directory)
+    assert second.returncode == 2, second.stderr
+    assert "lockwarden:notify" not in {f["name"] for f in json.loads(second.stdout)["locks"]}
+    [payload] = receiver.payloads
+    assert "store" in payload["title"] and "reminder" not in payload["title"].lower()

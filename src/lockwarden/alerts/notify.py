@@ -130,6 +130,17 @@ def _url_lines(path: str) -> list[tuple[str, int]]:
     ]
 
 
+def _no_url(settings: NotifySettings, environ: Mapping[str, str] | None) -> str:
+    """Why a [notify] section that is set names no service (a credential file made empty with
+    `install /dev/null`, or holding only comments): its alerts would reach nobody."""
+    sources = ["notify.urls"] if settings.urls else []
+    if settings.urls_file:
+        path = credential_path(settings.urls_file, os.environ if environ is None else environ)
+        sources.append(f"notify.urls_file ({path})")
+    named = " and ".join(sources) or "notify"
+    return f"{named} lists no URL (empty, or only comments): alerts would reach nobody"
+
+
 def scheme_shown(url: str) -> str:
     """What may be shown of a URL apprise cannot parse (no privacy form exists): its scheme."""
     if "://" not in url:
@@ -347,6 +358,8 @@ class Notifier:
                 self.services.append(self._service(plugin, spec.url, spec.origin))
         if settings.config:
             self._add_config(settings.config)
+        if not self.services and not self.invalid:
+            raise NotifyConfigError(_no_url(settings, environ))
         self._install_redaction()
 
     def _plugin(self, spec: UrlSpec) -> Any | None:
