@@ -109,6 +109,27 @@ def test_a_lock_held_continuously_escalates_on_schedule(
     assert (results[7][1]["held"]["bound"], results[7][1]["held"]["seconds"]) == ("at_least", 300)
 
 
+@pytest.mark.parametrize("alerting", [False, True], ids=["alerting-off", "alerting-on"])
+def test_a_memory_that_cannot_be_saved_is_the_state_finding_not_a_silent_ok(
+    tmp_path: Path, children: Children, alerting: bool
+) -> None:
+    """A full disk, a read-only state directory (here: a file where its directory should be):
+    the lock can never be seen held long, so the run must not read OK. It says so as the
+    `lockwarden:state` finding (unknown, exit 3), once, beside the lock's own finding."""
+    (tmp_path / "state").write_text("a file, not a directory\n")
+    path = config(tmp_path, alerting)
+    holder = children.python(FLOCK_HOLDER, str(tmp_path / "store.lock"))
+    code, document = run_json("--once", "--config", path)
+    findings = {finding["name"]: finding for finding in document["locks"]}
+    assert code == 3, document
+    assert findings["store"]["state"] == "held"
+    assert findings["store"]["holders"][0]["pid"] == holder.pid
+    [state] = [finding for finding in document["locks"] if finding["name"] == "lockwarden:state"]
+    assert (state["state"], state["severity"]) == ("unknown", "unknown")
+    assert "sighting memory not saved" in state["reason"]
+    assert str(tmp_path / "state") in state["reason"]
+
+
 def test_the_seen_record_is_written_whole_and_not_fsynced(
     tmp_path: Path, children: Children
 ) -> None:

@@ -594,10 +594,12 @@ def _retry(
     retry = _renamed(notifier, retry, writer)
     gone = [service for service in retry.services if not notifier.known(service)]
     if gone:  # a service removed from the config can never confirm: stop waiting for it
-        outcome.dropped.append(
+        dropped = (
             f"{retry.sent.kind} for {retry.lock or 'a lock no longer configured'}: not retried "
             f"to {len(gone)} service(s) no longer configured"
         )
+        log.warning("%s", dropped)
+        outcome.dropped.append(dropped)
         writer.append(
             {
                 "type": "giveup",
@@ -766,15 +768,22 @@ def with_outcome(
     if not outcome.state_problems:
         return findings, tuple(extra_notes)
     problem = "; ".join(dict.fromkeys(outcome.state_problems))  # each problem once
-    state = Finding(
+    reason = f"state degraded: {problem}; alerts are still sent but may repeat"
+    return (*findings, state_finding(outcome.state_path, reason)), tuple(extra_notes)
+
+
+def state_finding(path: str, reason: str) -> Finding:
+    """lockwarden's own `lockwarden:state` finding: its state journal cannot be used, so what it
+    remembers between runs (alerts sent, locks seen held) is lost; unknown, so the run's exit
+    code and the unit's result show it (a critical lock still outranks it)."""
+    return Finding(
         name=STATE_FINDING,
-        path=outcome.state_path,
+        path=path,
         format="journal",
         state=State.UNKNOWN,
         severity=Severity.UNKNOWN,
-        reason=f"state degraded: {problem}; alerts are still sent but may repeat",
+        reason=reason,
     )
-    return (*findings, state), tuple(extra_notes)
 
 
 def state_directory(config: Config) -> str:

@@ -103,8 +103,8 @@ def _run(
         if all(finding.severity is Severity.OK for finding in result.findings):
             # Alerting is off and nothing is wrong: nothing to decide, count or send, so the
             # alert stage (and its imports) is not paid for on the every-minute quiet path.
-            return AlertedRun(result, None)
-        return _alert(config, now, dry_run, result, None, unusable, checkpoint)
+            return sighting.said(AlertedRun(result, None))
+        return sighting.said(_alert(config, now, dry_run, result, None, unusable, checkpoint))
     writes = stateful and not dry_run
     run_lock = _take_run_lock(config) if writes and unusable is None else None
     try:
@@ -114,7 +114,7 @@ def _run(
         result = run_once(config, now, remembered=sighting.memory, host=host, reads=reads)
         if not dry_run:
             result = sighting.remember(result, lock_first=run_lock is None)
-        return _alert(config, now, dry_run, result, run_lock, unusable, checkpoint)
+        return sighting.said(_alert(config, now, dry_run, result, run_lock, unusable, checkpoint))
     finally:
         if run_lock is not None:
             run_lock.release()
@@ -168,7 +168,9 @@ def _alert(
 class SightingMemory:
     """Reads the sighting memory before a run judges, and writes this run's sightings after
     (sightings.py). Only a run that sees an undated kernel-lock hold, or must end a series,
-    writes; a state problem becomes a note (the run's findings stand, without memory)."""
+    writes; a state problem becomes the `lockwarden:state` finding (unknown: a lock held too
+    long could otherwise read OK run after run), and the locks' findings stand, without
+    memory."""
 
     def __init__(self, config: Config, now: datetime, unusable: str | None) -> None:
         """`unusable`: why the state directory is not to be touched this run (a hung mount)."""
@@ -178,6 +180,7 @@ class SightingMemory:
         self.journal = Journal(path, config.state.max_bytes, unusable)
         self.latest: LastSeen | None = None
         self.problem: str | None = unusable
+        self.unsaved: str | None = None  # why this run's sightings were not saved
         try:
             if unusable is None and os.path.exists(self.journal.path):
                 self.latest = sightings.last_seen(self.journal.load().records)
@@ -194,12 +197,26 @@ class SightingMemory:
             self.problem = self._append(record, lock_first)
         if self.problem is None:
             return result
-        note = (
+        self.unsaved = (
             f"sighting memory not saved ({self.problem}): a kernel lock held continuously "
             "is reported by its holder's running time only, which never escalates"
         )
-        log.warning("%s", note)
-        return replace(result, notes=(*result.notes, note))
+        log.warning("%s", self.unsaved)
+        return result
+
+    def said(self, alerted: AlertedRun) -> AlertedRun:
+        """The run's report with `lockwarden:state` saying the memory was not saved (after the
+        alert stage: lockwarden's own finding is not a lock to decide on), one finding with
+        the alert stage's own, if it made one."""
+        if self.unsaved is None:
+            return alerted
+        from lockwarden.alerts.stage import STATE_FINDING, state_finding
+
+        findings = alerted.result.findings
+        reasons = [finding.reason for finding in findings if finding.name == STATE_FINDING]
+        others = tuple(finding for finding in findings if finding.name != STATE_FINDING)
+        merged = state_finding(self.journal.path, "; ".join([*reasons, self.unsaved]))
+        return replace(alerted, result=replace(alerted.result, findings=(*others, merged)))
 
     def _append(self, record: Record, lock_first: bool) -> str | None:
         run_lock = None
