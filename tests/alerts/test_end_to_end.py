@@ -274,6 +274,26 @@ def test_a_retry_to_a_service_removed_from_the_config_is_said_to_be_dropped(
     assert len(receiver.payloads) == 1 and down.payloads == []
 
 
+def test_an_alert_nobody_got_goes_to_the_service_that_replaced_its_own(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    """The one service was down (or its URL wrong) when the alert was due; the operator then
+    replaces it. Nobody has the alert, so it goes to the new service now, not at the first
+    reminder an hour later."""
+    down = Receiver()
+    scenario.configure([down.url()])
+    scenario.hold()
+    scenario.once(120)  # due, and not delivered
+    assert down.payloads == [] and receiver.payloads == []
+    scenario.configure([receiver.url(TOKEN)])
+    done = scenario.once(125, "--json")
+    [payload] = receiver.payloads
+    assert "wa-store" in payload["title"] and "reminder" not in payload["title"]
+    assert not any("no longer configured" in note for note in json.loads(done.stdout)["notes"])
+    scenario.once(130)
+    assert len(receiver.payloads) == 1  # delivered once: not again
+
+
 def test_torn_last_line_and_corrupt_middle_line_cause_no_duplicate(
     scenario: Scenario, receiver: Receiver
 ) -> None:

@@ -593,6 +593,13 @@ def _retry(
         retry = Retry(retry.sent, targets, retry.lock)
     retry = _renamed(notifier, retry, writer)
     gone = [service for service in retry.services if not notifier.known(service)]
+    readdressed = notifier.targets(retry.sent.tags)
+    if gone and len(gone) == len(retry.services) and not retry.sent.delivered and readdressed:
+        # Nobody has it and none of its services is left (a bad URL fixed, a service
+        # replaced): it goes to the services configured now, as one due while notify was
+        # broken does, rather than nobody being told until a reminder.
+        writer.append(_resolved_due(retry, readdressed))
+        retry, gone = Retry(retry.sent, readdressed, retry.lock), []
     if gone:  # a service removed from the config can never confirm: stop waiting for it
         dropped = (
             f"{retry.sent.kind} for {retry.lock or 'a lock no longer configured'}: not retried "
