@@ -342,7 +342,8 @@ class Finding:
     unattributed: Unattributed | None = None
     unknown_cause: UnknownCause | None = None
     """Why the state is unknown; None for every other state (and for lockwarden's own
-    `lockwarden:state` and `lockwarden:notify` findings, whose names say it)."""
+    `lockwarden:state`, `lockwarden:notify` and `lockwarden:prometheus` findings, whose names
+    say it)."""
 
     @property
     def holders(self) -> tuple[Holder, ...]:

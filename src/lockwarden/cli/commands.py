@@ -15,7 +15,7 @@ from lockwarden import __version__
 from lockwarden import config as config_module
 from lockwarden.cli.once import AlertedRun
 from lockwarden.formats import format_names
-from lockwarden.model import Severity, State
+from lockwarden.model import Finding, Severity, State
 from lockwarden.output.report import render_json, render_text
 from lockwarden.pipeline import RunResult, inspect_path
 from lockwarden.support import abandon, logs
@@ -497,8 +497,15 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
         message = alert_commands.busy_message(busy, now_of(arguments))
         print(f"lockwarden: {message}; this run exits without doing anything", file=sys.stderr)
         return EXIT_BUSY
-    result = alerted.result
     duration = time.monotonic() - started
+    if config.prometheus_textfile and not arguments.dry_run:
+        unwritten = write_metrics(config.prometheus_textfile, alerted, duration)
+        if unwritten is not None:  # said in the report, beside the locks
+            from dataclasses import replace
+
+            findings = (*alerted.result.findings, unwritten)
+            alerted = replace(alerted, result=replace(alerted.result, findings=findings))
+    result = alerted.result
     log.info("checked %d locks in %.3f s: %s", len(result.findings), duration, result.status.label)
     if arguments.dry_run:
         sys.stdout.write(alert_commands.render_dry_run(alerted, arguments.json))
@@ -507,8 +514,6 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
     else:
         emit(result, arguments.json)
     sys.stdout.flush()
-    if config.prometheus_textfile and not arguments.dry_run:
-        write_metrics(config.prometheus_textfile, alerted, duration)
     if not config.locks and not config.builtin:
         # A check that watches nothing must not read as OK to a monitor.
         log.warning("%s lists no [[lock]]: nothing was checked", config.source)
@@ -516,10 +521,10 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
     return int(result.status)
 
 
-def write_metrics(path: str, alerted: AlertedRun, duration: float) -> None:
-    """A metrics file that cannot be written must not hide the locks' status (the exit code):
-    it is logged, and Prometheus' "agent silent" alert sees the file go stale."""
-    from lockwarden.output.prometheus import RunFacts, write_textfile
+def write_metrics(path: str, alerted: AlertedRun, duration: float) -> Finding | None:
+    """Written before the report is printed: a file that cannot be written is logged and
+    becomes the `lockwarden:prometheus` finding (unknown; a critical lock still outranks it)."""
+    from lockwarden.output.prometheus import RunFacts, unwritten, write_textfile
 
     outcome = alerted.outcome
     run = RunFacts(
@@ -533,6 +538,8 @@ def write_metrics(path: str, alerted: AlertedRun, duration: float) -> None:
         write_textfile(path, alerted.result.findings, run)
     except OSError as error:
         log.error("could not write the Prometheus textfile %s: %s", path, error)
+        return unwritten(path, error)
+    return None
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:

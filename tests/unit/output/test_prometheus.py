@@ -195,13 +195,22 @@ def test_a_waiter_is_counted(tmp_path: Path, children: Children) -> None:
     assert waiter.poll() is None
 
 
-def test_an_unwritable_textfile_is_logged_and_keeps_the_exit_code(tmp_path: Path) -> None:
+def test_an_unwritable_textfile_is_an_unknown_finding_and_the_report_stands(
+    tmp_path: Path,
+) -> None:
+    """A textfile never written has no series for the rules' "agent silent" alert to see go
+    stale, so the run says it (exit 3; a critical lock would still exit 2)."""
     missing = tmp_path / "no-such-dir" / "lockwarden.prom"
     config = prometheus_config(tmp_path, tmp_path / "LOCK", missing)
     completed = run_cli("--once", "--config", config, "--json")
-    assert completed.returncode == 0
+    assert completed.returncode == 3
     assert "could not write the Prometheus textfile" in completed.stderr
-    assert json.loads(completed.stdout)["status"] == "ok"  # the report is printed all the same
+    document = json.loads(completed.stdout)
+    assert document["status"] == "unknown"
+    findings = {finding["name"]: finding for finding in document["locks"]}
+    assert findings["lockwarden:prometheus"]["path"] == str(missing)
+    assert findings["lockwarden:prometheus"]["state"] == "unknown"
+    assert [f["state"] for n, f in findings.items() if n != "lockwarden:prometheus"] == ["free"]
     checked = run_cli("check-config", "--config", config)  # which check-config says first
     assert checked.returncode == 78
     assert f"prometheus.textfile: its directory {missing.parent} does not exist" in checked.stderr
