@@ -85,3 +85,19 @@ def test_an_empty_credential_is_said_and_the_alert_goes_out_once_a_url_is_added(
     assert "lockwarden:notify" not in {f["name"] for f in json.loads(second.stdout)["locks"]}
     [payload] = receiver.payloads
     assert "store" in payload["title"] and "reminder" not in payload["title"].lower()
+
+
+def test_check_config_names_a_credential_it_cannot_see_and_refuses_an_empty_one(
+    tmp_path: Path,
+) -> None:
+    """In a shell, the credential is the service's alone: check-config says it left it out
+    (and passes); where it can read it, an empty one is an error, as every run would say."""
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG + '\n[notify]\nurls_file = "lockwarden-notify-urls"\n')
+    unseen = run_cli("check-config", "--config", str(config))
+    assert unseen.returncode == 0, unseen.stderr
+    assert "only the service sees, so its URLs were not checked" in unseen.stderr
+    directory = credentials(tmp_path, "# nothing yet\n")
+    empty = run_cli("check-config", "--config", str(config), CREDENTIALS_DIRECTORY=directory)
+    assert empty.returncode == 78, empty.stderr
+    assert "lists no URL (empty, or only comments): alerts would reach nobody" in empty.stderr

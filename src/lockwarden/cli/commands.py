@@ -607,6 +607,8 @@ def _notify_problems(
     from lockwarden.alerts.notify import Notifier, NotifyConfigError
 
     checkable = checkable_here(settings)
+    if not checkable.configured:  # only what the service alone can see: nothing to check here
+        return []
     try:
         notifier = Notifier(checkable)
     except NotifyConfigError as error:
