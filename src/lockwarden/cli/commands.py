@@ -580,6 +580,7 @@ def runtime_problems(config: config_module.Config) -> list[str]:
     state_problem = state_dir_problem(state_directory(config)) if writes else None
     if state_problem:
         problems.append(f"{where}: state.path: {state_problem}")
+    problems.extend(_password_file_problems(config, where))
     textfile = config.prometheus_textfile
     directory = os.path.dirname(textfile) if textfile else None
     if directory and not os.path.isdir(directory):
@@ -592,6 +593,42 @@ def runtime_problems(config: config_module.Config) -> list[str]:
             f"{where}: prometheus.textfile: its directory {directory} is not writable by uid "
             f"{os.geteuid()}, which each run needs to replace the file"
         )
+    return problems
+
+
+def _password_file_problems(config: config_module.Config, where: str) -> list[str]:
+    """A database lock's password_file that cannot be read here (its check would be unknown
+    every run); a credential only the service sees is named in a warning, and one that other
+    users can read is warned about as a config holding secrets is."""
+    problems = []
+    for number, lock in enumerate(config.locks, start=1):
+        name = lock.database.password_file if lock.database is not None else None
+        if name is None:
+            continue
+        key = f"lock[{number}].password_file"
+        path = config_module.credential_file(name, os.environ)
+        if path is None:
+            log.warning(
+                "%s: %r is a systemd credential, which only the service sees, so it "
+                "was not checked",
+                key,
+                name,
+            )
+            continue
+        try:
+            with open(path, "rb") as handle:
+                mode = os.fstat(handle.fileno()).st_mode
+        except OSError as error:
+            problems.append(f"{where}: {key}: cannot read {path}: {error.strerror}")
+            continue
+        if mode & 0o044:
+            log.warning(
+                "%s: %s is readable by other users (mode %04o): chmod 0600 %s",
+                key,
+                path,
+                mode & 0o7777,
+                path,
+            )
     return problems
 
 

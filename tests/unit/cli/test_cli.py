@@ -284,3 +284,33 @@ def test_a_call_with_nothing_to_do_says_why_after_the_help(
     last = completed.stderr.splitlines()[-1]
     assert last == f"lockwarden: error: {says}: give --once or a COMMAND (see above)"
     assert completed.stdout == ""
+
+
+def test_check_config_refuses_a_password_file_no_run_could_read(tmp_path: Path) -> None:
+    """Each run would report the database lock unknown for it: check-config says so first.
+    A credential name is the service's alone (named, not checked); a file other users can
+    read is warned about."""
+    lock = (
+        '[[lock]]\nname = "app-db"\ndatabase = "postgresql"\n'
+        'connection = "host=127.0.0.1 dbname=app user=monitor"\nadvisory_key = "prisma"\n'
+    )
+    missing = tmp_path / "no-such-password"
+    config = write_config(tmp_path / "a.toml", lock + f'password_file = "{missing}"\n')
+    refused = run_cli("check-config", "--config", config)
+    assert refused.returncode == 78, refused.stderr
+    assert f"lock[1].password_file: cannot read {missing}: No such file or directory" in (
+        refused.stderr
+    )
+    readable = tmp_path / "password"
+    readable.write_text("secret\n")
+    readable.chmod(0o644)
+    config = write_config(tmp_path / "b.toml", lock + f'password_file = "{readable}"\n')
+    warned = run_cli("check-config", "--config", config)
+    assert warned.returncode == 0, warned.stderr
+    assert f"{readable} is readable by other users (mode 0644)" in warned.stderr
+    config = write_config(tmp_path / "c.toml", lock + 'password_file = "app-db-password"\n')
+    unseen = run_cli("check-config", "--config", config)
+    assert unseen.returncode == 0, unseen.stderr
+    assert "'app-db-password' is a systemd credential, which only the service sees" in (
+        unseen.stderr
+    )
