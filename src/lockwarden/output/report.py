@@ -199,7 +199,7 @@ def detail_lines(finding: Finding) -> list[str]:
 def _holder_rows(
     holder: Holder, held_for: float | None, bound: Bound = Bound.EXACT
 ) -> list[tuple[str, str]]:
-    facts = [f"PID {holder.pid}"]
+    facts = [] if holder.pid is None else [f"PID {holder.pid}"]  # a session with no client here
     if holder.role:
         facts.append(holder.role)
     if holder.user:

@@ -62,13 +62,15 @@ def format_time(moment: datetime) -> str:
 
 
 def format_config_duration(seconds: float) -> str:
-    """Exact, in the units a config is written in: 900 -> "15m", 5400 -> "1h30m", 0.5 -> "500ms".
+    """Exact, in the units a config is written in: 900 -> "15m", 5400 -> "1h30m", 0.5 -> "500ms",
+    86400 -> "24h" (hours at most, as the defaults and examples are written: check-config must
+    show a default as `init` and the example config write it).
     parse_duration(format_config_duration(x)) == x for every whole number of milliseconds."""
     milliseconds = round(seconds * 1000)
     if milliseconds == 0:
         return "0"
     parts = []
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
         count, milliseconds = divmod(milliseconds, size)
         if count:
             parts.append(f"{count}{unit}")

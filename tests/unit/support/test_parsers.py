@@ -159,7 +159,8 @@ def test_systemd_unit_from_cgroup(cgroup: str, unit: str | None, user_unit: bool
         (5400, "1h30m"),
         (90, "1m30s"),
         (0.5, "500ms"),
-        (90061.25, "1d1h1m1s250ms"),
+        (90061.25, "25h1m1s250ms"),
+        (86400, "24h"),  # as give_up_after's default is written in init and the example
     ],
 )
 def test_config_durations_round_trip(seconds: float, text: str) -> None:
