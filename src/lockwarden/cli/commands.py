@@ -448,6 +448,8 @@ def dispatch(
     if arguments.command in ("notify-test", "history"):
         from lockwarden.cli import alert_commands
 
+        if arguments.command == "notify-test":
+            read_the_units_credential(os.environ)
         config = load_config(arguments.config)
         if arguments.command == "notify-test":
             output = alert_commands.notify_test(
@@ -542,7 +544,34 @@ def write_metrics(path: str, alerted: AlertedRun, duration: float) -> Finding | 
     return None
 
 
+# Where systemd's LoadCredential=NAME looks for a credential of a system service.
+SYSTEM_CREDSTORES = ("/etc/credstore", "/run/credstore", "/usr/lib/credstore")
+
+
+def read_the_units_credential(
+    environ: dict[str, str] | os._Environ[str], stores: Sequence[str] = SYSTEM_CREDSTORES
+) -> str | None:
+    """check-config and notify-test, run by root in a shell, read the notify credential where
+    LoadCredential= finds it for lockwarden.service (systemd passes $CREDENTIALS_DIRECTORY to
+    the service only): `environ` is pointed at that store, and the line printed says so. The
+    credential's path, or None (a $CREDENTIALS_DIRECTORY given, even empty, not root, or no
+    such credential)."""
+    if "CREDENTIALS_DIRECTORY" in environ or os.geteuid() != 0:
+        return None
+    for store in stores:
+        path = os.path.join(store, config_module.NOTIFY_CREDENTIAL)
+        if os.path.isfile(path):
+            environ["CREDENTIALS_DIRECTORY"] = store
+            print(
+                f"lockwarden: reading {path}, as LoadCredential= passes it to lockwarden.service",
+                file=sys.stderr,
+            )
+            return path
+    return None
+
+
 def command_check_config(arguments: argparse.Namespace) -> int:
+    read_the_units_credential(os.environ)
     try:
         config = load_config(arguments.config)
     except config_module.ConfigError as error:  # the notify URLs too, so all is said at once

@@ -314,3 +314,28 @@ def test_check_config_refuses_a_password_file_no_run_could_read(tmp_path: Path) 
     assert "'app-db-password' is a systemd credential, which only the service sees" in (
         unseen.stderr
     )
+
+
+def test_check_config_and_notify_test_read_the_units_credential_where_systemd_finds_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As root in a shell there is no $CREDENTIALS_DIRECTORY: the notify credential is read
+    from the first store LoadCredential= searches that has it, and the run says which file."""
+    from lockwarden.cli.commands import read_the_units_credential
+
+    stores = [tmp_path / "etc-credstore", tmp_path / "run-credstore"]
+    for store in stores:
+        store.mkdir()
+    credential = stores[1] / "lockwarden-notify-urls"
+    credential.write_text("json://127.0.0.1:9/hook\n")
+    environ: dict[str, str] = {}
+    found = read_the_units_credential(environ, [str(store) for store in stores])
+    if os.geteuid() != 0:  # a user's shell: the system service's credential is not its own
+        assert (found, environ) == (None, {})
+        return
+    assert found == str(credential)
+    assert environ == {"CREDENTIALS_DIRECTORY": str(stores[1])}
+    assert f"reading {credential}, as LoadCredential= passes it" in capsys.readouterr().err
+    given = {"CREDENTIALS_DIRECTORY": ""}  # set, even empty: not looked up again
+    assert read_the_units_credential(given, [str(store) for store in stores]) is None
+    assert given == {"CREDENTIALS_DIRECTORY": ""}
