@@ -66,6 +66,7 @@ class Journal:
                     "title": item.message.title,
                     "markdown": "",
                     "text": "",
+                    "notify_type": item.message.notify_type,
                     "targets": list(self.services),
                 }
             )
@@ -122,6 +123,23 @@ def test_lifecycle_alert_then_silence_then_reminder_then_resolved() -> None:
     assert "4h06m" in resolved.outgoing[0].message.title  # held 2h01m when it opened, +2h05m
     assert "PID 64969 (maintenance-job, wa-resync.service)" in resolved.outgoing[0].message.title
     assert kinds(journal.run(126, FREE)) == []
+
+
+def test_a_warning_that_turns_critical_is_told_at_once_then_reminded_on_schedule() -> None:
+    """On-call heard "WARNING"; the lock is now past critical_after. That is said in the run
+    that sees it (not at the next reminder, up to repeat_interval later), once."""
+    journal = Journal(LockPolicy(AlertSettings(min_severity="warning")))
+    warned = journal.run(0, finding(severity=Severity.WARNING))
+    assert kinds(warned) == ["alert"] and warned.outgoing[0].message.notify_type == "warning"
+    assert kinds(journal.run(1, finding(severity=Severity.WARNING))) == []
+    escalated = journal.run(2, finding(severity=Severity.CRITICAL))
+    assert kinds(escalated) == ["reminder"]
+    message = escalated.outgoing[0].message
+    assert message.notify_type == "failure"
+    assert message.title.startswith(f"CRITICAL {HOST}: now critical: wa-store blocked")
+    assert kinds(journal.run(3, finding())) == []  # told as critical: no more until due
+    assert kinds(journal.run(61, finding())) == []
+    assert kinds(journal.run(62, finding())) == ["reminder"]  # an hour after the escalation
 
 
 def test_repeat_interval_zero_never_reminds() -> None:

@@ -240,12 +240,14 @@ def _maybe_remind(
     policy: LockPolicy,
     host: str,
 ) -> None:
-    interval = policy.alerts.repeat_interval
-    if interval <= 0 or elapsed_since(incident.last_notice_at, history, now) < interval:
-        return
     from lockwarden.alerts.messages import render_alert
 
-    message = render_alert(finding, host, REMINDER, policy.role)
+    interval = policy.alerts.repeat_interval
+    escalated = _escalated(incident, finding)
+    due = interval > 0 and elapsed_since(incident.last_notice_at, history, now) >= interval
+    if not (due or escalated):
+        return
+    message = render_alert(finding, host, REMINDER, policy.role, escalated=escalated)
     plan.outgoing.append(
         Outgoing(
             f"{incident.incident_id}/{REMINDER}@{timestamp(now)}",
@@ -305,6 +307,18 @@ def _resolve_message(
             policy.tags,
         )
     )
+
+
+def _escalated(incident: Incident, finding: Finding) -> bool:
+    """The incident was last told as a warning and is critical now: told at once (as a
+    reminder that says so), not at the next reminder, repeat_interval later."""
+    from lockwarden.alerts.messages import NOTIFY_TYPES
+
+    notices = [sent for sent in incident.messages if sent.kind in (ALERT, REMINDER)]
+    if finding.severity is not Severity.CRITICAL or not notices:
+        return False
+    last = max(notices, key=lambda sent: sent.due_at)
+    return last.notify_type == NOTIFY_TYPES[Severity.WARNING]
 
 
 def _has(incident: Incident, kind: str) -> bool:

@@ -97,14 +97,23 @@ def alert_title(finding: Finding, host: str) -> str:
 
 
 def render_alert(
-    finding: Finding, host: str, kind: str = ALERT, role: str | None = None
+    finding: Finding,
+    host: str,
+    kind: str = ALERT,
+    role: str | None = None,
+    escalated: bool = False,
 ) -> Message:
-    """`role`: what the store is, from the lock's config (`role = "WhatsApp session store"`)."""
+    """`role`: what the store is, from the lock's config (`role = "WhatsApp session store"`).
+    `escalated`: a reminder sent early, as the incident was told as a warning and is now
+    critical."""
     title = alert_title(finding, host)
     if kind == REMINDER:
-        title = title.replace(f"{host}: ", f"{host}: reminder: ", 1)
+        word = "now critical" if escalated else "reminder"
+        title = title.replace(f"{host}: ", f"{host}: {word}: ", 1)
     rows = [action_row(finding)]
-    if kind == REMINDER:
+    if escalated:
+        rows.append(Row("Escalated", "reported as a warning before; now past critical_after"))
+    elif kind == REMINDER:
         rows.append(Row("Reminder", "still going on; this incident was reported before"))
     if role:
         rows.append(Row("Store", role))
