@@ -296,7 +296,10 @@ def _check_database_keys(
         report(f"{prefix}advisory_key", "on mysql names a tool; a GET_LOCK name is lock_name")
     connection = str(settings["connection"] or "mysql://")
     if engine == "mysql" and not connection.startswith("mysql://"):
-        report(f"{prefix}connection", "on mysql is a URI: mysql://USER@HOST:PORT/DATABASE")
+        report(
+            f"{prefix}connection",
+            "on mysql, a URI: mysql://USER@HOST:PORT (a /DATABASE is optional)",
+        )
 
 
 def _watches(engine: str) -> str:

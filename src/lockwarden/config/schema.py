@@ -325,7 +325,8 @@ DATABASE_OPTIONS = (
         None,
         "with database: a libpq service name ('app-db' or 'service=app-db') or a DSN without a "
         "password ('host=db1 dbname=app user=monitor', 'postgresql://monitor@db1/app'); for "
-        "MySQL 'mysql://monitor@127.0.0.1:3306/app' (add ?unix_socket=PATH for a socket)",
+        "MySQL 'mysql://monitor@127.0.0.1:3306' (GET_LOCK names are server-wide, so no database "
+        "is needed; one given must be one the user may use; ?unix_socket=PATH for a socket)",
         "service=app-db",
     ),
     Option(
