@@ -106,7 +106,11 @@ case "$1" in configure|abort-upgrade|abort-deconfigure|abort-remove)
     if [ -d /run/systemd/system ]; then
         systemctl --system daemon-reload >/dev/null || true
         if [ -n "$2" ]; then action=restart; else action=start; fi
-        deb-systemd-invoke "$action" lockwarden.timer >/dev/null || true
+        # Only an enabled timer is (re)started: deb-systemd-invoke would say "disabled or a
+        # static unit, not starting it" on every fresh install, where disabled is the default.
+        if systemctl --quiet is-enabled lockwarden.timer 2>/dev/null; then
+            deb-systemd-invoke "$action" lockwarden.timer >/dev/null || true
+        fi
     fi
     ;;
 esac

@@ -285,7 +285,11 @@ def prepare(system: System) -> None:
         "install -d /srv/full /srv/nocaps /srv/stale /srv/upgrade /srv/timer /srv/blind\n"
         f"systemd-run --unit=receiver /usr/local/bin/receiver {RECEIVED} {PORT}\n"
     )
-    machine.run("apt-get", "install", "-y", "-q", "--no-install-recommends", "/root/previous.deb")
+    fresh = machine.run(
+        "apt-get", "install", "-y", "-q", "--no-install-recommends", "/root/previous.deb"
+    )
+    # A fresh install leaves the timer disabled, and says nothing about not starting it.
+    assert "not starting it" not in fresh.stdout + fresh.stderr, fresh.stdout + fresh.stderr
     machine.write("/etc/lockwarden/config.toml", config_text(), 0o644)
     machine.write(
         "/etc/credstore/lockwarden-notify-urls", f"json://127.0.0.1:{PORT}/system\n", 0o600
