@@ -141,8 +141,10 @@ def plan(
     settings: AlertmanagerSettings,
 ) -> Posted:
     """What to post this run (pure): each firing alert renewed until now + ends_after, each one
-    that stopped firing (or whose resolve is still owed) ended at the moment it stopped. The
-    alerts of a lock this run could not see (Finding.unseen) are renewed as they were."""
+    that stopped firing (or whose resolve is still owed) ended at the moment it stopped. An
+    alert of a lock this run could not see (Finding.unseen) is neither resolved nor renewed:
+    one failed look does not end it, and Alertmanager ends it by itself `ends_after` after the
+    last run that saw the lock."""
     firing: dict[str, Alert] = {}
     until = timestamp(now + timedelta(seconds=settings.ends_after))
     for finding in findings:
@@ -154,18 +156,26 @@ def plan(
         started = known.starts_at if known is not None else timestamp(now)
         firing[key] = Alert(labels, alert_annotations(finding, host), started, until)
     unseen = {finding.name for finding in findings if finding.unseen}
-    for key, alert in before.firing.items():  # a lock this run could not see is not over
-        if key not in firing and alert.labels.get("lock") in unseen:
-            firing[key] = Alert(alert.labels, alert.annotations, alert.starts_at, until)
+    kept = {  # a lock this run could not see: not over, nor renewed (it ends by itself)
+        key: alert
+        for key, alert in before.firing.items()
+        if key not in firing and alert.labels.get("lock") in unseen
+    }
+    firing.update({key: alert for key, alert in kept.items() if not _ended(alert, now)})
     resolving = {
         key: Alert(alert.labels, alert.annotations, alert.starts_at, timestamp(now))
         for key, alert in before.firing.items()
-        if key not in firing
+        if key not in firing and key not in kept
     }
     for key, alert in before.resolving.items():
         if key not in firing and key not in resolving and _still_owed(alert, now, settings):
             resolving[key] = alert
     return Posted(firing, resolving)
+
+
+def _ended(alert: Alert, now: datetime) -> bool:
+    """Past its endsAt: Alertmanager has ended it by itself."""
+    return datetime.fromisoformat(alert.ends_at.replace("Z", "+00:00")) <= now
 
 
 def _still_owed(alert: Alert, now: datetime, settings: AlertmanagerSettings) -> bool:

@@ -105,19 +105,24 @@ def test_released_is_posted_once_more_with_ends_at_now() -> None:
     assert alert.ends_at == "2026-12-02T12:01:00Z"
 
 
-def test_a_run_that_could_not_see_the_lock_keeps_its_alert_firing() -> None:
+def test_a_run_that_could_not_see_the_lock_neither_resolves_nor_renews_its_alert() -> None:
     """A database that did not answer once, a hung mount: nothing says the hold is over, so
-    its alert is renewed as it was rather than resolved (and fired again a minute later)."""
+    its alert is not resolved (to fire again a minute later); nor is it renewed, so an outage
+    that lasts ends it ends_after after the last run that saw the lock."""
     first = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
     blind = make_finding(
         name="wa-store", state=State.UNKNOWN, severity=Severity.UNKNOWN, reason="no answer"
     )
     assert blind.unseen
     second = plan([blind], first, "db1", later(60), SETTINGS)
+    assert second.firing == first.firing and second.resolving == {}  # kept as it was
     [alert] = second.firing.values()
-    assert alert.labels == next(iter(first.firing.values())).labels
-    assert alert.starts_at == "2026-12-02T12:00:00Z" and alert.ends_at == "2026-12-02T12:06:00Z"
-    assert second.resolving == {}
+    assert alert.ends_at == "2026-12-02T12:05:00Z"  # not renewed
+    held = [finding(State.HELD_TOO_LONG, Severity.CRITICAL)]
+    [renewed] = plan(held, second, "db1", later(120), SETTINGS).firing.values()
+    assert renewed.starts_at == "2026-12-02T12:00:00Z" and renewed.ends_at == "2026-12-02T12:07:00Z"
+    lasting = plan([blind], second, "db1", later(300), SETTINGS)  # its endsAt has come
+    assert lasting.firing == {} and lasting.resolving == {}  # ended by itself: nothing to post
     seen_free = plan([finding(State.FREE, Severity.OK)], second, "db1", later(120), SETTINGS)
     assert seen_free.firing == {} and len(seen_free.resolving) == 1
 
