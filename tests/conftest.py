@@ -54,7 +54,7 @@ def _private_runtime_directory(tmp_path_factory: pytest.TempPathFactory) -> None
     runtime.mkdir(mode=0o700)
     os.environ["RUNTIME_DIRECTORY"] = str(runtime)
     # No credentials given (set, but empty): check-config and notify-test never read this
-    # host's /etc/credstore (commands.read_the_units_credential); a test gives its own.
+    # host's /etc/credstore (commands.the_units_credential); a test gives its own.
     os.environ.setdefault("CREDENTIALS_DIRECTORY", "")
 
 

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -448,10 +448,11 @@ def dispatch(
     if arguments.command in ("notify-test", "history"):
         from lockwarden.cli import alert_commands
 
-        if arguments.command == "notify-test":
-            read_the_units_credential(os.environ)
         config = load_config(arguments.config)
         if arguments.command == "notify-test":
+            from dataclasses import replace
+
+            config = replace(config, notify=the_units_credential(config.notify, os.environ))
             output = alert_commands.notify_test(
                 config, arguments.tag, now_of(arguments), arguments.json
             )
@@ -548,37 +549,45 @@ def write_metrics(path: str, alerted: AlertedRun, duration: float) -> Finding | 
 SYSTEM_CREDSTORES = ("/etc/credstore", "/run/credstore", "/usr/lib/credstore")
 
 
-def read_the_units_credential(
-    environ: dict[str, str] | os._Environ[str], stores: Sequence[str] = SYSTEM_CREDSTORES
-) -> str | None:
+def the_units_credential(
+    settings: config_module.NotifySettings,
+    environ: Mapping[str, str],
+    stores: Sequence[str] = SYSTEM_CREDSTORES,
+) -> config_module.NotifySettings:
     """check-config and notify-test, run by root in a shell, read the notify credential where
     LoadCredential= finds it for lockwarden.service (systemd passes $CREDENTIALS_DIRECTORY to
-    the service only): `environ` is pointed at that store, and the line printed says so. The
-    credential's path, or None (a $CREDENTIALS_DIRECTORY given, even empty, not root, or no
-    such credential)."""
-    if "CREDENTIALS_DIRECTORY" in environ or os.geteuid() != 0:
-        return None
+    the service alone), as the service would: when the config sets no urls_file. Only that
+    credential, which the shipped unit loads; the line printed says which file. Unchanged with
+    a $CREDENTIALS_DIRECTORY given (even empty), for another user, or with none found."""
+    if settings.urls_file is not None or "CREDENTIALS_DIRECTORY" in environ:
+        return settings
+    if os.geteuid() != 0:
+        return settings
     for store in stores:
         path = os.path.join(store, config_module.NOTIFY_CREDENTIAL)
         if os.path.isfile(path):
-            environ["CREDENTIALS_DIRECTORY"] = store
+            from dataclasses import replace
+
             print(
                 f"lockwarden: reading {path}, as LoadCredential= passes it to lockwarden.service",
                 file=sys.stderr,
             )
-            return path
-    return None
+            return replace(settings, urls_file=path)
+    return settings
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:
-    read_the_units_credential(os.environ)
+    from dataclasses import replace
+
     try:
         config = load_config(arguments.config)
     except config_module.ConfigError as error:  # the notify URLs too, so all is said at once
         where = arguments.config or config_module.DEFAULT_PATH
-        urls = [] if error.notify is None else _notify_problems(error.notify, error.locks, where)
+        notify = None if error.notify is None else the_units_credential(error.notify, os.environ)
+        urls = [] if notify is None else _notify_problems(notify, error.locks, where)
         raise config_module.ConfigError(error.problems + urls) from None
-    problems = runtime_problems(config)
+    as_the_unit = replace(config, notify=the_units_credential(config.notify, os.environ))
+    problems = runtime_problems(as_the_unit)
     if problems:  # the same form as a config error: FILE: key: message, exit 78
         raise config_module.ConfigError(problems)
     source = config.source or "built-in defaults (no config file)"

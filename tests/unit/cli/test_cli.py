@@ -320,22 +320,26 @@ def test_check_config_and_notify_test_read_the_units_credential_where_systemd_fi
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """As root in a shell there is no $CREDENTIALS_DIRECTORY: the notify credential is read
-    from the first store LoadCredential= searches that has it, and the run says which file."""
-    from lockwarden.cli.commands import read_the_units_credential
+    from the first store LoadCredential= searches that has it, and the run says which file.
+    Only that credential (the one the shipped unit loads): other credential names, such as a
+    database's password_file, are not looked up there."""
+    from lockwarden.cli.commands import the_units_credential
+    from lockwarden.config import NotifySettings
 
     stores = [tmp_path / "etc-credstore", tmp_path / "run-credstore"]
     for store in stores:
         store.mkdir()
     credential = stores[1] / "lockwarden-notify-urls"
     credential.write_text("json://127.0.0.1:9/hook\n")
-    environ: dict[str, str] = {}
-    found = read_the_units_credential(environ, [str(store) for store in stores])
+    paths = [str(store) for store in stores]
+    found = the_units_credential(NotifySettings(), {}, paths)
     if os.geteuid() != 0:  # a user's shell: the system service's credential is not its own
-        assert (found, environ) == (None, {})
+        assert found == NotifySettings()
         return
-    assert found == str(credential)
-    assert environ == {"CREDENTIALS_DIRECTORY": str(stores[1])}
+    assert found == NotifySettings(urls_file=str(credential))
     assert f"reading {credential}, as LoadCredential= passes it" in capsys.readouterr().err
-    given = {"CREDENTIALS_DIRECTORY": ""}  # set, even empty: not looked up again
-    assert read_the_units_credential(given, [str(store) for store in stores]) is None
-    assert given == {"CREDENTIALS_DIRECTORY": ""}
+    given = {"CREDENTIALS_DIRECTORY": ""}  # set, even empty: not looked up
+    assert the_units_credential(NotifySettings(), given, paths) == NotifySettings()
+    own = NotifySettings(urls_file="/etc/lockwarden/urls")  # the config's own wins
+    assert the_units_credential(own, {}, paths) == own
+    assert capsys.readouterr().err == ""
