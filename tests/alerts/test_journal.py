@@ -6,8 +6,10 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -232,6 +234,39 @@ def test_run_lock_refuses_a_second_holder_and_names_the_first(tmp_path: Path) ->
 )
 def test_default_state_path(euid: int, environ: dict[str, str], expected: str) -> None:
     assert default_state_path(euid, environ, home="/home/u") == expected
+
+
+def test_a_users_default_state_directory_is_made_with_its_missing_xdg_parents() -> None:
+    """A new account has no ~/.local/state yet: its first run makes it (mode 0700, as the XDG
+    spec says), instead of reporting its state unusable. A forked child takes the user's
+    effective uid (the test runs as root in CI; as another user it runs as that user). The
+    home is under /tmp, which that user can reach (pytest's own directories are root's)."""
+    home = Path(tempfile.mkdtemp(prefix="lockwarden-home-"))
+    try:
+        nobody = 65534 if os.geteuid() == 0 else os.geteuid()
+        if os.geteuid() == 0:
+            os.chown(home, nobody, nobody)
+        state_home = home / ".local" / "state"
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child's outcome is its exit status
+            code = 1
+            try:
+                os.environ["XDG_STATE_HOME"] = str(state_home)
+                if os.geteuid() == 0:
+                    os.setegid(nobody)
+                    os.seteuid(nobody)
+                check_state_dir(os.path.dirname(default_state_path()))
+                code = 0
+            finally:
+                os._exit(code)
+        _pid, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        made = state_home / "lockwarden"
+        assert made.is_dir() and (made.stat().st_mode & 0o777) == 0o700
+        assert (state_home.stat().st_mode & 0o777) == 0o700
+        assert state_home.stat().st_uid == nobody
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_compaction_syscalls_are_temp_file_fsync_rename_then_directory_fsync(

@@ -140,6 +140,11 @@ def _lstat_made(directory: str) -> os.stat_result:
 
 def _make_state_dir(directory: str) -> None:
     parent = os.path.dirname(directory.rstrip("/")) or "/"
+    if os.geteuid() != 0 and directory == os.path.dirname(default_state_path()):
+        # A user's default ($XDG_STATE_HOME/lockwarden): a new account may not have
+        # ~/.local/state yet, which the XDG spec says to create, mode 0700.
+        with contextlib.suppress(OSError):  # if not, the mkdir below says why
+            os.makedirs(parent, 0o700, exist_ok=True)
     try:
         os.mkdir(directory, 0o700)
     except FileExistsError:
