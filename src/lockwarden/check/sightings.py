@@ -18,9 +18,10 @@ writes an empty record once, to break the series, and then nothing.
 A run that could not look (the lock is unknown and names no holder: its database server did
 not answer, its mount hung, a right was missing) neither continues nor ends a series: it
 carries it on as `[IDENTITY, FIRST_SEEN, LAST_SEEN]`, LAST_SEEN being the last run that did see
-the holder, and the gap is counted from LAST_SEEN. One failed look then neither restarts the
-count of a lock held for hours (nor resolves its incident), and a series is never carried
-further than a gap would be.
+the holder, and the gap is counted from LAST_SEEN, allowing for the one run that missed it
+(twice RUN_INTERVAL_ALLOWANCE at least, so a budget under two minutes survives it too). One
+failed look then neither restarts the count of a lock held for hours (nor resolves its
+incident), and a series is never carried much further than a gap would be.
 
 This memory is written whether or not alerting is on: a timer-driven agent with no [notify]
 service must still escalate a lock held continuously (its exit code, its report, the
@@ -104,7 +105,10 @@ def memory(latest: LastSeen | None, now: datetime, gaps: Mapping[str, float]) ->
     kept: Memory = {}
     for name, series in latest.locks.items():
         elapsed = (now - series.seen_at).total_seconds()
-        if 0 <= elapsed <= gaps.get(name, 0.0):
+        allowed = gaps.get(name, 0.0)
+        if series.seen_at != latest.at:  # carried by a run that could not look: one more run
+            allowed = max(allowed, 2 * RUN_INTERVAL_ALLOWANCE)
+        if 0 <= elapsed <= allowed:
             kept[name] = {series.identity: series.since}
     return kept
 

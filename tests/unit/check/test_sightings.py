@@ -99,7 +99,11 @@ def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -
     carried = sightings.last_seen([record])
     later = NOW + timedelta(minutes=1)  # two minutes after the holder was last seen
     assert sightings.memory(carried, later, {"store": 180.0}) == {"store": {HOLDER: FIRST}}
-    assert sightings.memory(carried, later, {"store": 90.0}) == {}
+    # a budget under two minutes (gap 90 s) survives the one run that missed it too...
+    assert sightings.memory(carried, later, {"store": 90.0}) == {"store": {HOLDER: FIRST}}
+    # ...but not a longer outage: four minutes since the holder was last seen
+    assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 90.0}) == {}
+    assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 600.0}) != {}
     again = sightings.sightings_of([finding()], {"store": {HOLDER: FIRST}}, later, carried)
     assert again["locks"] == {"store": [HOLDER, timestamp(FIRST)]}  # seen again: continued
 
