@@ -101,3 +101,30 @@ def test_check_config_names_a_credential_it_cannot_see_and_refuses_an_empty_one(
     empty = run_cli("check-config", "--config", str(config), CREDENTIALS_DIRECTORY=directory)
     assert empty.returncode == 78, empty.stderr
     assert "lists no URL (empty, or only comments): alerts would reach nobody" in empty.stderr
+
+
+def test_an_alert_due_while_every_url_is_unusable_goes_out_once_one_is_fixed(
+    tmp_path: Path, receiver: Receiver, children: Children
+) -> None:
+    """A typo in the only URL (`slak://`): the alert cannot go anywhere. It is kept, with its
+    services unresolved, and sent as the alert once the URL is fixed, not lost until the
+    first reminder."""
+    held = tmp_path / "store.lock"
+    children.python(FLOCK_HOLDER, str(held))
+    config = tmp_path / "config.toml"
+    lock = (
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+        f'[[lock]]\nname = "store"\npath = "{held}"\nformat = "kernel"\n'
+        'warn_after = "0s"\ncritical_after = "0s"\n'
+    )
+    config.write_text(lock + '[notify]\nurls = ["slak://T0/B0/XXXX"]\n')
+    config.chmod(0o600)
+    first = run_cli("--once", "--json", "--config", str(config))
+    findings = {finding["name"]: finding for finding in json.loads(first.stdout)["locks"]}
+    assert first.returncode == 2, first.stderr
+    assert "notify.urls[1]" in findings["lockwarden:notify"]["reason"]
+    config.write_text(lock + f'[notify]\nurls = ["{receiver.url()}"]\n')
+    second = run_cli("--once", "--json", "--config", str(config))
+    assert second.returncode == 2, second.stderr
+    [payload] = receiver.payloads
+    assert "store" in payload["title"] and "reminder" not in payload["title"].lower()

@@ -246,6 +246,11 @@ def _deliver(
             writer.append(_due_record(item, None, now))
         return
     _said(outcome, _remember_check(config, _checked(notifier, config)))
+    if not notifier.services:  # every URL unusable (said above): kept for when one works
+        outcome.unsent = len(plan.outgoing) + len(plan.retries)
+        for item in plan.outgoing:
+            writer.append(_due_record(item, None, now))
+        return
     for retry in plan.retries:  # one due while notify was broken is routed only now
         if UNRESOLVED in retry.services and not notifier.targets(retry.sent.tags):
             outcome.unrouted_messages += 1
