@@ -83,10 +83,11 @@ def inspect(
     claims = [None if lock.database else next(read) for lock in locks]
     snapshot = host.capture(request_for(claim for claim in claims if isinstance(claim, Claim)))
     memory = remembered or {}
+    silent: dict[tuple[str, str], str] = {}  # database servers that did not answer this run
     gathered = [
         _gather(lock, claim, snapshot)
         if claim is not None
-        else _judge_database(lock, host, now, memory.get(lock.name))
+        else _judge_database(lock, host, now, memory.get(lock.name), silent)
         for lock, claim in zip(locks, claims, strict=True)
     ]
     findings = tuple(
@@ -180,14 +181,21 @@ def _path_of(item: LockConfig | str) -> str:
 
 
 def _judge_database(
-    lock: LockConfig, host: HostReader, now: datetime, seen_since: dict[str, datetime] | None
+    lock: LockConfig,
+    host: HostReader,
+    now: datetime,
+    seen_since: dict[str, datetime] | None,
+    silent: dict[tuple[str, str], str],
 ) -> Finding:
     """A lock inside a database server (databases/): its driver loads only when one is set.
-    `seen_since`: the sighting memory of its sessions (a session's lock has no grant time)."""
+    `seen_since`: the sighting memory of its sessions (a session's lock has no grant time).
+    `silent`: the servers that did not answer earlier in this run (not asked again)."""
     try:
         from lockwarden.databases.check import inspect_database
 
-        return inspect_database(lock, policy_for(lock), host, now, first_seen=seen_since)
+        return inspect_database(
+            lock, policy_for(lock), host, now, first_seen=seen_since, silent=silent
+        )
     except Exception as error:
         return _internal_error(lock, error)
 

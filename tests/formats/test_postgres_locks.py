@@ -412,7 +412,8 @@ def test_a_server_that_stops_answering_after_login_is_unknown_not_a_hang(
 ) -> None:
     """libpq's connect_timeout and the server's statement_timeout cannot end a wait for a
     server that took the connection and went silent: the check's own deadline does (here
-    2 x 2s + 4 x 500ms + 1s = 7s), and the run goes on (run_cli's timeout would fail it)."""
+    3 x 2s + 6 x 1s + 1s = 13s), and the run goes on (run_cli's timeout would fail it). A
+    second lock on the same server is not asked again: one deadline, not two."""
     relay = StallingRelay(server.port)
     try:
         dsn = (
@@ -420,17 +421,26 @@ def test_a_server_that_stops_answering_after_login_is_unknown_not_a_hang(
             "sslmode=disable gssencmode=disable"  # the relay reads the plain protocol
         )
         lock = (
-            f'name = "app-db"\ndatabase = "postgresql"\nconnection = "{dsn}"\n'
-            'advisory_key = "prisma"\nconnect_timeout = "2s"\nstatement_timeout = "500ms"\n'
-            + password_file(tmp_path)
-            + "\n"
+            f'database = "postgresql"\nconnection = "{dsn}"\n'
+            'connect_timeout = "2s"\nstatement_timeout = "500ms"\n' + password_file(tmp_path) + "\n"
         )
-        code, finding = check(tmp_path, lock)
-        assert relay.stalled.is_set(), finding  # the login went through: the silence came after
+        state = f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n'
+        config = write_config(
+            tmp_path / "config.toml",
+            state
+            + f'[[lock]]\nname = "app-db"\nadvisory_key = "prisma"\n{lock}'
+            + f'[[lock]]\nname = "app-flyway"\nadvisory_key = "flyway"\n{lock}',
+        )
+        completed = run_cli("--once", "--json", "--config", config, timeout=40)
+        assert relay.stalled.is_set(), completed.stdout  # the login went through: then silence
     finally:
         relay.close()
-    assert (code, finding["state"], finding["unknown_cause"]) == (3, "unknown", "database")
-    assert "did not answer within 7s" in finding["reason"]
+    first, second = json.loads(completed.stdout)["locks"]
+    assert completed.returncode == 3
+    for finding in (first, second):
+        assert (finding["state"], finding["unknown_cause"]) == ("unknown", "database")
+    assert "did not answer within 13s" in first["reason"]
+    assert "not asked again: the server did not answer within 13s" in second["reason"]
     # the server ends the abandoned session once the relay has closed its connection
     assert wait_until(lambda: lockwarden_sessions(server) == 0, timeout=15)
 

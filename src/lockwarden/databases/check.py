@@ -43,19 +43,33 @@ def format_name(watch: DatabaseWatch) -> str:
     return "postgresql-advisory" if watch.watch == "advisory_key" else "postgresql-table"
 
 
-# The most queries one check makes (the server's version, the watched key or table, the
-# sessions): each is bounded by statement_timeout on the server.
-QUERIES_PER_CHECK = 4
+# The most round trips one check makes after the login (MySQL's init command and instrument
+# check, the server's version, the watched key or table, the sessions): each is bounded by
+# statement_timeout (PostgreSQL's, on the server) or read_timeout (MySQL's, its ceiling).
+QUERIES_PER_CHECK = 6
+
+Unanswered = dict[tuple[str, str], str]
+"""Servers (engine, connection) that did not answer this run, and what was said of them."""
 
 
-def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
+def observe(
+    watch: DatabaseWatch, environ: Mapping[str, str], silent: Unanswered | None = None
+) -> Observation:
     """What the server says, within answer_deadline_s: a server that stops answering costs
-    this lock (unknown), never the run; the check is left to end in its thread."""
+    this lock (unknown), never the run; the check is left to end in its thread. `silent`: the
+    servers that did not answer earlier in this run, not asked again (as a hung mount is not
+    touched again), so N locks on one dead server cost one deadline, not N."""
+    server = (watch.engine, watch.connection)
+    if silent is not None and server in silent:
+        return Observation(watch.describe(), problem=f"not asked again: {silent[server]}")
     deadline = answer_deadline_s(watch, QUERIES_PER_CHECK)
     answered, observation = abandon.within(lambda: _ask(watch, environ), "database", deadline)
     if answered and observation is not None:
         return observation
-    return Observation(watch.describe(), problem=unanswered(deadline, QUERIES_PER_CHECK))
+    problem = unanswered(deadline, QUERIES_PER_CHECK)
+    if silent is not None:
+        silent[server] = problem
+    return Observation(watch.describe(), problem=problem)
 
 
 def _ask(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
@@ -75,11 +89,13 @@ def inspect_database(
     now: datetime,
     environ: Mapping[str, str] | None = None,
     first_seen: Mapping[str, datetime] | None = None,
+    silent: Unanswered | None = None,
 ) -> Finding:
-    """`first_seen`: the sighting memory of this lock (session identity -> first sighting)."""
+    """`first_seen`: the sighting memory of this lock (session identity -> first sighting).
+    `silent`: the run's servers that did not answer (observe)."""
     watch = lock.database
     assert watch is not None, "inspect_database is for database locks"
-    observation = observe(watch, os.environ if environ is None else environ)
+    observation = observe(watch, os.environ if environ is None else environ, silent)
     if watch.watch == "liquibase_table":
         here = liquibase_host(host, lock.host_aliases) if _locked(observation) else None
         empty = LiquibaseHost((host.hostname,), ())

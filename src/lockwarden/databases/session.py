@@ -46,21 +46,26 @@ def statement_timeout_ms(watch: DatabaseWatch) -> int:
     return max(1, round(watch.statement_timeout * 1000))
 
 
+CONNECT_ATTEMPTS = 3  # libpq gives each address of a name (IPv6, IPv4) and host its own
+
+
 def answer_deadline_s(watch: DatabaseWatch, queries: int) -> float:
     """How long a session of `queries` queries waits for its server in all: connect_timeout for
-    each of two addresses (libpq tries a name's IPv6 and IPv4 addresses in turn),
-    statement_timeout for each query, and a second of round trips. The server's own timeouts
-    cannot act when it (or a proxy in front of it) took the connection and stopped answering:
-    then this deadline does (abandon.within)."""
-    return 2 * connect_timeout_s(watch) + queries * watch.statement_timeout + 1.0
+    each of CONNECT_ATTEMPTS addresses, statement_timeout for each query, and a second of
+    round trips. The server's own timeouts cannot act when it (or a proxy in front of it) took
+    the connection and stopped answering, nor on a slow name lookup: then this deadline does
+    (abandon.within)."""
+    attempts = CONNECT_ATTEMPTS * connect_timeout_s(watch)
+    return attempts + queries * max(watch.statement_timeout, 1.0) + 1.0
 
 
 def unanswered(deadline_s: float, queries: int) -> str:
     """The reason given when answer_deadline_s passed."""
     return (
-        f"the server did not answer within {deadline_s:g}s (connect_timeout twice, "
-        f"statement_timeout for each of {queries} queries, and a second): it, or something "
-        "between, took the connection and stopped answering; the check was abandoned"
+        f"the server did not answer within {deadline_s:g}s (connect_timeout "
+        f"{CONNECT_ATTEMPTS} times, statement_timeout for each of {queries} queries, and a "
+        "second): it, or the network or name lookup before it, stopped answering; the check "
+        "was abandoned"
     )
 
 
