@@ -240,13 +240,13 @@ def _maybe_remind(
     policy: LockPolicy,
     host: str,
 ) -> None:
-    from lockwarden.alerts.messages import render_alert
-
     interval = policy.alerts.repeat_interval
     escalated = _escalated(incident, finding)
     due = interval > 0 and elapsed_since(incident.last_notice_at, history, now) >= interval
     if not (due or escalated):
         return
+    from lockwarden.alerts.messages import render_alert
+
     message = render_alert(finding, host, REMINDER, policy.role, escalated=escalated)
     plan.outgoing.append(
         Outgoing(
@@ -312,11 +312,11 @@ def _resolve_message(
 def _escalated(incident: Incident, finding: Finding) -> bool:
     """The incident was last told as a warning and is critical now: told at once (as a
     reminder that says so), not at the next reminder, repeat_interval later."""
-    from lockwarden.alerts.messages import NOTIFY_TYPES
-
     notices = [sent for sent in incident.messages if sent.kind in (ALERT, REMINDER)]
     if finding.severity is not Severity.CRITICAL or not notices:
         return False
+    from lockwarden.alerts.messages import NOTIFY_TYPES  # only while a critical incident lasts
+
     last = max(notices, key=lambda sent: sent.due_at)
     return last.notify_type == NOTIFY_TYPES[Severity.WARNING]
 

@@ -112,7 +112,7 @@ def render_alert(
         title = title.replace(f"{host}: ", f"{host}: {word}: ", 1)
     rows = [action_row(finding)]
     if escalated:
-        rows.append(Row("Escalated", "reported as a warning before; now past critical_after"))
+        rows.append(Row("Escalated", "reported as a warning before; critical now"))
     elif kind == REMINDER:
         rows.append(Row("Reminder", "still going on; this incident was reported before"))
     if role:
