@@ -134,6 +134,8 @@ def _no_url(settings: NotifySettings, environ: Mapping[str, str] | None) -> str:
     """Why a [notify] section that is set names no service (a credential file made empty with
     `install /dev/null`, or holding only comments): its alerts would reach nobody."""
     sources = ["notify.urls"] if settings.urls else []
+    if settings.urls_env:
+        sources.append(f"notify.urls_env (${settings.urls_env})")
     if settings.urls_file:
         path = credential_path(settings.urls_file, os.environ if environ is None else environ)
         sources.append(f"notify.urls_file ({path})")
