@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FLOCK_HOLDER
+
 from .helpers import Children, Receiver, cli_env, free_port, run_cli, title_kind
 from .test_end_to_end import TIDY_HOLDER, TOKEN, Scenario, scenario
 
@@ -379,3 +381,31 @@ def test_a_hanging_service_holds_back_no_other_services_messages(
         for server in (good, hanging):
             server.release.set()
             server.stop()
+
+
+@pytest.mark.parametrize("broken", ["textfile", "state"])
+def test_the_dead_mans_switch_hears_of_a_textfile_or_state_that_cannot_be_written(
+    tmp_path: Path, receiver: Receiver, children: Children, broken: str
+) -> None:
+    """Alerting off, every lock fine: still, lockwarden's own job failed (a textfile in a
+    missing directory, a sighting memory that cannot be saved), so the heartbeat gets /fail,
+    as the exit code (3) and the report say it."""
+    held = tmp_path / "store.lock"
+    state = tmp_path / ("state" if broken == "textfile" else "a-file") / "state.jsonl"
+    if broken == "state":
+        state.parent.write_text("a file where the state directory should be\n")
+    textfile = tmp_path / ("here" if broken == "state" else "missing") / "lockwarden.prom"
+    (tmp_path / "here").mkdir()
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[state]\npath = "{state}"\n[prometheus]\ntextfile = "{textfile}"\n'
+        f'[heartbeat]\nurl = "http://127.0.0.1:{receiver.port}/ping/check-uuid"\n'
+        f'[[lock]]\nname = "store"\npath = "{held}"\nformat = "kernel"\n'
+    )
+    config.chmod(0o600)
+    children.python(FLOCK_HOLDER, str(held))  # held: its sighting is to be saved
+    done = run_cli("--once", "--json", "--config", str(config))
+    names = {finding["name"] for finding in json.loads(done.stdout)["locks"]}
+    assert done.returncode == 3, done.stderr
+    assert ("lockwarden:prometheus" if broken == "textfile" else "lockwarden:state") in names
+    assert receiver.pings == ["/ping/check-uuid/fail"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -29,9 +30,18 @@ class Output:
     error: str = ""
 
 
-def once(config: Config, now: datetime, dry_run: bool, checkpoint: Checkpoint = skip) -> AlertedRun:
+def once(
+    config: Config,
+    now: datetime,
+    dry_run: bool,
+    checkpoint: Checkpoint = skip,
+    finish: Callable[[AlertedRun], AlertedRun] | None = None,
+) -> AlertedRun:
     """One checked, alerted, journaled run, then the heartbeat (never for a dry run).
-    `checkpoint`: called at each step of the run (checkpoints.py)."""
+    `checkpoint`: called at each step of the run (checkpoints.py). `finish`: what the caller
+    does with the run before the heartbeat (the Prometheus textfile), which may add a finding;
+    the heartbeat says /fail when lockwarden's own job failed (its state, its notify services,
+    its textfile), whatever the locks' states."""
     beat = config.heartbeat.url is not None and not dry_run
     if beat:
         from lockwarden.alerts import heartbeat
@@ -45,12 +55,25 @@ def once(config: Config, now: datetime, dry_run: bool, checkpoint: Checkpoint = 
         from lockwarden.alerts.stage import report_failures
 
         report_failures(alerted.outcome)
+    if finish is not None:
+        alerted = finish(alerted)
     if beat:
-        failed = (alerted.outcome is not None and alerted.outcome.failed) or (
-            alerted.alertmanager is not None and alerted.alertmanager.failed
+        failed = (
+            (alerted.outcome is not None and alerted.outcome.failed)
+            or (alerted.alertmanager is not None and alerted.alertmanager.failed)
+            or _own_job_failed(alerted)
         )
         heartbeat.ping(config.heartbeat, heartbeat.FAIL if failed else None)
     return alerted
+
+
+def _own_job_failed(alerted: AlertedRun) -> bool:
+    """lockwarden's own findings: its state could not be used, or its textfile written."""
+    from lockwarden.alerts.stage import STATE_FINDING
+    from lockwarden.output.prometheus import TEXTFILE_FINDING
+
+    own = (STATE_FINDING, TEXTFILE_FINDING)
+    return any(finding.name in own for finding in alerted.result.findings)
 
 
 def busy_message(busy: RunBusy, now: datetime) -> str:

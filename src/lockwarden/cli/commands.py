@@ -494,20 +494,29 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
 
     config = load_config(arguments.config)
     started = time.monotonic()
+
+    def textfile(alerted: AlertedRun) -> AlertedRun:
+        """Written before the heartbeat and the report: a failure is said in both."""
+        if not config.prometheus_textfile or arguments.dry_run:
+            return alerted
+        elapsed = time.monotonic() - started
+        unwritten = write_metrics(config.prometheus_textfile, alerted, elapsed)
+        if unwritten is None:
+            return alerted
+        from dataclasses import replace
+
+        findings = (*alerted.result.findings, unwritten)
+        return replace(alerted, result=replace(alerted.result, findings=findings))
+
     try:
-        alerted = alert_commands.once(config, now_of(arguments), arguments.dry_run, checkpoint)
+        alerted = alert_commands.once(
+            config, now_of(arguments), arguments.dry_run, checkpoint, textfile
+        )
     except RunBusy as busy:
         message = alert_commands.busy_message(busy, now_of(arguments))
         print(f"lockwarden: {message}; this run exits without doing anything", file=sys.stderr)
         return EXIT_BUSY
     duration = time.monotonic() - started
-    if config.prometheus_textfile and not arguments.dry_run:
-        unwritten = write_metrics(config.prometheus_textfile, alerted, duration)
-        if unwritten is not None:  # said in the report, beside the locks
-            from dataclasses import replace
-
-            findings = (*alerted.result.findings, unwritten)
-            alerted = replace(alerted, result=replace(alerted.result, findings=findings))
     result = alerted.result
     log.info("checked %d locks in %.3f s: %s", len(result.findings), duration, result.status.label)
     if arguments.dry_run:
