@@ -358,6 +358,20 @@ class Finding:
         return self.state is State.UNKNOWN and self.identity is None
 
 
+def own_finding(name: str, path: str, format: str, reason: str) -> Finding:
+    """One of lockwarden's own findings (`lockwarden:state`, `lockwarden:notify`,
+    `lockwarden:prometheus`): its own job failed. Unknown, so the exit code and the unit's
+    result show it (a critical lock still outranks it); no unknown_cause, its name says it."""
+    return Finding(
+        name=name,
+        path=path,
+        format=format,
+        state=State.UNKNOWN,
+        severity=Severity.UNKNOWN,
+        reason=reason,
+    )
+
+
 def command_text(cmdline: Iterable[str], limit: int = 300) -> str:
     """A command line for one line of a report or an alert: control characters escaped, so a
     holder's argv cannot add or forge lines, and long ones cut."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from lockwarden.alerts.decide import LockPolicy, Outgoing, Plan, Retry, decide
 from lockwarden.check.sightings import keep_latest_seen
 from lockwarden.config import Config
-from lockwarden.model import Finding, Severity, State
+from lockwarden.model import Finding, own_finding
 from lockwarden.state.history import (
     KEEP_RUNS,
     UNRESOLVED,
@@ -787,15 +787,8 @@ def with_outcome(
 def state_finding(path: str, reason: str) -> Finding:
     """lockwarden's own `lockwarden:state` finding: its state journal cannot be used, so what it
     remembers between runs (alerts sent, locks seen held) is lost; unknown, so the run's exit
-    code and the unit's result show it (a critical lock still outranks it)."""
-    return Finding(
-        name=STATE_FINDING,
-        path=path,
-        format="journal",
-        state=State.UNKNOWN,
-        severity=Severity.UNKNOWN,
-        reason=reason,
-    )
+    code and the unit's result show it."""
+    return own_finding(STATE_FINDING, path, "journal", reason)
 
 
 def state_directory(config: Config) -> str:
@@ -825,14 +818,8 @@ def notify_finding(outcome: AlertOutcome) -> Finding | None:
     ]
     if not problems:
         return None
-    return Finding(
-        name=NOTIFY_FINDING,
-        path="[notify]",
-        format="notify",
-        state=State.UNKNOWN,
-        severity=Severity.UNKNOWN,
-        reason="alerts may not reach a person: " + "; ".join(problems),
-    )
+    reason = "alerts may not reach a person: " + "; ".join(problems)
+    return own_finding(NOTIFY_FINDING, "[notify]", "notify", reason)
 
 
 def report_failures(outcome: AlertOutcome) -> None:

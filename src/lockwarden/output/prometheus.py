@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from lockwarden.model import Bound, Finding, Severity, State
+from lockwarden.model import Bound, Finding, State, own_finding
 from lockwarden.support.atomic import write_atomically
 
 
@@ -228,14 +228,8 @@ def unwritten(path: str, error: OSError) -> Finding:
     """lockwarden's own finding when the textfile could not be written: unknown (exit 3, or 2
     beside a critical lock), as a textfile never written has no series for the rules' "agent
     silent" alert to see go stale."""
-    return Finding(
-        name=TEXTFILE_FINDING,
-        path=path,
-        format="textfile",
-        state=State.UNKNOWN,
-        severity=Severity.UNKNOWN,
-        reason=f"could not write the Prometheus textfile: {error}",
-    )
+    reason = f"could not write the Prometheus textfile: {error}"
+    return own_finding(TEXTFILE_FINDING, path, "textfile", reason)
 
 
 def write_textfile(path: str, findings: Sequence[Finding], run: RunFacts) -> None:
