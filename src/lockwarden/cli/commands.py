@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -450,8 +451,6 @@ def dispatch(
 
         config = load_config(arguments.config)
         if arguments.command == "notify-test":
-            from dataclasses import replace
-
             config = replace(config, notify=the_units_credential(config.notify, os.environ))
             output = alert_commands.notify_test(
                 config, arguments.tag, now_of(arguments), arguments.json
@@ -503,8 +502,6 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
         unwritten = write_metrics(config.prometheus_textfile, alerted, elapsed)
         if unwritten is None:
             return alerted
-        from dataclasses import replace
-
         findings = (*alerted.result.findings, unwritten)
         return replace(alerted, result=replace(alerted.result, findings=findings))
 
@@ -575,8 +572,6 @@ def the_units_credential(
     for store in stores:
         path = os.path.join(store, config_module.NOTIFY_CREDENTIAL)
         if os.path.isfile(path):
-            from dataclasses import replace
-
             print(
                 f"lockwarden: reading {path}, as LoadCredential= passes it to lockwarden.service",
                 file=sys.stderr,
@@ -586,8 +581,6 @@ def the_units_credential(
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     try:
         config = load_config(arguments.config)
     except config_module.ConfigError as error:  # the notify URLs too, so all is said at once
@@ -710,8 +703,6 @@ def _notify_problems(
 def checkable_here(settings: config_module.NotifySettings) -> config_module.NotifySettings:
     """The notify settings check-config can check in this shell: an environment variable or a
     systemd credential that only the service has is named in a warning, and left out."""
-    from dataclasses import replace
-
     if settings.urls_env and not os.environ.get(settings.urls_env):
         log.warning(
             "notify.urls_env: $%s is not set here, so its URLs were not checked (set it, or run "
@@ -866,8 +857,6 @@ def _blocking(result: RunResult) -> bool:
 
 def _watch(look: Callable[[], RunResult], first: RunResult, wait_ms: int) -> RunResult:
     """Poll (never acquire) until the lock is released or the wait is over; say which."""
-    from dataclasses import replace
-
     print(
         f"lockwarden: watching {first.findings[0].path} for up to {wait_ms} ms ...", file=sys.stderr
     )
