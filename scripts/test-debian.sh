@@ -60,12 +60,13 @@ run_release() {
     local venv=${LOCKWARDEN_TEST_CACHE:-/var/cache/lockwarden-tests}/venv-debian$name
     local wanted
     wanted="$("$python" -VV | head -1) ${pins[*]} ${test_pins[*]}"
+    # Built in a clean environment (tests/buildenv.py): none of the caller's variables reach it.
     if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.pins" 2>/dev/null)" != "$wanted" ]; then
         rm -rf "$venv"
         mkdir -p "$(dirname "$venv")"
-        "$python" -m venv "$venv"
-        if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-            "${pins[@]}" "${test_pins[@]}" >"$venv/pip.log" 2>&1; then
+        "$python" tests/buildenv.py "$python" -m venv "$venv"
+        if ! "$python" tests/buildenv.py "$venv/bin/python" -m pip install -q \
+            --disable-pip-version-check "${pins[@]}" "${test_pins[@]}" >"$venv/pip.log" 2>&1; then
             cat "$venv/pip.log" >&2
             return 1
         fi

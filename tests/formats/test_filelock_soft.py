@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from format_helpers import inspect, unrelated_process
 
+from buildenv import build_environment
 from conftest import run_json
 from factories import capture_host
 from lockwarden.formats.filelock_soft import decode_start_token, parse_link_name, pid_readings
@@ -64,6 +65,7 @@ def filelock_path(version: str | None) -> str:
             [*pip, "--no-deps", "--target", str(target), f"filelock=={version}"],
             capture_output=True,
             text=True,
+            env=build_environment(pip=True),
             check=False,
         )
         if completed.returncode != 0:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from buildenv import build_environment
 from conftest import require_tool, run_cli, wait_until, write_config
 
 pymysql = (
@@ -57,6 +58,7 @@ class Mariadb:
             ],
             check=True,
             capture_output=True,
+            env=build_environment(),
             timeout=120,
         )
         argv = [require_tool("mariadbd") if shutil.which("mariadbd") else "/usr/sbin/mariadbd"]

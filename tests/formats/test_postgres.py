@@ -15,6 +15,7 @@ import psutil
 import pytest
 from format_helpers import inspect, unrelated_process
 
+from buildenv import build_environment
 from conftest import run_json, wait_until
 from lockwarden.model import State, UnknownCause
 
@@ -50,6 +51,7 @@ def data_directory() -> Iterator[Path]:
         [postgres_program("initdb"), "-D", str(data), *options],
         check=True,
         capture_output=True,
+        env=build_environment(),
         **server_user(),  # type: ignore[arg-type]
     )
     yield data

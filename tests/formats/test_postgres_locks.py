@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from test_postgres import postgres_program, server_user
 
+from buildenv import build_environment
 from conftest import require_tool, run_cli, wait_until, write_config
 
 psycopg = (
@@ -54,6 +55,7 @@ class Server:
             [postgres_program("initdb"), "-D", str(self.data), *options, "--no-sync", "-E", "UTF8"],
             check=True,
             capture_output=True,
+            env=build_environment(),
             **server_user(),  # type: ignore[arg-type]
         )
         argv = [postgres_program("postgres"), "-D", str(self.data), "-k", str(self.base)]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from buildenv import build_environment
 from conftest import FLOCK_HOLDER, Children, require_tool, validate_report, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +136,7 @@ def installed(deb: Path) -> Iterator[Path]:
         pytest.skip(message)
     already = run(["dpkg-query", "-W", "-f=${Status}", "lockwarden"])
     assert "installed" not in already.stdout, "a lockwarden package is already installed here"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    env = build_environment(DEBIAN_FRONTEND="noninteractive")  # the package's postinst runs
     result = run([apt_get, "install", *APT_OPTIONS, str(deb)], env=env)
     try:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr

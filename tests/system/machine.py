@@ -33,6 +33,8 @@ from pathlib import Path
 
 import psutil
 
+from buildenv import build_environment
+
 HERE = Path(__file__).resolve().parent
 PACKAGES = HERE / "rootfs-packages.txt"
 CACHE = Path(os.environ.get("LOCKWARDEN_TEST_CACHE", "/var/cache/lockwarden-tests"))
@@ -64,9 +66,9 @@ def debian_mirror(sources: Path = Path("/etc/apt")) -> str:
 
 
 def mmdebstrap_command(release: str, target: Path, mirror: str) -> list[str]:
+    """The recipe of a release's tree (the cache key); how loudly it is built is not part of it."""
     return [
         "mmdebstrap",
-        "--quiet",
         "--variant=minbase",
         f"--keyring={KEYRING}",
         f"--include={','.join(packages())}",
@@ -90,25 +92,43 @@ def cached_rootfs(release: str) -> Path:
         if not (wanted / "etc" / "os-release").exists():
             build(release, wanted)
         for old in CACHE.glob(f"{release}-*"):
-            if old != wanted and old.is_dir():
+            if old.is_dir() and old != wanted:
                 shutil.rmtree(old, ignore_errors=True)
+            elif old.is_file() and not old.name.startswith(wanted.name):
+                old.unlink()  # an older recipe's build log
     return wanted
 
 
 def build(release: str, wanted: Path) -> None:
+    """Build a release's tree at `wanted` from nothing, in an environment of its own.
+
+    mmdebstrap runs verbosely into `wanted`.build.log (kept beside the tree): a maintainer
+    script that fails says why there, and the error quotes the log's tail."""
     partial = wanted.with_name(wanted.name + ".partial")
+    log = wanted.with_name(wanted.name + ".build.log")
     shutil.rmtree(partial, ignore_errors=True)
-    built = subprocess.run(
-        mmdebstrap_command(release, partial, debian_mirror()),
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-        check=False,
-    )
+    command = mmdebstrap_command(release, partial, debian_mirror())
+    with open(log, "w") as output:
+        built = subprocess.run(
+            [command[0], "--verbose", *command[1:]],
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=build_environment(),
+            timeout=BUILD_TIMEOUT,
+            check=False,
+        )
     if built.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
-        raise RuntimeError(f"mmdebstrap {release} failed: {built.stderr[-3000:]}")
+        raise RuntimeError(
+            f"mmdebstrap {release} exited {built.returncode}; the last lines of {log}:\n"
+            + log_tail(log)
+        )
     partial.rename(wanted)
+
+
+def log_tail(log: Path, lines: int = 60) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 @dataclass

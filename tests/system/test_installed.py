@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from buildenv import build_environment
 from conftest import require_tool
 from system.machine import Machine, booted
 
@@ -231,7 +232,7 @@ def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert version is not None
     built = {}
     for name, deb_version in (("previous", f"{version.group(1)}~previous"), ("current", "")):
-        env = {**os.environ, "DEB_VERSION": deb_version} if deb_version else dict(os.environ)
+        env = build_environment(DEB_VERSION=deb_version) if deb_version else build_environment()
         result = subprocess.run(
             ["bash", str(ROOT / "packaging/build-deb.sh"), str(out / name)],
             capture_output=True, text=True, timeout=120, check=False, env=env,
