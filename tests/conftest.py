@@ -69,6 +69,22 @@ def require_tool(name: str) -> str:
     return found
 
 
+def pid_namespace_command() -> list[str]:
+    """`unshare` for a PID namespace of its own with its own /proc, as a container has (a user
+    namespace too, -U -r, when not root); its PID 1 is killed when unshare is. A kernel that
+    refuses one fails the test under CI=true and skips it, saying why, elsewhere."""
+    unshare = require_tool("unshare")
+    user = [] if os.geteuid() == 0 else ["-U", "-r"]
+    command = [unshare, *user, "--fork", "--pid", "--mount-proc", "--kill-child"]
+    probe = subprocess.run([*command, "true"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        reason = f"this kernel refuses a private PID namespace: {probe.stderr.strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return command
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")

@@ -18,31 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from conftest import SRC, require_tool
+from conftest import SRC, pid_namespace_command
 from reliability.support import Figures
 
 SCENARIOS = Path(__file__).with_name("pid_namespace_scenarios.py")
 EXPECTED_SCENARIOS = 8
 
 
-def namespace_command() -> list[str]:
-    """`unshare -fp --mount-proc` as root; a user namespace too (-U -r) when not root."""
-    unshare = require_tool("unshare")
-    user = [] if os.geteuid() == 0 else ["-U", "-r"]
-    command = [unshare, *user, "-f", "-p", "--mount-proc"]
-    probe = subprocess.run([*command, "true"], capture_output=True, text=True, timeout=30)
-    if probe.returncode != 0:
-        reason = f"this kernel refuses a private PID namespace: {probe.stderr.strip()}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return command
-
-
 def test_no_false_stale_and_no_false_held_for_lying_pids(tmp_path: Path, figures: Figures) -> None:
-    command = namespace_command()
+    command = pid_namespace_command()
     environment = {**os.environ, "PYTHONPATH": SRC}
     started = time.perf_counter()
     completed = subprocess.run(

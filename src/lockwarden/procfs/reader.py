@@ -44,10 +44,12 @@ from lockwarden.procfs.snapshot import (
     _mapping_pids,
     _namespace_id,
     _own_namespace_is_nested,
+    _proc_locks_may_omit,
     _process_facts,
     _read_text,
     _read_working_directories,
     _scan_descriptors,
+    _scan_locked_descriptors,
     _scan_nested_pids,
     _scan_thread_tables,
     index_proc_locks,
@@ -133,6 +135,30 @@ def unmatched_locks(granted: Iterable[KernelLock], descriptors: Iterable[Descrip
     return sum(1 for lock in granted if lock_identity(lock) not in carried)
 
 
+def _with_locks_proc_hides(
+    parsed: Mapping[InodeKey, tuple[KernelLock, ...]], scan: DescriptorScan
+) -> dict[InodeKey, tuple[KernelLock, ...]]:
+    """The kernel locks of each inode with those only the descriptors' fdinfo `lock:` lines
+    show. In a PID namespace other than the host's, the kernel's locks_show() skips a lock
+    whose taker's PID does not translate into it (the taker exited, or lives outside): the
+    `( flock -n 9 || exit 1; job ) 9>FILE` idiom, where flock(1) took the lock and its parent
+    shell holds it. fdinfo prints such a lock with PID 0; it is the same lock on every
+    descriptor that shares the open file description, so it is counted once."""
+    merged = dict(parsed)
+    for key, descriptors in scan.by_key.items():
+        listed = merged.get(key, ())
+        known = {lock_identity(lock) for lock in listed}
+        hidden: list[KernelLock] = []
+        for descriptor in descriptors:
+            for lock in descriptor.locks:
+                if lock_identity(lock) not in known:
+                    known.add(lock_identity(lock))
+                    hidden.append(lock._replace(key=key))
+        if hidden:
+            merged[key] = (*listed, *hidden)
+    return merged
+
+
 @dataclass(frozen=True, eq=False)
 class _Base:
     """The facts every capture reads first: the moment, the boot, this process's place."""
@@ -142,6 +168,7 @@ class _Base:
     boot_id: str
     pid_namespace: int | None
     nested_pid_namespace: bool
+    proc_locks_may_omit: bool
     euid: int
     ptrace_capable: bool
 
@@ -189,8 +216,13 @@ class HostReader:
         base, index = self.read_host(request.read_locks)
         self._base = base
         parsed = self._parse(request, index)
-        scan_keys = self._scan_keys(request, parsed)
+        if request.all_locked and base.proc_locks_may_omit:
+            locked = _scan_locked_descriptors(self.proc, self.pid_entries())
+            parsed = _with_locks_proc_hides(parsed, locked)
+        scan_keys = self._scan_keys(request, parsed, base.proc_locks_may_omit)
         scan = self.scan_descriptors(scan_keys)
+        if base.proc_locks_may_omit:
+            parsed = _with_locks_proc_hides(parsed, scan)
         looks = [_first_look(question, parsed, scan) for question in request.locks]
         threads = self._thread_tables(looks, scan_keys)
         hidden_or_nested = bool(scan.unreadable_pids) or base.nested_pid_namespace
@@ -242,6 +274,7 @@ class HostReader:
             boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
             pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
             nested_pid_namespace=_own_namespace_is_nested(proc),
+            proc_locks_may_omit=_proc_locks_may_omit(proc),
             euid=os.geteuid(),
             ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),
         )
@@ -270,11 +303,16 @@ class HostReader:
 
     @staticmethod
     def _scan_keys(
-        request: Request, parsed: Mapping[InodeKey, tuple[KernelLock, ...]]
+        request: Request, parsed: Mapping[InodeKey, tuple[KernelLock, ...]], may_omit: bool
     ) -> frozenset[InodeKey]:
         """Inodes whose descriptors the run must find: kernel-locked ones, every inode of a
-        lock some kernel lock is granted on, and existence locks judged by who has them open."""
+        lock some kernel lock is granted on, and existence locks judged by who has them open.
+        Outside the host's PID namespace every inode asked about: /proc/locks there leaves out
+        a lock whose taker is gone while a child still holds it, so only the descriptors' fdinfo
+        can tell such a lock from a free one."""
         wanted = set(request.scan_keys)
+        if may_omit:
+            wanted.update(key for question in request.locks for key in question.keys)
         if request.all_locked:
             wanted.update(key for key, locks in parsed.items() if locks)
         for question in request.locks:

@@ -291,10 +291,13 @@ class Snapshot:
 
     @property
     def locks(self) -> dict[InodeKey, list[KernelLock]]:
-        """Every /proc/locks entry, parsed (all of them: prefer kernel_locks(key))."""
-        return parse_proc_locks(
+        """Every /proc/locks entry, parsed (all of them: prefer kernel_locks(key)), with the
+        locks only the descriptors showed (a nested PID namespace's hidden ones)."""
+        every = parse_proc_locks(
             "\n".join(line for lines in self.lock_lines.values() for line in lines)
         )
+        every.update((key, list(locks)) for key, locks in self.parsed_locks.items() if locks)
+        return every
 
     def kernel_locks(self, key: InodeKey) -> list[KernelLock]:
         """The /proc/locks entries on this inode: parsed at capture for the keys asked about,
@@ -476,6 +479,19 @@ def _nested_levels(
     return found
 
 
+PROC_PID_INIT_INO = 0xEFFFFFFC
+"""The inode number of the host's (initial) PID namespace, fixed by the kernel
+(include/linux/proc_ns.h)."""
+
+
+def _proc_locks_may_omit(proc: str) -> bool:
+    """True in any PID namespace but the host's, where the kernel's locks_show() leaves out of
+    /proc/locks a lock whose taker's PID does not translate into it (the taker exited while a
+    child holds the lock, or lives outside). Unlike `NSpid:`, the namespace link tells this
+    also in a container that mounts a /proc of its own."""
+    return _namespace_id(f"{proc}/self/ns/pid") != PROC_PID_INIT_INO
+
+
 def _own_namespace_is_nested(proc: str) -> bool:
     """True inside a container's PID namespace: NSpid lists one PID per namespace level."""
     try:
@@ -649,6 +665,48 @@ def _descriptor(
     locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
     write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
     return key, Descriptor(pid, fd, locks, write)
+
+
+def _scan_locked_descriptors(proc: str, entries: tuple[str, ...]) -> DescriptorScan:
+    """Every descriptor whose fdinfo shows a lock, whatever its inode: what discover lists in
+    a nested PID namespace, where /proc/locks leaves out a lock whose taker is gone. A full
+    walk (an fdinfo read per descriptor), paid only there."""
+    scan = DescriptorScan()
+    for entry in entries:
+        base = f"{proc}/{entry}"
+        try:
+            fd_names = os.listdir(f"{base}/fdinfo")
+        except PermissionError:
+            scan.unreadable_pids += 1
+            scan.hidden.append(int(entry))
+            continue
+        except OSError:
+            continue
+        for fd_name in fd_names:
+            try:
+                raw = _read_small(f"{base}/fdinfo/{fd_name}", read_on=lambda _: True)
+            except PermissionError:
+                scan.unreadable_pids += 1
+                scan.hidden.append(int(entry))
+                break
+            if raw is None or b"\nlock:" not in raw:
+                continue
+            try:
+                status = os.stat(f"{base}/fd/{fd_name}")
+            except OSError:
+                continue
+            key = (status.st_dev, status.st_ino)
+            flags, lock_lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))
+            locks = tuple(
+                lock._replace(key=key)
+                for lock in map(parse_lock_line, lock_lines)
+                if lock is not None
+            )
+            write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
+            scan.by_key.setdefault(key, []).append(
+                Descriptor(int(entry), int(fd_name), locks, write)
+            )
+    return scan
 
 
 def _watched(raw: bytes, inodes: frozenset[bytes]) -> bool:
