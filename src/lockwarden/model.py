@@ -101,7 +101,11 @@ class Claim:
     ``stale_proof`` / ``release_fact``: what proves a left-behind lock stale, and the fact about
     its program that makes that proof sound.
     ``work_directories`` / ``worker_names``: processes (by name; empty means any) whose working
-    directory is inside one of these directories are the lock's holders.
+    directory is inside one of these directories may hold the lock (candidates, never named its
+    holder: nothing proves which of them took it).
+    ``worker_variables``: environment variables that point such a process at the directories
+    from elsewhere (git's GIT_DIR); when set, so may its command-line paths (`-C`,
+    `--git-dir=`), and a worker whose environment cannot be read cannot be ruled out.
     ``pid_candidates``: the layout names one of these PIDs and cannot say which (lockfile's names).
     ``started_at_is_process_start``: ``started_at`` is the holder's own start time, so a process
     that started clearly before it is not the holder either.
@@ -144,6 +148,7 @@ class Claim:
     release_fact: str | None = None
     work_directories: tuple[str, ...] = ()
     worker_names: tuple[str, ...] = ()
+    worker_variables: tuple[str, ...] = ()
     pid_candidates: tuple[int, ...] = ()
     started_at_is_process_start: bool = False
     never_remove: str | None = None

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from conftest import Children
 from lockwarden.config import LockConfig
@@ -13,8 +13,9 @@ from lockwarden.pipeline import inspect_locks
 from lockwarden.procfs.reader import HostReader, wall_clock
 
 
-def inspect(path: str, lock_format: str = "auto", **settings: float) -> Finding:
-    """The finding a run would report for this lock now (fresh snapshot of /proc)."""
+def inspect(path: str, lock_format: str = "auto", later: float = 0.0, **settings: float) -> Finding:
+    """The finding a run would report for this lock now (fresh snapshot of /proc), or `later`
+    seconds from now, as a later run would see the same processes and files."""
     lock = LockConfig(
         name="under-test",
         path=path,
@@ -23,7 +24,7 @@ def inspect(path: str, lock_format: str = "auto", **settings: float) -> Finding:
         critical_after=settings.get("critical_after", 3600.0),
         stale_after=settings.get("stale_after", 600.0),
     )
-    now = datetime.now(UTC)
+    now = datetime.now(UTC) + timedelta(seconds=later)
     return inspect_locks([lock], HostReader(wall_clock), now)[0]
 
 

@@ -24,7 +24,7 @@ from lockwarden.model import (
     Waiter,
 )
 from lockwarden.procfs.reader import LockQuestion, Request, unmatched_locks
-from lockwarden.procfs.snapshot import Descriptor, Snapshot
+from lockwarden.procfs.snapshot import Descriptor, Snapshot, Workers
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,6 +106,9 @@ def question_for(claim: Claim) -> LockQuestion:
         pids=(() if claim.pid is None else (claim.pid,)) + claim.other_pids + claim.pid_candidates,
         twin_pid=claim.pid if claim.present and claim.existence_is_lock else None,
         work_directories=claim.work_directories if claim.present else (),
+        workers=Workers(claim.worker_names, claim.worker_variables)
+        if claim.worker_variables
+        else None,
         machine_id=claim.host_node is not None,
     )
 
@@ -279,16 +282,31 @@ def _workers(claim: Claim, snapshot: Snapshot) -> tuple[tuple[Holder, ...], int]
             continue
         if claim.worker_names and process.name not in claim.worker_names:
             continue
-        found.append(holder_from_process(process, "working directory"))
+        found.append(holder_from_process(process, _how_it_works_there(claim, snapshot, pid)))
     found.sort(key=lambda holder: holder.start_ticks or 0)
     return tuple(found), len(_hidden_workers(claim, snapshot))
 
 
+def _how_it_works_there(claim: Claim, snapshot: Snapshot, pid: int) -> str:
+    """The evidence that ties a worker to the lock's directories."""
+    cwd = snapshot.working_directories().by_pid.get(pid, "")
+    if any(
+        cwd == path or cwd.startswith(path.rstrip("/") + "/") for path in claim.work_directories
+    ):
+        return "working directory"
+    return "its command line or environment names the directory"
+
+
 def _hidden_workers(claim: Claim, snapshot: Snapshot) -> list[int]:
-    """Processes whose working directory cannot be read and that could be workers: when the
-    claim names its workers, one whose name says otherwise cannot be one."""
+    """Processes that could be workers but cannot be ruled out: their working directory (or,
+    for a claim whose workers can be pointed there, their environment) cannot be read. When
+    the claim names its workers, one whose name says otherwise cannot be one."""
     hidden = []
-    for pid in snapshot.working_directories().unreadable_pids:
+    unreadable = (
+        *snapshot.working_directories().unreadable_pids,
+        *snapshot.hidden_workers.get(claim.work_directories, ()),
+    )
+    for pid in unreadable:
         process = snapshot.process(pid)
         if process is None or not process.alive:
             continue

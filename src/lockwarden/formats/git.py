@@ -2,11 +2,16 @@
 (`HEAD.lock`, `refs/heads/main.lock`, `config.lock`, ...).
 
 git (lockfile.c) creates `X.lock` with O_EXCL, writes the new X into it, and renames it over X
-(or deletes it) when done; it does not keep it open, and records nothing in it. So the holder
-is found another way: a `git` process whose working directory is in the repository (git
-chdirs to the top of the work tree). With none there, the file is stale once it is older than
-the lock's `stale_after`; a younger one may belong to a git just starting, or to one this host
-cannot see (another PID namespace sharing the directory).
+(or deletes it) when done; it does not keep it open, and records nothing in it. So nothing
+proves which process holds it: every `git` process that could be working on the repository is
+a candidate, never the named holder (a reader such as `git cat-file --batch` works there too).
+A git process works on a repository through its working directory (git chdirs to the top of
+the work tree), `-C DIR`, `--git-dir=`/`--work-tree=` on its command line, or GIT_DIR,
+GIT_WORK_TREE, GIT_INDEX_FILE, GIT_COMMON_DIR in its environment (a bare "dotfiles" repository
+with the home directory as its work tree). While any candidate runs the lock is held, by a
+holder lockwarden cannot name; a git process whose environment it cannot read leaves it
+`unknown`. With none, the file is stale once it is older than the lock's `stale_after`; a
+younger one may belong to a git just starting, or to one this host cannot see.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_reco
 NAME = "git"
 GIT_DIRECTORY = ".git"
 INDEX_LOCK = "index.lock"
+# What points a git process at a repository from elsewhere (git(1), ENVIRONMENT VARIABLES);
+# paths on its command line (-C, --git-dir=, --work-tree=) are checked as well.
+GIT_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
 
 
 def git_directory_of(path: str) -> str | None:
@@ -124,6 +132,7 @@ class GitLock:
             release_fact="git removes its lock files before it exits",
             work_directories=work_directories(git_directory),
             worker_names=("git",),
+            worker_variables=GIT_VARIABLES,
             record_path=path,
             remove_path=path,
         )

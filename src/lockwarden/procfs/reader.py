@@ -38,12 +38,14 @@ from lockwarden.procfs.snapshot import (
     Descriptor,
     DescriptorScan,
     Snapshot,
+    Workers,
     WorkingDirectories,
     _blocked_calls,
     _has_capability,
     _mapping_pids,
     _namespace_id,
     _own_namespace_is_nested,
+    _pointing_into,
     _proc_locks_may_omit,
     _process_facts,
     _read_text,
@@ -82,6 +84,9 @@ class LockQuestion(NamedTuple):
     holds the lock."""
     work_directories: tuple[str, ...] = ()
     """Directories its workers work in (a present lock's): the working directories are read."""
+    workers: Workers | None = None
+    """Which processes can work in them from elsewhere: those named so whose command line or
+    environment points into them."""
     machine_id: bool = False
 
 
@@ -227,8 +232,9 @@ class HostReader:
         threads = self._thread_tables(looks, scan_keys)
         hidden_or_nested = bool(scan.unreadable_pids) or base.nested_pid_namespace
         mappings = {} if hidden_or_nested else self._mappings(looks)
-        cwds, working_in = self._working_directories(request.locks)
+        cwds, working_in, hidden_workers = self._working_directories(request.locks)
         wanted = _pids_to_read(request, looks, working_in, cwds, scan.hidden)
+        wanted.update(pid for hidden in hidden_workers.values() for pid in hidden)
         processes = {pid: self.process(pid) for pid in sorted(wanted)}
         return Snapshot(
             boot_id=base.boot_id,
@@ -253,6 +259,7 @@ class HostReader:
             twins=_frozen(self._twins(looks)),
             cwds=cwds,
             working_in=_frozen(working_in),
+            hidden_workers=_frozen(hidden_workers),
             fd_targets=_frozen(self._fd_targets(scan) if request.all_locked else {}),
             processes=_frozen(processes),
             machine_id=_machine_id() if _wants_machine_id(request) else None,
@@ -383,19 +390,38 @@ class HostReader:
 
     def _working_directories(
         self, questions: Iterable[LockQuestion]
-    ) -> tuple[WorkingDirectories | None, dict[tuple[str, ...], tuple[int, ...]]]:
-        """Every process's working directory, read once and only when a lock asks; and, for
-        each lock's directories, the processes working in them."""
-        asked = {question.work_directories for question in questions if question.work_directories}
+    ) -> tuple[
+        WorkingDirectories | None,
+        dict[tuple[str, ...], tuple[int, ...]],
+        dict[tuple[str, ...], tuple[int, ...]],
+    ]:
+        """Every process's working directory, read once and only when a lock asks; for each
+        lock's directories, the processes working in them (by working directory, or pointed
+        there by their command line or environment); and the workers that could be pointed
+        there but whose environment could not be read."""
+        asked = {
+            question.work_directories: question.workers
+            for question in questions
+            if question.work_directories
+        }
         if not asked:
-            return None, {}
+            return None, {}, {}
         cwds = _read_working_directories(self.proc, self.pid_entries())
         cwds = WorkingDirectories(MappingProxyType(dict(cwds.by_pid)), cwds.unreadable_pids)
-        working_in = {}
-        for directories in asked:
+        working_in, hidden_in = {}, {}
+        for directories, workers in asked.items():
             roots = [os.path.realpath(directory).rstrip("/") for directory in directories]
-            working_in[directories] = processes_under(cwds, roots)
-        return cwds, working_in
+            under = processes_under(cwds, roots)
+            if workers is None:
+                working_in[directories] = under
+                continue
+            written = [os.path.normpath(directory) for directory in directories]
+            pointing, hidden = _pointing_into(
+                self.proc, cwds, [*roots, *written], workers, set(under), self.read_timeout
+            )
+            working_in[directories] = (*under, *pointing)
+            hidden_in[directories] = hidden
+        return cwds, working_in, hidden_in
 
     def _fd_targets(self, scan: DescriptorScan) -> dict[tuple[int, int], str]:
         """Where each found descriptor's link points (procfs links, read without touching the

@@ -137,9 +137,10 @@ def _read_text(path: str) -> str:
         return handle.read()
 
 
-def read_within(path: str, seconds: float) -> str | None:
+def read_within(path: str, seconds: float, refusal: bool = False) -> str | None:
     """A /proc file that can block, read on a helper thread for at most `seconds`: None when
-    it did not answer in time, "" when it could not be read (the process is gone).
+    it did not answer in time, "" when it could not be read (the process is gone); with
+    `refusal`, a PermissionError (no right to read it) is raised rather than read as "".
 
     A process's `cmdline` is read from its memory under its mmap lock, which a page fault on a
     hung mount can keep from it (`ps` hangs there). A thread is enough here, unlike for file
@@ -148,16 +149,24 @@ def read_within(path: str, seconds: float) -> str | None:
     import threading
 
     found: list[str] = []
+    refused: list[PermissionError] = []
 
     def read() -> None:
         try:
             found.append(_read_text(path))
+        except PermissionError as error:
+            if refusal:
+                refused.append(error)
+            else:
+                found.append("")
         except OSError:
             found.append("")
 
     reader = threading.Thread(target=read, name="proc-read", daemon=True)
     reader.start()
     reader.join(seconds)
+    if refused:
+        raise refused[0]
     return found[0] if found else None
 
 
@@ -272,6 +281,11 @@ class Snapshot:
     working_in: Mapping[tuple[str, ...], tuple[int, ...]] = field(
         default_factory=_frozen, repr=False
     )
+    hidden_workers: Mapping[tuple[str, ...], tuple[int, ...]] = field(
+        default_factory=_frozen, repr=False
+    )
+    """Per work directories: processes that could be pointed at them but whose environment
+    could not be read."""
     fd_targets: Mapping[tuple[int, int], str] = field(default_factory=_frozen, repr=False)
     machine_id: int | None = None
 
@@ -382,6 +396,79 @@ def processes_under(cwds: WorkingDirectories, roots: Iterable[str]) -> tuple[int
         for pid, cwd in cwds.by_pid.items()
         if any(cwd == root or cwd.startswith(root + "/") for root in roots)
     )
+
+
+class Workers(NamedTuple):
+    """Which processes can work on a lock's directories from outside them: those named so (the
+    kernel's comm; empty: any), through a path on their command line (`git -C DIR`,
+    `--git-dir=DIR`) or in one of these environment variables (GIT_DIR, GIT_WORK_TREE)."""
+
+    names: tuple[str, ...]
+    variables: tuple[str, ...]
+
+
+def _pointing_into(
+    proc: str,
+    cwds: WorkingDirectories,
+    roots: Sequence[str],
+    workers: Workers,
+    skip: set[int],
+    seconds: float = PROC_READ_TIMEOUT_S,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Workers (not in `skip`) whose command line or environment names a path in `roots`,
+    resolved against their working directory; and those that cannot be ruled out because
+    their command line or environment could not be read (no right, or it did not answer).
+    Paths are compared as written, normalised but not resolved: resolving one could hang on
+    a dead mount."""
+    pointing: list[int] = []
+    hidden: list[int] = []
+    for pid, cwd in cwds.by_pid.items():
+        if pid in skip or not _named(proc, pid, workers.names):
+            continue
+        try:
+            command = read_within(f"{proc}/{pid}/cmdline", seconds, refusal=True)
+            environment = read_within(f"{proc}/{pid}/environ", seconds, refusal=True)
+        except PermissionError:
+            hidden.append(pid)
+            continue
+        if command is None or environment is None:
+            hidden.append(pid)
+            continue
+        values = [*_path_arguments(command), *_variables(environment, workers.variables)]
+        if any(_inside(os.path.normpath(os.path.join(cwd, value)), roots) for value in values):
+            pointing.append(pid)
+    return tuple(pointing), tuple(hidden)
+
+
+def _named(proc: str, pid: int, names: tuple[str, ...]) -> bool:
+    if not names:
+        return True
+    try:
+        return _read_text(f"{proc}/{pid}/comm").rstrip("\n") in names
+    except OSError:
+        return False
+
+
+def _path_arguments(command: str) -> list[str]:
+    """Every argument that may name a path: `--opt=VALUE`'s value, and each other word."""
+    found = []
+    for argument in command.split("\0"):
+        if argument.startswith("-") and "=" in argument:
+            argument = argument.partition("=")[2]
+        if argument and not argument.startswith("-"):
+            found.append(argument)
+    return found
+
+
+def _variables(environment: str, names: tuple[str, ...]) -> list[str]:
+    wanted = tuple(f"{name}=" for name in names)
+    return [
+        entry.partition("=")[2] for entry in environment.split("\0") if entry.startswith(wanted)
+    ]
+
+
+def _inside(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in roots)
 
 
 class WorkingDirectories(NamedTuple):
