@@ -69,13 +69,16 @@ def inspect(
     now: datetime,
     remembered: Memory | None = None,
     reads: FileReads | None = None,
+    what_if: bool = False,
 ) -> Inspection:
     """Four steps: read every lock's claim; capture the host once for all of them (one
     descriptor scan, and every follow-up read their judging needs); gather each lock's
     evidence from that frozen snapshot (a database lock's server is asked here, and its
     clients named through `host`: databases/check.py); then judge, which is pure.
     `remembered`: the sighting memory of kernel locks (sightings.py). `reads`: the claims of
-    these locks already being read (FileReads), else they are read here."""
+    these locks already being read (FileReads), else they are read here. `what_if`: the run
+    journals nothing (`inspect`, `--dry-run`), so a `now` past the capture asks what a later
+    run would say if the locks stayed as they are (classify.projected)."""
     on_files = [lock for lock in locks if not lock.database]
     if reads is None:
         reads = FileReads(on_files, host.pid_max)
@@ -87,11 +90,11 @@ def inspect(
     gathered = [
         _gather(lock, claim, snapshot)
         if claim is not None
-        else _judge_database(lock, host, now, memory.get(lock.name), silent)
+        else _judge_database(lock, host, now, memory.get(lock.name), silent, what_if)
         for lock, claim in zip(locks, claims, strict=True)
     ]
     findings = tuple(
-        _judge(lock, seen, now, memory.get(lock.name))
+        _judge(lock, seen, now, memory.get(lock.name), what_if)
         for lock, seen in zip(locks, gathered, strict=True)
     )
     return Inspection(snapshot, findings)
@@ -186,6 +189,7 @@ def _judge_database(
     now: datetime,
     seen_since: dict[str, datetime] | None,
     silent: dict[tuple[str, str], str],
+    what_if: bool = False,
 ) -> Finding:
     """A lock inside a database server (databases/): its driver loads only when one is set.
     `seen_since`: the sighting memory of its sessions (a session's lock has no grant time).
@@ -194,7 +198,7 @@ def _judge_database(
         from lockwarden.databases.check import inspect_database
 
         return inspect_database(
-            lock, policy_for(lock), host, now, first_seen=seen_since, silent=silent
+            lock, policy_for(lock), host, now, first_seen=seen_since, silent=silent, what_if=what_if
         )
     except Exception as error:
         return _internal_error(lock, error)
@@ -231,12 +235,13 @@ def _judge(
     gathered: Gathered,
     now: datetime,
     seen_since: dict[str, datetime] | None = None,
+    what_if: bool = False,
 ) -> Finding:
     if isinstance(gathered, Finding):
         return gathered
     claim, evidence = gathered
     try:
-        return classify(lock.name, claim, evidence, policy_for(lock), now, seen_since)
+        return classify(lock.name, claim, evidence, policy_for(lock), now, seen_since, what_if)
     except Exception as error:
         return _internal_error(lock, error)
 
@@ -286,6 +291,7 @@ def run_once(
     host: HostReader | None = None,
     reads: FileReads | None = None,
     clock: Clock = wall_clock,
+    what_if: bool = False,
 ) -> RunResult:
     """`host` and `reads`: the run's host reader and its file reads, when the caller started
     them (cli/once.py probes the state directory in the same child as the claims). `clock`:
@@ -293,7 +299,7 @@ def run_once(
     differ (`--now` asks what a run would say at another time)."""
     if host is None:
         host = HostReader(clock, proc, read_timeout=config.fs_timeout)
-    inspection = inspect(config.locks, host, now, remembered, reads)
+    inspection = inspect(config.locks, host, now, remembered, reads, what_if)
     snapshot, findings = inspection.snapshot, inspection.findings
     notes: list[str] = []
     if config.builtin:
@@ -314,6 +320,7 @@ def inspect_path(
     proc: str = "/proc",
     name: str | None = None,
     clock: Clock = wall_clock,
+    what_if: bool = False,
 ) -> RunResult:
     """One lock, no config: what `lockwarden inspect PATH` and the demo report. `name`: the
     finding's name (the CLI passes the whole path, so two inspected locks never share one)."""
@@ -324,6 +331,6 @@ def inspect_path(
         warn_after=warn_after,
         critical_after=critical_after,
     )
-    inspection = inspect([lock], HostReader(clock, proc), now)
+    inspection = inspect([lock], HostReader(clock, proc), now, what_if=what_if)
     snapshot = inspection.snapshot
     return RunResult(snapshot.hostname, snapshot.boot_id, now, inspection.findings)

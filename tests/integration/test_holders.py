@@ -203,6 +203,41 @@ def test_ofd_lock_holder_is_found_although_proc_locks_prints_minus_one(
     finding = only_lock(document)
     assert (code, finding["state"]) == (0, "held")
     assert finding["holders"][0]["pid"] == holder.pid
+    # The holder has run a second, so the lock cannot be older: within its budget, truly.
+    assert finding["reason"].endswith("within its 15m00s budget"), finding["reason"]
+
+
+def test_a_hold_of_unknown_length_is_never_said_to_be_within_its_budget(
+    tmp_path: Path, children: Children
+) -> None:
+    """An OFD lock records no taker, so nothing dates it but its holder's running time: once
+    that passes the budget, the lock may be past it too. Neither a page nor "within"."""
+    lock = tmp_path / "ofd.lock"
+    lock.touch()
+    holder = children.python(OFD_HOLDER, str(lock))
+    time.sleep(1.5)  # the holder has run longer than the 1 s budget
+    config = store_config(tmp_path, lock, format="kernel", warn_after="1s")
+    code, document = run_json("--once", "--dry-run", "--config", config)
+    finding = only_lock(document)
+    assert (code, finding["state"], finding["holders"][0]["pid"]) == (0, "held", holder.pid)
+    assert "within" not in finding["reason"], finding["reason"]
+    assert "not yet known to be past its 1s budget" in finding["reason"], finding["reason"]
+
+
+def test_a_what_if_two_hours_on_projects_the_hold_seen_now(
+    tmp_path: Path, children: Children
+) -> None:
+    """`--now` two hours ahead answers what a run then would say if the lock stayed held: that
+    run would have seen it held since this sighting, two hours at least."""
+    lock = tmp_path / "ofd.lock"
+    lock.touch()
+    children.python(OFD_HOLDER, str(lock))
+    later = iso(datetime.now(UTC) + timedelta(hours=2))
+    config = store_config(tmp_path, lock, format="kernel")
+    code, document = run_json("--once", "--dry-run", "--now", later, "--config", config)
+    finding = only_lock(document)
+    assert (code, finding["state"], finding["held"]["bound"]) == (2, "held_too_long", "at_least")
+    assert finding["held"]["seconds"] >= 2 * 3600 - 5
 
 
 POSIX_WAITER = """

@@ -75,12 +75,16 @@ def classify(
     policy: Policy,
     now: datetime,
     seen_since: Mapping[str, datetime] | None = None,
+    what_if: bool = False,
 ) -> Finding:
     """`seen_since`: for this lock, holder identity -> the first of an unbroken series of
-    earlier runs that saw it held by that identity (the state journal's sighting memory)."""
+    earlier runs that saw it held by that identity (the state journal's sighting memory).
+    `what_if`: a run that journals nothing, whose `now` may ask about a later time."""
     verdict = judge(claim, evidence, policy, now)
     identity = identity_of(claim, verdict, evidence)
     first_seen = (seen_since or {}).get(identity or "")
+    if what_if:
+        first_seen = projected(first_seen, evidence.captured_at, now, verdict.holder)
     held_for, bound = held_duration(claim, verdict, evidence, now, first_seen)
     state, severity = grade(verdict.state, held_for, policy, bound)
     declared_limit = past_declared_limit(claim, state, held_for, bound)
@@ -95,7 +99,16 @@ def classify(
         format=claim.format,
         state=state,
         severity=severity,
-        reason=explain(name, verdict, state, held_for, policy, declared_limit, bound),
+        reason=explain(
+            name,
+            verdict,
+            state,
+            held_for,
+            policy,
+            declared_limit,
+            bound,
+            _upper_bound(held_for, bound, verdict, now),
+        ),
         held_for_s=held_for,
         held_bound=bound,
         held_since=None if held_for is None else now - timedelta(seconds=held_for),
@@ -367,19 +380,25 @@ def _leftover_record_verdict(claim: Claim, evidence: Evidence, policy: Policy) -
 
 
 def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
-    """Held while a named process works in the lock's directories; stale when none does and
-    the lock is older than `stale_after` (a younger one may belong to a process just starting
-    or one this host cannot see)."""
+    """Held while a process that could have taken it works on the lock's directories, by a
+    holder nobody can name (the file records none, and nothing but its name ties a worker to
+    it: a reader works there too); stale when none does and the lock is older than
+    `stale_after` (a younger one may belong to a process just starting or one this host
+    cannot see)."""
     where = " or ".join(claim.work_directories)
     workers = _could_have_taken_it(claim, evidence.workers)
     if workers:
+        listed = ", ".join(_candidate(worker) for worker in workers[:5])
+        more = f" and {len(workers) - 5} more" if len(workers) > 5 else ""
         return Verdict(
             State.HELD,
-            f"held: a {_names(claim)} process works in {where}",
-            workers[0],
-            sharers=workers[1:],
+            f"held, by a process lockwarden cannot name: the lock records none; candidates "
+            f"that work on {where}: {listed}{more}",
         )
-    blind = _blind_reason(evidence.unreadable_cwds, evidence, "working directories")
+    looked_at = (
+        "working directories or environments" if claim.worker_variables else "working directories"
+    )
+    blind = _blind_reason(evidence.unreadable_cwds, evidence, looked_at)
     if blind:
         return Verdict(
             State.UNKNOWN,
@@ -397,12 +416,23 @@ def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datet
             "it may belong to a process just starting or one this host cannot see",
             cause=UnknownCause.UNPROVEN,
         )
+    how = (
+        "has its working directory in, or names on its command line or in its environment,"
+        if claim.worker_variables
+        else "has its working directory in"
+    )
     proof = (
-        f"no {_names(claim)} process has its working directory in {where}, "
+        f"no {_names(claim)} process {how} {where}, "
         f"{claim.release_fact}, and the lock file is {format_duration(age)} old "
         f"(stale_after {format_duration(threshold)})"
     )
     return Verdict(State.STALE, "stale: no process that could hold it is running", proof=proof)
+
+
+def _candidate(worker: Holder) -> str:
+    """`PID 4242 (git commit -a)`: a process that may hold a lock, never its named holder."""
+    command = " ".join(worker.cmdline) or worker.name or "?"
+    return f"PID {worker.pid} ({command if len(command) <= 60 else command[:59] + '…'})"
 
 
 def _could_have_taken_it(claim: Claim, workers: tuple[Holder, ...]) -> tuple[Holder, ...]:
@@ -608,6 +638,21 @@ def held_duration(
     return None, Bound.UNKNOWN
 
 
+WHAT_IF_AFTER = timedelta(seconds=1)
+"""How far past the host's capture `now` must be for a run to be a `--now` what-if."""
+
+
+def projected(
+    first_seen: datetime | None, seen_at: datetime, now: datetime, holder: object = True
+) -> datetime | None:
+    """A `--now` what-if in the future asks what a later run would say if the lock stayed held
+    as it is seen now: such a run, every minute meanwhile, would have seen it held since this
+    sighting at the latest. A real run (`now` is the capture's time) projects nothing."""
+    if holder is None or now - seen_at <= WHAT_IF_AFTER:
+        return first_seen
+    return seen_at if first_seen is None else min(first_seen, seen_at)
+
+
 def _sighting_age(first_seen: datetime | None, verdict: Verdict, now: datetime) -> float | None:
     """Since the first run that saw this holder hold it, never longer than the holder has run:
     a series that seems older (the clock stepped back, or a `--now` run in the past wrote it)
@@ -743,7 +788,10 @@ def explain(
     policy: Policy,
     declared_limit: float | None = None,
     bound: Bound = Bound.EXACT,
+    at_most: float | None = None,
 ) -> str:
+    """The finding's reason. `at_most`: the longest it can have been held (None: no limit is
+    known); only that within the budget reads "within its budget"."""
     holder = verdict.holder.describe() if verdict.holder else None
     how_long = _how_long(held_for, bound)
     if state is State.HELD_TOO_LONG and held_for is not None:
@@ -759,15 +807,31 @@ def explain(
             )
         return f"writes to {name} blocked: {holder} has held the lock {how_long}{past} — stop it"
     if state is State.HELD and holder:
-        budget = format_duration(policy.warn_after)
-        if bound is Bound.AT_MOST and held_for is not None and held_for >= policy.warn_after:
-            return (
-                f"{verdict.reason} by {holder} {how_long}: not known to be past its {budget} "
-                "budget (later runs that still see this holder count from this sighting)"
-            )
-        since = f" {how_long}" if held_for is not None else ""
-        return f"{verdict.reason} by {holder}{since}, within its {budget} budget"
+        return f"{verdict.reason} by {holder} {how_long}{budget_words(at_most, policy.warn_after)}"
     return verdict.reason
+
+
+def budget_words(at_most: float | None, budget: float) -> str:
+    """`, within its 15m00s budget` only when the longest the lock can have been held is within
+    it; else neither a page nor a reassurance."""
+    words = format_duration(budget)
+    if at_most is not None and at_most < budget:
+        return f", within its {words} budget"
+    return (
+        f": not yet known to be past its {words} budget (the next run that still sees this "
+        "holder knows more)"
+    )
+
+
+def _upper_bound(
+    held_for: float | None, bound: Bound, verdict: Verdict, now: datetime
+) -> float | None:
+    """The longest the lock can have been held: an exact or at-most figure is one; past an
+    at-least figure (or none) only the holder's own running time limits it."""
+    if held_for is not None and bound in (Bound.EXACT, Bound.AT_MOST):
+        return held_for
+    started = verdict.holder.started_at if verdict.holder is not None else None
+    return max((now - started).total_seconds(), 0.0) if started is not None else None
 
 
 def _how_long(held_for: float | None, bound: Bound) -> str:

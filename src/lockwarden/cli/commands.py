@@ -789,7 +789,13 @@ def command_inspect(arguments: argparse.Namespace) -> int:
 
     def look() -> RunResult:
         return inspect_path(
-            path, now_of(arguments), arguments.format, warn_after, critical_after, name=path
+            path,
+            now_of(arguments),
+            arguments.format,
+            warn_after,
+            critical_after,
+            name=path,
+            what_if=True,  # inspect journals nothing: a later --now asks what a run would say
         )
 
     result = look()

@@ -111,7 +111,9 @@ def _run(
         if on_start is not None:
             on_start()
         sighting = SightingMemory(config, now, unusable)
-        result = run_once(config, now, remembered=sighting.memory, host=host, reads=reads)
+        result = run_once(
+            config, now, remembered=sighting.memory, host=host, reads=reads, what_if=dry_run
+        )
         if not dry_run:
             result = sighting.remember(result, lock_first=run_lock is None)
         return sighting.said(_alert(config, now, dry_run, result, run_lock, unusable, checkpoint))

@@ -90,9 +90,11 @@ def inspect_database(
     environ: Mapping[str, str] | None = None,
     first_seen: Mapping[str, datetime] | None = None,
     silent: Unanswered | None = None,
+    what_if: bool = False,
 ) -> Finding:
     """`first_seen`: the sighting memory of this lock (session identity -> first sighting).
-    `silent`: the run's servers that did not answer (observe)."""
+    `silent`: the run's servers that did not answer (observe). `what_if`: a run that journals
+    nothing, whose `now` may ask about a later time (classify.projected)."""
     watch = lock.database
     assert watch is not None, "inspect_database is for database locks"
     observation = observe(watch, os.environ if environ is None else environ, silent)
@@ -100,10 +102,19 @@ def inspect_database(
         here = liquibase_host(host, lock.host_aliases) if _locked(observation) else None
         empty = LiquibaseHost((host.hostname,), ())
         return judge_liquibase(lock.name, lock.path, observation, here or empty, policy, now)
+    seen_at = host.clock() if what_if else None
     sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
     clients = find_clients(sessions, host, "client") if sessions else {}
     return judge_holds(
-        lock.name, lock.path, format_name(watch), observation, clients, policy, now, first_seen
+        lock.name,
+        lock.path,
+        format_name(watch),
+        observation,
+        clients,
+        policy,
+        now,
+        first_seen,
+        seen_at,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockwarden.check.advice import SQL_ADVICE, advise_holder, needs_action
-from lockwarden.check.classify import Policy, grade
+from lockwarden.check.classify import Policy, budget_words, grade, projected
 from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation
 from lockwarden.model import Bound, Finding, Holder, Severity, State, UnknownCause, Waiter
 from lockwarden.support.durations import format_duration, format_time
@@ -66,9 +66,11 @@ def judge_holds(
     policy: Policy,
     now: datetime,
     first_seen: Mapping[str, datetime] | None = None,
+    seen_at: datetime | None = None,
 ) -> Finding:
     """An advisory lock or a table's blocked writers. `first_seen`: the sighting memory of
-    this lock (session identity -> the first run that saw it held)."""
+    this lock (session identity -> the first run that saw it held). `seen_at`: when the server
+    answered, which a `--now` what-if projects from (classify.projected)."""
     base = _blank(name, path, format_name)
     if observation.problem:
         return replace(
@@ -87,7 +89,8 @@ def judge_holds(
         )
     hold = max(observation.holds, key=lambda each: (len(each.waiters), _age(each, now)))
     identity = _session_identity(hold.holder)
-    bound = hold_bound(hold, now, (first_seen or {}).get(identity))
+    earlier = (first_seen or {}).get(identity)
+    bound = hold_bound(hold, now, earlier if seen_at is None else projected(earlier, seen_at, now))
     state, severity = grade(State.HELD, bound.seconds, policy, _graded(hold, bound))
     client = clients.get(hold.holder.pid, Client(None))
     holder = client.holder or _backend_holder(hold.holder)
@@ -95,7 +98,7 @@ def judge_holds(
         base,
         state=state,
         severity=severity,
-        reason=_reason(name, hold, client, bound, state, policy),
+        reason=_reason(name, hold, client, bound, state, policy, now),
         held_for_s=bound.seconds,
         held_bound=BOUNDS[bound.kind],
         holder=holder,
@@ -150,7 +153,13 @@ def _age(hold: Hold, now: datetime) -> float:
 
 
 def _reason(
-    name: str, hold: Hold, client: Client, bound: HoldBound, state: State, policy: Policy
+    name: str,
+    hold: Hold,
+    client: Client,
+    bound: HoldBound,
+    state: State,
+    policy: Policy,
+    now: datetime,
 ) -> str:
     who = hold.holder.describe()
     if client.holder is not None:
@@ -165,8 +174,19 @@ def _reason(
         return (
             f"writes to {name} blocked: {hold.what} is held by {who}{duration}{waiting} — stop it"
         )
-    budget = format_duration(policy.warn_after)
-    return f"held: {hold.what} by {who}{duration}{waiting}, within its {budget} budget"
+    at_most = _longest(hold, bound, now)
+    return (
+        f"held: {hold.what} by {who}{duration}{waiting}{budget_words(at_most, policy.warn_after)}"
+    )
+
+
+def _longest(hold: Hold, bound: HoldBound, now: datetime) -> float | None:
+    """The longest the lock can have been held: an exact or at-most figure, else the session's
+    age (a lock is taken after the session starts)."""
+    if bound.seconds is not None and bound.kind in ("exact", "at most"):
+        return bound.seconds
+    started = hold.holder.backend_start
+    return max((now - started).total_seconds(), 0.0) if started is not None else None
 
 
 def _backend_holder(backend: Backend) -> Holder:

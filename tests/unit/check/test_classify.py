@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from factories import make_evidence, make_process
-from lockwarden.check.classify import Policy, classify, grade
+from lockwarden.check.classify import Policy, budget_words, classify, grade
 from lockwarden.check.identify import Evidence, holder_from_process
 from lockwarden.model import (
     Bound,
@@ -364,3 +364,19 @@ def test_a_sighting_series_never_dates_a_hold_before_its_holder_started(
     assert (first.held_for_s, first.held_bound) == (180.0, Bound.AT_MOST)
     seen = classify("k", claim, facts, POLICY, NOW, {first.identity: NOW - seen_ago})
     assert (seen.held_for_s, seen.held_bound, seen.state) == (held_for, Bound.AT_LEAST, State.HELD)
+
+
+@pytest.mark.parametrize(
+    ("at_most", "says"),
+    [
+        (60.0, ", within its 15m00s budget"),  # it cannot have been held longer than a minute
+        (899.0, ", within its 15m00s budget"),
+        (900.0, ": not yet known to be past its 15m00s budget"),  # it may be past it
+        (7200.0, ": not yet known to be past its 15m00s budget"),
+        (None, ": not yet known to be past its 15m00s budget"),  # no upper bound at all
+    ],
+)
+def test_within_its_budget_only_when_the_longest_possible_hold_is(
+    at_most: float | None, says: str
+) -> None:
+    assert budget_words(at_most, 900.0).startswith(says)

@@ -234,21 +234,28 @@ time.sleep(120)
 def test_a_late_kernel_lock_says_its_duration_is_an_upper_bound_and_escapes_newlines(
     tmp_path: Path, children: Children
 ) -> None:
-    """A holder's running time is only an upper bound: said as one, and never a page."""
+    """A holder's running time is only an upper bound: said as one, and never a page; past
+    the budget it is neither "within" it nor past it. A what-if an hour on (`--now`) projects
+    the hold seen now, as a run then would have counted it."""
     lock = tmp_path / "k.lock"
     lock.touch()
     holder = children.start(
         [sys.executable, "-c", HOLDER_WITH_NEWLINES, str(lock), "line one\nFAKE  forged line"],
         ready="ready",
     )
-    later = (datetime.now(UTC) + timedelta(hours=3, seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    completed = run_cli("inspect", str(lock), "--now", later)
-    assert completed.returncode == 0
+    time.sleep(1.5)  # the holder has run longer than the 1 s budget
+    completed = run_cli("inspect", str(lock), "--warn-after", "1s")
+    assert completed.returncode == 0, completed.stdout
     assert f"PID {holder.pid}" in completed.stdout
-    assert "for up to 3h00m (its running time" in completed.stdout
-    assert "not known to be past its 15m00s budget" in completed.stdout
+    assert "for up to 1s (its running time" in completed.stdout
+    assert "not yet known to be past its 1s budget" in completed.stdout
     assert "line one\\nFAKE  forged line" in completed.stdout
     assert "\nFAKE" not in completed.stdout
+
+    later = (datetime.now(UTC) + timedelta(hours=3, seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    what_if = run_cli("inspect", str(lock), "--now", later)
+    assert what_if.returncode == 2, what_if.stdout
+    assert "for at least 3h00m" in what_if.stdout
 
 
 def test_once_through_the_entry_point_names_the_holder(tmp_path: Path, children: Children) -> None:
