@@ -12,6 +12,7 @@ from dataclasses import replace
 from lockwarden.formats.base import Format, lstat_or_none
 from lockwarden.formats.owner_record import PREFERRED_RECORDS
 from lockwarden.model import Claim
+from lockwarden.support.safe_read import scan_directory
 
 # name -> module and class. A format's module is imported the first time the format is used,
 # so a run of `kernel` and `owner-record` locks never imports the Chromium or borg readers
@@ -124,6 +125,48 @@ def _looks_like_lock_directory(path: str) -> bool:
     )
 
 
+LOOKALIKE_WORDS = ("lock", "lck")
+LOOKALIKE_SCAN = 1000
+"""Entries of a store directory looked at for something that looks like a lock (a larger
+directory is looked at this far: the walk must not cost a run its budget)."""
+
+
+def lock_lookalikes(directory: str, depth: int = 2) -> list[str]:
+    """Paths under `directory` (to `depth` levels) whose name says lock (`*.lock`, `locks/`,
+    `db.lck`, `LOCK.pid`): what a layout lockwarden does not know leaves behind."""
+    found: list[str] = []
+    try:
+        entries = list(scan_directory(directory, LOOKALIKE_SCAN))
+    except OSError:
+        return found
+    for entry in sorted(entries, key=lambda each: each.name):
+        if any(word in entry.name.lower() for word in LOOKALIKE_WORDS):
+            found.append(entry.path)
+        elif depth > 1 and entry.is_dir(follow_symlinks=False):
+            found.extend(lock_lookalikes(entry.path, depth - 1))
+    return found
+
+
+def _unknown_layout(directory: str, store_lock: str) -> Claim | None:
+    """A store directory whose `STORE/LOCK` is absent is free only when nothing else in it
+    looks like a lock: a program whose layout lockwarden does not know may hold its own there."""
+    found = lock_lookalikes(directory)
+    if not found:
+        return None
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    return Claim(
+        format=AUTO,
+        path=store_lock,
+        present=True,
+        existence_is_lock=False,
+        problem=(
+            f"nothing is at {store_lock}, but {directory} holds what looks like another "
+            f"program's lock, of a layout lockwarden does not know: {shown}. Watch it with a "
+            "[[lock]] of its own path and format (kernel, pidfile, owner-record, ...)"
+        ),
+    )
+
+
 def choose_format(path: str, order: tuple[str, ...] = AUTO_ORDER) -> str | None:
     """The name of the format `auto` picks for this path, or None when nothing is there."""
     status = lstat_or_none(path)
@@ -161,9 +204,14 @@ def _read_claim(path: str, format_name: str, pid_max: int) -> Claim:
     if format_name != AUTO:
         return FORMATS[format_name].read(path, pid_max)
     chosen = choose_format(path, LAYOUT_FORMATS) or _directory_format(path)
+    given = path
     if chosen is None:
         path = store_lock_path(path)
         chosen = choose_format(path)
+    if chosen is None and path != given:
+        unknown_layout = _unknown_layout(given, path)
+        if unknown_layout is not None:
+            return unknown_layout
     if chosen is None:
         present = lstat_or_none(path) is not None
         problem = f"{path} is not a layout any format recognises" if present else None
