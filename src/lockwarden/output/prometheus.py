@@ -152,15 +152,22 @@ def lock_labels(finding: Finding, **extra: str) -> dict[str, str]:
 
 
 def holder_labels(finding: Finding) -> dict[str, str]:
-    """The holder as the alert rules carry it into a notification (empty when none)."""
+    """The holder as the alert rules carry it into a notification (empty when none): every
+    process that holds the lock (`holder_pids`: `flock FILE cmd` is flock and its command),
+    and the action that frees it, the same as the report's and the alert's."""
     holder = finding.holder
+    action = {"action": finding.action or ""}
     if holder is None:
-        return dict.fromkeys(("holder_pid", "holder_role", "holder_unit", "holder_user"), "")
+        empty = ("holder_pid", "holder_pids", "holder_role", "holder_unit", "holder_user")
+        return {**dict.fromkeys(empty, ""), **action}
+    pids = [process.pid for process in (holder, *finding.sharers) if process.pid is not None]
     return {
         "holder_pid": "" if holder.pid is None else str(holder.pid),
+        "holder_pids": " ".join(str(pid) for pid in pids),
         "holder_role": holder.role or holder.name or "",
         "holder_unit": holder.unit or "",
         "holder_user": holder.user or "",
+        **action,
     }
 
 

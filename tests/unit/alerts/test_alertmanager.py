@@ -64,8 +64,10 @@ def test_a_held_too_long_lock_fires_with_the_rules_labels() -> None:
         "host": "db1",
         "severity": "critical",
         "holder_pid": "42",
+        "holder_pids": "42",
         "holder_role": "re-sync",
         "holder_unit": "wa-resync.service",
+        "action": "systemctl stop wa-resync.service",
     }
     assert alert.annotations["summary"] == "wa-store on db1 held too long"
     assert alert.annotations["action"] == "systemctl stop wa-resync.service"

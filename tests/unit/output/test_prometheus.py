@@ -11,6 +11,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -71,7 +72,13 @@ def test_metrics_parse_and_carry_every_label_escaped() -> None:
     findings = (
         finding("free-one", State.FREE, Severity.OK),
         finding(
-            "held-one", State.HELD_TOO_LONG, Severity.CRITICAL, holder=holder, held_for_s=7260.5
+            "held-one",
+            State.HELD_TOO_LONG,
+            Severity.CRITICAL,
+            holder=holder,
+            sharers=(Holder(pid=43, alive=True),),  # `flock FILE cmd`: flock and its command
+            held_for_s=7260.5,
+            action="kill 42 43",
         ),
         finding("unknown-one", State.UNKNOWN, Severity.UNKNOWN),
     )
@@ -101,9 +108,11 @@ def test_metrics_parse_and_carry_every_label_escaped() -> None:
         "lock": "held-one",
         "path": "/srv/held-one/LOCK",
         "holder_pid": "42",
+        "holder_pids": "42 43",
         "holder_role": NASTY,
         "holder_unit": "wa-resync.service",
         "holder_user": "wa",
+        "action": "kill 42 43",
     }
     assert info["free-one"]["holder_pid"] == ""  # every lock has one, so the rules' join works
     held = by_lock(parsed, "lockwarden_lock_held_seconds")
@@ -292,3 +301,35 @@ def test_the_hold_start_carries_the_findings_bound(
     parsed = samples(render_metrics((held,), RunFacts(checked_at, 0.1)))
     [(labels, value)] = parsed[HOLD_STARTED]
     assert (labels["bound"], value) == (bound.value, checked_at.timestamp() - held_s)
+
+
+def test_flock_file_command_names_both_holders_and_an_action_that_stops_both(
+    tmp_path: Path, children: Children
+) -> None:
+    """`flock FILE cmd`: flock(1) and its command both hold the lock; killing flock alone leaves
+    the command holding it. The textfile carries both PIDs and the action, as the report does."""
+    lock = tmp_path / "job.lock"
+    flock = children.start([require_tool("flock"), str(lock), "sleep", "120"])
+    assert wait_until(lambda: psutil.Process(flock.pid).children())
+    [command] = [child.pid for child in psutil.Process(flock.pid).children()]
+    children.track(command)
+    textfile = tmp_path / "lockwarden.prom"
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[prometheus]\ntextfile = "{textfile}"\n'
+        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
+        f'[[lock]]\nname = "job"\npath = "{lock}"\nformat = "kernel"\n'
+        'warn_after = "1m"\ncritical_after = "2m"\n',
+    )
+    # Two runs a minute apart, two hours on: held at least a minute, past warn_after.
+    first, second = (datetime.now(UTC) + timedelta(hours=2, minutes=m) for m in (0, 1))
+    assert run_cli("--once", "--config", config, "--now", first.isoformat()).returncode == 0
+    report = run_cli("--once", "--json", "--config", config, "--now", second.isoformat())
+    [finding] = json.loads(report.stdout)["locks"]
+    assert finding["state"] == "held_too_long", finding["reason"]
+    assert {holder["pid"] for holder in finding["holders"]} == {flock.pid, command}
+    [(labels, _)] = samples(textfile.read_text())["lockwarden_lock_holder_info"]
+    assert sorted(map(int, labels["holder_pids"].split())) == sorted([flock.pid, command])
+    assert labels["action"] == finding["action"]["line"]
+    assert finding["action"]["argv"][0] == "kill"
+    assert sorted(map(int, finding["action"]["argv"][1:])) == sorted([flock.pid, command])
