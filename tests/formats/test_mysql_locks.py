@@ -20,6 +20,7 @@ import pytest
 
 from buildenv import build_environment
 from conftest import require_tool, run_cli, wait_until, write_config
+from lockwarden.databases.keys import mysql_lock_names
 
 pymysql = (
     pytest.importorskip("pymysql") if os.environ.get("CI") != "true" else __import__("pymysql")
@@ -275,3 +276,45 @@ def test_server_without_the_metadata_lock_instrument_is_unknown_never_free(
         bare.stop()
     assert (code, finding["state"], finding["unknown_cause"]) == (3, "unknown", "database")
     assert "wait/lock/metadata/sql/mdl=ON" in finding["reason"]  # the setting to turn on
+
+
+@pytest.mark.parametrize("tool", ["rails", "flyway", "golang-migrate", "sqitch"])
+def test_a_tools_lock_of_another_database_on_the_server_is_not_this_ones(
+    server: Mariadb, clients: list[Client], tmp_path: Path, tool: str
+) -> None:
+    """A MySQL user lock is the server's: another application's migration (database `blog`)
+    takes the same tool's lock under its own database's name, and must not page as `app`'s,
+    with the other application's process to kill."""
+    with server.root() as session, session.cursor() as cursor:
+        cursor.execute("CREATE DATABASE IF NOT EXISTS blog")
+    [blog_lock] = [name for name, each in mysql_lock_names("blog").items() if each == tool]
+    [app_lock] = [name for name, each in mysql_lock_names("app").items() if each == tool]
+    other = client(server, clients)
+    other.run(f"SELECT GET_LOCK('{blog_lock}', 0);")
+
+    code, finding = check(tmp_path, server, f'advisory_key = "{tool}"')
+    assert (code, finding["state"]) == (0, "free"), finding
+
+    ours = client(server, clients)
+    ours.run(f"SELECT GET_LOCK('{app_lock}', 0);")
+    code, finding = check(tmp_path, server, f'advisory_key = "{tool}"')
+    assert finding["state"] == "held", finding
+    assert [holder["pid"] for holder in finding["holders"]] == [ours.pid]
+    assert f"({tool})" in finding["reason"]
+
+
+def test_a_preset_computed_from_the_database_needs_the_connection_to_name_it(
+    server: Mariadb, tmp_path: Path
+) -> None:
+    secret = tmp_path / "password"
+    secret.write_text(PASSWORD + "\n")
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[[lock]]\nname = "app-db"\ndatabase = "mysql"\n'
+        f'connection = "mysql://mon@127.0.0.1:{server.port}"\n'
+        f'password_file = "{secret}"\nadvisory_key = "rails"\n',
+    )
+    completed = run_cli("--once", "--json", "--config", config, timeout=40)
+    [finding] = json.loads(completed.stdout)["locks"]
+    assert (completed.returncode, finding["state"]) == (3, "unknown"), finding
+    assert "computed from the database" in finding["reason"]

@@ -13,17 +13,19 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from test_postgres import postgres_program, server_user
 
 from buildenv import build_environment
-from conftest import require_tool, run_cli, wait_until, write_config
+from conftest import Children, require_tool, run_cli, wait_until, write_config
 
 psycopg = (
     pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else __import__("psycopg")
@@ -262,6 +264,138 @@ def test_idle_in_transaction_table_lock_with_a_blocked_writer(
 
     _code, schema_wide = check(tmp_path, lock_text(server, 'table = "public.*"'))
     assert schema_wide["holders"][0]["pid"] == holder.pid
+
+
+def test_a_migration_queued_behind_an_idle_transaction_is_a_waiter_not_the_holder(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    """`BEGIN; SELECT count(*) FROM accounts;` left open; a migration's ALTER TABLE waits for
+    it; INSERTs queue behind the ALTER (pg_blocking_pids names the ALTER for them). The holder
+    is the idle session at the root of the wait graph; the ALTER and the INSERTs wait, in
+    queue order, and the action stops the idle session's client, never the migration."""
+    with server.admin() as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS accounts (id int)")
+        connection.execute("GRANT ALL ON accounts TO app")
+        connection.execute("ALTER TABLE accounts OWNER TO app")
+    idle = psql(server, sessions, tcp=True)
+    idle.run("BEGIN; SELECT count(*) FROM accounts;")
+    migration = psql(server, sessions, tcp=True)
+    migration.run("ALTER TABLE accounts ADD COLUMN note text;", wait=False)
+    assert wait_until(lambda: _waiting(server) == 1, timeout=10)
+    writers = []
+    for number in range(2):
+        writer = psql(server, sessions, tcp=True)
+        writer.run(f"INSERT INTO accounts (id) VALUES ({number});", wait=False)
+        writers.append(writer)
+        assert wait_until(lambda count=number + 2: _waiting(server) == count, timeout=10)
+    lock = lock_text(server, 'table = "public.accounts"', tcp=True, extra=password_file(tmp_path))
+    lock = lock.replace(
+        'warn_after = "30m"\ncritical_after = "1h"', 'warn_after = "1m"\ncritical_after = "2m"'
+    )
+
+    code, finding = check(tmp_path, lock)
+    assert finding["state"] == "held", finding
+    assert finding["holders"][0]["pid"] == idle.pid, finding["reason"]
+    assert "IDLE IN TRANSACTION" in finding["reason"]
+    assert [waiter["pid"] for waiter in finding["waiters"]] == [
+        migration.pid,
+        *(writer.pid for writer in writers),
+    ]
+    # Past its budget (the idle transaction's age, projected an hour on): stop the idle one.
+    code, finding = check(tmp_path, lock, minutes=60)
+    assert (code, finding["state"]) == (2, "held_too_long"), finding
+    assert finding["action"]["line"].startswith(f"kill {idle.pid} "), finding["action"]
+    assert str(migration.pid) not in finding["action"]["line"]
+
+
+SLOW_CHANGE = "SELECT pg_sleep(120);\n"
+
+
+def sqitch_project(tmp_path: Path, server: Server) -> tuple[Path, dict[str, str]]:
+    """A real sqitch project with one slow change, and the environment that points sqitch
+    (DBD::Pg for its own session, psql for each change) at the test server as `postgres`."""
+    sqitch = require_tool("sqitch")
+    project = tmp_path / "flipr"
+    project.mkdir()
+    env = {
+        **build_environment(),
+        "PGHOST": str(server.base),
+        "PGPORT": str(server.port),
+        "PGUSER": "postgres",
+        "SQITCH_FULLNAME": "Test",
+        "SQITCH_EMAIL": "test@example.org",
+        "SQITCH_USER_CONFIG": str(tmp_path / "sqitch-user.conf"),
+    }
+    for argv in (["init", "flipr", "--engine", "pg"], ["add", "slow", "-n", "a slow change"]):
+        subprocess.run([sqitch, *argv], cwd=project, env=env, check=True, capture_output=True)
+    (project / "deploy" / "slow.sql").write_text(SLOW_CHANGE)
+    return project, env
+
+
+def session_running(server: Server, text: str) -> list[int]:
+    with server.admin() as connection:
+        rows = connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s "
+            "AND pid <> pg_backend_pid()",
+            (f"%{text}%",),
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def sqitch_holds(server: Server) -> bool:
+    with server.admin() as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND objid = 75474063"
+        ).fetchone()
+    return bool(row[0])
+
+
+def test_a_migration_tool_running_its_change_in_a_child_is_stopped_whole(
+    server: Server, tmp_path: Path, children: Children
+) -> None:
+    """sqitch takes its advisory lock on its own session and runs each change in a child psql
+    with a session of its own. Killing sqitch alone would leave the psql's statement running
+    while the next migrator takes the lock and starts the same change. The finding names the
+    child too, and its action ends the child's session first; carried out, nothing of the
+    change runs on and the lock is free."""
+    project, env = sqitch_project(tmp_path, server)
+    deploy = children.start(
+        [require_tool("sqitch"), "deploy", "db:pg:postgres"], cwd=project, env=env
+    )
+    assert wait_until(lambda: bool(session_running(server, "pg_sleep(120)")), timeout=30)
+    assert sqitch_holds(server)
+    [psql_child] = [
+        child.pid for child in psutil.Process(deploy.pid).children() if child.name() == "psql"
+    ]
+    children.track(psql_child)
+    lock = lock_text(server, 'advisory_key = "sqitch"')
+    lock = lock.replace(
+        'warn_after = "30m"\ncritical_after = "1h"', 'warn_after = "1s"\ncritical_after = "1s"'
+    )
+
+    _code, first = check(tmp_path, lock)  # the first sighting
+    assert first["state"] == "held", first
+    assert "(sqitch)" in first["reason"]
+    assert [holder["pid"] for holder in first["holders"]] == [deploy.pid, psql_child]
+    time.sleep(1.5)
+    code, finding = check(tmp_path, lock)
+    assert (code, finding["state"]) == (2, "held_too_long"), finding
+    [change] = session_running(server, "pg_sleep(120)")
+    line = finding["action"]["line"]
+    assert line.startswith(f"on the server: SELECT pg_terminate_backend({change}); then kill ")
+    assert f"kill {deploy.pid} {psql_child} (else, on the server: " in line
+
+    # Carry the action out as on-call would: the change's session, then the processes.
+    with server.admin() as connection:
+        connection.execute(f"SELECT pg_terminate_backend({change})")
+    for pid in (deploy.pid, psql_child):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    assert wait_until(lambda: not sqitch_holds(server), timeout=10)
+    assert session_running(server, "pg_sleep(120)") == []
+    code, after = check(tmp_path, lock)
+    assert (code, after["state"]) == (0, "free"), after
 
 
 def _waiting(server: Server) -> int:

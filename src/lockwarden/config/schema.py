@@ -259,7 +259,7 @@ DATABASE_ENGINES = {
     "mysql": "mysql",
     "mariadb": "mysql",
 }
-ADVISORY_TOOLS = ("prisma", "flyway", "rails", "golang-migrate")
+ADVISORY_TOOLS = ("prisma", "flyway", "rails", "golang-migrate", "sqitch", "node-pg-migrate")
 WATCH_KEYS = ("advisory_key", "table", "liquibase_table", "lock_name")
 # What each engine can watch: MySQL's user-level locks (GET_LOCK) only, by name or by tool.
 ENGINE_WATCHES = {

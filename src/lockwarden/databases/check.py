@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from lockwarden.check.classify import Policy
 from lockwarden.check.identify import holder_from_process
 from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.judge import LiquibaseHost, judge_holds, judge_liquibase
-from lockwarden.databases.observe import Observation
+from lockwarden.databases.observe import Backend, Client, Observation, Tree
 from lockwarden.databases.peers import find_clients
 from lockwarden.databases.session import answer_deadline_s, unanswered
 from lockwarden.model import Finding, Holder
@@ -105,6 +105,10 @@ def inspect_database(
     seen_at = host.clock() if what_if else None
     sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
     clients = find_clients(sessions, host, "client") if sessions else {}
+    trees = {
+        hold.holder.pid: work_under(hold.holder, clients, observation.sessions, host)
+        for hold in observation.holds
+    }
     return judge_holds(
         lock.name,
         lock.path,
@@ -115,7 +119,36 @@ def inspect_database(
         now,
         first_seen,
         seen_at,
+        trees,
     )
+
+
+def work_under(
+    holder: Backend, clients: Mapping[int, Client], others: Sequence[Backend], host: HostReader
+) -> Tree:
+    """What works under a hold besides its session: the holder's client's descendants (a
+    migration tool runs each change in a child, a psql of its own), and the sessions that
+    they, or the client on another connection, have on the server. Stopping the client alone
+    leaves those running the change: the next migrator would start it again beside them."""
+    client = clients.get(holder.pid, Client(None)).holder
+    if client is None or client.pid is None:
+        return Tree()
+    below = host.descendants(client.pid)
+    processes = tuple(
+        holder_from_process(found, "works under the lock")
+        for found in map(host.process, below)
+        if found is not None and found.alive
+    )
+    family = {client.pid, *below}
+    theirs = find_clients(others, host, "works under the lock") if others else {}
+    sessions = tuple(
+        backend
+        for backend in others
+        if (found := theirs.get(backend.pid)) is not None
+        and found.holder is not None
+        and found.holder.pid in family
+    )
+    return Tree(processes, sessions)
 
 
 def _locked(observation: Observation) -> bool:

@@ -82,10 +82,10 @@ def _candidates(session: Any, probe: DatabaseWatch) -> list[DatabaseCandidate]:
             settings = {"watch": watch, "target": target}
             found[key] = DatabaseCandidate(replace(probe, **settings), f"{database}-{label}", why)
 
-    golang = migration_keys(session)
+    computed = migration_keys(session)
     for row in advisory_locks(session, version):
         key: AdvisoryKey = key_from_pg_locks(row[0], row[1], row[2])
-        tool = tool_of(key, golang)
+        tool = tool_of(key, computed)
         how = "held" if row[3] else "awaited"
         target = tool or key
         offer(

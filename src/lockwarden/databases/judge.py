@@ -15,7 +15,7 @@ from datetime import datetime
 
 from lockwarden.check.advice import SQL_ADVICE, advise_holder, needs_action
 from lockwarden.check.classify import Policy, budget_words, grade, projected
-from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation
+from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation, Tree
 from lockwarden.model import Bound, Finding, Holder, Severity, State, UnknownCause, Waiter
 from lockwarden.support.durations import format_duration, format_time
 
@@ -67,10 +67,13 @@ def judge_holds(
     now: datetime,
     first_seen: Mapping[str, datetime] | None = None,
     seen_at: datetime | None = None,
+    trees: Mapping[int, Tree] | None = None,
 ) -> Finding:
     """An advisory lock or a table's blocked writers. `first_seen`: the sighting memory of
     this lock (session identity -> the first run that saw it held). `seen_at`: when the server
-    answered, which a `--now` what-if projects from (classify.projected)."""
+    answered, which a `--now` what-if projects from (classify.projected). `trees`: by the
+    holding backend's PID, what works under its hold (its client's children and their
+    sessions), which the action must stop too."""
     base = _blank(name, path, format_name)
     if observation.problem:
         return replace(
@@ -94,6 +97,7 @@ def judge_holds(
     state, severity = grade(State.HELD, bound.seconds, policy, _graded(hold, bound))
     client = clients.get(hold.holder.pid, Client(None))
     holder = client.holder or _backend_holder(hold.holder)
+    tree = (trees or {}).get(hold.holder.pid, Tree())
     return replace(
         base,
         state=state,
@@ -103,12 +107,13 @@ def judge_holds(
         held_bound=BOUNDS[bound.kind],
         holder=holder,
         waiters=tuple(_waiter(waiter, clients) for waiter in hold.waiters),
-        sharers=tuple(
-            _backend_holder(other.holder) for other in observation.holds if other is not hold
+        sharers=(
+            *tree.processes,
+            *(_backend_holder(other.holder) for other in observation.holds if other is not hold),
         ),
-        action=backend_action(hold.holder, client) if needs_action(state) else None,
+        action=backend_action(hold.holder, client, tree) if needs_action(state) else None,
         identity=identity,
-        note=_session_note(hold.holder, client),
+        note=_session_note(hold.holder, client, tree),
     )
 
 
@@ -212,22 +217,41 @@ def _waiter(backend: Backend, clients: Mapping[int, Client]) -> Waiter:
     return Waiter(backend.pid, (f"[{text}]",))
 
 
-def backend_action(backend: Backend, client: Client) -> str:
-    """Stop the client (its unit, else its PID) first: a killed session's client may just
-    reconnect and take the lock again. Otherwise end the session on the server."""
-    # MySQL's KILL ends the connection (KILL QUERY, like pg_cancel_backend, would not).
-    terminate = (
-        f"KILL {backend.pid}"
-        if backend.server == "MySQL"
-        else f"SELECT pg_terminate_backend({backend.pid})"
-    )
-    if client.holder is not None and client.holder.pid is not None:
-        return f"{advise_holder(client.holder, (), '')} (else, on the server: {terminate})"
-    return f"{SQL_ADVICE}{terminate}"
+def backend_action(backend: Backend, client: Client, tree: Tree | None = None) -> str:
+    """Stop the client (its unit, else its PID and every process below it) first: a killed
+    session's client may just reconnect and take the lock again. Otherwise end the session on
+    the server. Sessions that work under the lock (a migration tool's child running the
+    change) are ended on the server before anything else: a statement runs on after its
+    client is gone, and once the holder's session ends the next migrator would start the same
+    change beside it."""
+    tree = tree or Tree()
+    terminate = _terminate([backend])
+    if client.holder is None or client.holder.pid is None:
+        return f"{SQL_ADVICE}{_terminate([*tree.sessions, backend])}"
+    stop = f"{advise_holder(client.holder, tree.processes, '')} (else, on the server: {terminate})"
+    if not tree.sessions:
+        return stop
+    return f"{SQL_ADVICE}{_terminate(list(tree.sessions))}; then {stop}"
 
 
-def _session_note(backend: Backend, client: Client) -> str:
+def _terminate(backends: list[Backend]) -> str:
+    """What ends these sessions on their server: MySQL's KILL ends the connection (KILL QUERY,
+    like pg_cancel_backend, would not)."""
+    if backends[0].server == "MySQL":
+        return "; ".join(f"KILL {backend.pid}" for backend in backends)
+    ends = ", ".join(f"pg_terminate_backend({backend.pid})" for backend in backends)
+    return f"SELECT {ends}"
+
+
+def _session_note(backend: Backend, client: Client, tree: Tree | None = None) -> str:
     facts = [f"backend_start {_stamp(backend.backend_start)}"] if backend.backend_start else []
+    tree = tree or Tree()
+    if tree.processes or tree.sessions:
+        work = [process.describe() for process in tree.processes]
+        work += [
+            f"{other.kind} {other.pid} {other.query_text() or ''!r}" for other in tree.sessions
+        ]
+        facts.append(f"works under it: {', '.join(work)}")
     if backend.xact_start is not None:
         facts.append(f"xact_start {_stamp(backend.xact_start)}")
     if backend.query_text():

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from lockwarden.config import DatabaseWatch
-from lockwarden.databases.keys import golang_migrate_mysql_name, mysql_tool_of
+from lockwarden.databases.keys import MYSQL_TOOLS, mysql_lock_names
 from lockwarden.databases.observe import Backend, Hold, Observation
 from lockwarden.databases.session import (
     APPLICATION_NAME,
@@ -122,18 +122,20 @@ def _check_instrument(session: Any) -> None:
 def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
     _check_instrument(session)
     database = _rows(session, "SELECT DATABASE()")[0][0]
-    golang = golang_migrate_mysql_name(database) if database else None
+    tools = mysql_lock_names(database)
+    if watch.watch == "advisory_key":
+        _check_preset(str(watch.target), database)
     holders: dict[str, list[Backend]] = {}
     waiters: dict[str, list[Backend]] = {}
     for name, status, *session_row in _rows(session, LOCKS):
-        tool = mysql_tool_of(name, golang)
+        tool = tools.get(name)
         wanted = tool == watch.target if watch.watch == "advisory_key" else name == watch.target
         if wanted:
             granted = status == "GRANTED"
             (holders if granted else waiters).setdefault(name, []).append(_backend(session_row))
     return tuple(
         Hold(
-            what=f"user lock {name!r}" + _tool_suffix(name, golang),
+            what=f"user lock {name!r}" + (f" ({tools[name]})" if name in tools else ""),
             holder=holder,
             waiters=tuple(waiters.get(name, ())),
             session_scoped=True,
@@ -143,9 +145,16 @@ def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
     )
 
 
-def _tool_suffix(name: str, golang: str | None) -> str:
-    tool = mysql_tool_of(name, golang)
-    return f" ({tool})" if tool else ""
+def _check_preset(tool: str, database: str | None) -> None:
+    """A tool whose MySQL lock name is computed from the database needs the connection to name
+    it: a user lock is the server's, and another database's would otherwise page as this one's."""
+    if tool not in MYSQL_TOOLS:
+        raise CheckProblem(f"{tool} takes no MySQL lock lockwarden knows (it is PostgreSQL's)")
+    if not database and tool not in mysql_lock_names(None).values():
+        raise CheckProblem(
+            f"{tool}'s lock name is computed from the database: name it in the connection "
+            "(mysql://USER@HOST:PORT/DATABASE)"
+        )
 
 
 def _backend(row: Sequence[Any]) -> Backend:

@@ -96,3 +96,15 @@ class Observation:
     liquibase: LiquibaseRow | None = None
     problem: str | None = None
     server_version: str | None = None
+    sessions: tuple[Backend, ...] = ()
+    """The database's other sessions, read when something is held: a holder's child processes
+    may run the work under the lock through sessions of their own."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    """What works under a hold besides its session: the client's descendant processes, and
+    the sessions they (or the client itself, on another connection) have on the server."""
+
+    processes: tuple[Holder, ...] = ()
+    sessions: tuple[Backend, ...] = ()

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden.config import DatabaseWatch
 from lockwarden.databases.keys import (
-    golang_migrate_keys,
+    ComputedKeys,
+    computed_keys,
     key_from_pg_locks,
     key_text,
     matches,
@@ -108,14 +109,30 @@ def connect(watch: DatabaseWatch, environ: Mapping[str, str]) -> psycopg.Connect
 
 def _read(connection: psycopg.Connection[Any], watch: DatabaseWatch, target: str) -> Observation:
     version = int(_one(connection, "SHOW server_version_num")[0])
-    if watch.watch == "advisory_key":
-        holds = _advisory_holds(connection, watch, version)
-        return Observation(target, holds=holds, server_version=str(version))
-    if watch.watch == "table":
-        holds = _table_holds(connection, str(watch.target), version)
-        return Observation(target, holds=holds, server_version=str(version))
+    if watch.watch in ("advisory_key", "table"):
+        if watch.watch == "advisory_key":
+            holds = _advisory_holds(connection, watch, version)
+        else:
+            holds = _table_holds(connection, str(watch.target), version)
+        others = _other_sessions(connection, holds) if holds else ()
+        return Observation(target, holds=holds, server_version=str(version), sessions=others)
     row = _liquibase_row(connection, str(watch.target))
     return Observation(target, liquibase=row, server_version=str(version))
+
+
+def _other_sessions(
+    connection: psycopg.Connection[Any], holds: tuple[Hold, ...]
+) -> tuple[Backend, ...]:
+    """The database's client sessions besides the holders (and this check's own)."""
+    holders = [hold.holder.pid for hold in holds]
+    rows = _all(
+        connection,
+        f"""SELECT {ACTIVITY}, NULL::timestamptz FROM pg_stat_activity a
+        WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+          AND a.backend_type = 'client backend' AND NOT a.pid = ANY(%s)""",
+        (holders,),
+    )
+    return tuple(_backend(row) for row in rows)
 
 
 def _one(connection: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()) -> Any:
@@ -166,21 +183,22 @@ def advisory_locks(connection: psycopg.Connection[Any], version: int) -> list[tu
     )
 
 
-def migration_keys(connection: psycopg.Connection[Any]) -> set[int]:
+def migration_keys(connection: psycopg.Connection[Any]) -> ComputedKeys:
+    """The tools' keys computed from this database's name and its schemas."""
     database, schemas = _one(connection, "SELECT current_database(), current_schemas(false)")
-    return golang_migrate_keys(database, {*schemas, "public"})
+    return computed_keys(database, {*schemas, "public"})
 
 
 def _advisory_holds(
     connection: psycopg.Connection[Any], watch: DatabaseWatch, version: int
 ) -> tuple[Hold, ...]:
-    golang = migration_keys(connection)
+    computed = migration_keys(connection)
     holders: dict[Any, list[Backend]] = {}
     waiters: dict[Any, list[Backend]] = {}
     labels: dict[Any, str] = {}
     for row in advisory_locks(connection, version):
         key = key_from_pg_locks(row[0], row[1], row[2])
-        tool = tool_of(key, golang)
+        tool = tool_of(key, computed)
         if not matches(key, watch.target, tool):
             continue
         labels[key] = f"advisory lock {key_text(key)}" + (f" ({tool})" if tool else "")
@@ -227,8 +245,8 @@ def _table_holds(connection: psycopg.Connection[Any], table: str, version: int) 
     )
     if not blocked:
         return ()
-    waiting = {pid for pid, _tables, _blockers in blocked}
-    pids = sorted(waiting | {pid for row in blocked for pid in row[2]})
+    blockers_of = _wait_graph(connection, {pid: list(blockers) for pid, _t, blockers in blocked})
+    pids = sorted(blockers_of.keys() | {pid for found in blockers_of.values() for pid in found})
     sessions = {
         row[0]: _backend(row)
         for row in _all(
@@ -240,28 +258,75 @@ def _table_holds(connection: psycopg.Connection[Any], table: str, version: int) 
             (pids,),
         )
     }
-    return _group_by_blocker(blocked, waiting, sessions)
+    return _group_by_blocker(blocked, blockers_of, sessions)
+
+
+WAIT_GRAPH_ROUNDS = 8
+"""How far a chain of waiting sessions is followed (each round one query)."""
+
+
+def _wait_graph(
+    connection: psycopg.Connection[Any], blockers_of: dict[int, list[int]]
+) -> dict[int, list[int]]:
+    """pg_blocking_pids of every session in the chains that end at these waiters: a blocker
+    may itself wait, behind a lock on another table or a session the check did not see."""
+    graph = dict(blockers_of)
+    for _round in range(WAIT_GRAPH_ROUNDS):
+        unknown = sorted({pid for found in graph.values() for pid in found} - graph.keys())
+        if not unknown:
+            break
+        rows = _all(
+            connection, "SELECT p, pg_blocking_pids(p) FROM unnest(%s::int[]) AS p", (unknown,)
+        )
+        graph.update((pid, list(found)) for pid, found in rows)
+    return graph
+
+
+def wait_roots(pid: int, blockers_of: Mapping[int, Sequence[int]]) -> list[int]:
+    """The sessions at the end of `pid`'s wait chains: blocking it, directly or through
+    sessions queued ahead of it, and waiting on nothing themselves. A writer queued behind an
+    ALTER TABLE that waits on an idle transaction is blocked by that transaction, not by the
+    ALTER, which holds nothing yet. In a cycle (a deadlock, until the server breaks it) the
+    direct blockers are all there is to name."""
+    roots: list[int] = []
+    seen = {pid}
+    stack = list(blockers_of.get(pid, ()))
+    while stack:
+        blocker = stack.pop()
+        if blocker in seen:
+            continue
+        seen.add(blocker)
+        ahead = blockers_of.get(blocker, ())
+        if ahead:
+            stack.extend(ahead)
+        else:
+            roots.append(blocker)
+    return sorted(roots) or list(blockers_of.get(pid, ()))
 
 
 def _group_by_blocker(
-    blocked: list[Any], waiting: set[int], sessions: dict[int, Backend]
+    blocked: list[Any], blockers_of: Mapping[int, Sequence[int]], sessions: dict[int, Backend]
 ) -> tuple[Hold, ...]:
-    """One Hold per session that blocks a writer without itself waiting (a waiter ahead in
-    the queue also shows in pg_blocking_pids, but it holds nothing)."""
+    """One Hold per session at the root of the wait graph, with every writer queued behind
+    it, directly or not, in the order they started waiting."""
     by_holder: dict[int, list[tuple[Backend, str]]] = {}
-    for pid, tables, blockers in blocked:
-        roots = [blocker for blocker in blockers if blocker not in waiting] or list(blockers)
-        for root in roots:
+    for pid, tables, _blockers in blocked:
+        for root in wait_roots(pid, blockers_of):
             by_holder.setdefault(root, []).append((sessions.get(pid, Backend(pid)), tables))
     return tuple(
         Hold(
             what="table " + ", ".join(sorted({tables for _waiter, tables in found})),
             holder=sessions.get(holder, Backend(holder)),
-            waiters=tuple(waiter for waiter, _tables in found),
+            waiters=tuple(sorted((w for w, _t in found), key=_queue_position)),
             transaction_scoped=True,
         )
         for holder, found in by_holder.items()
     )
+
+
+def _queue_position(backend: Backend) -> tuple[bool, datetime | None, int]:
+    waited = backend.waiting_since
+    return (waited is None, waited, backend.pid)
 
 
 def _liquibase_row(connection: psycopg.Connection[Any], table: str) -> LiquibaseRow | None:

@@ -442,6 +442,15 @@ class HostReader:
             self._entries = tuple(str(pid) for pid in psutil.pids())
         return self._entries
 
+    def descendants(self, pid: int, limit: int = 64) -> tuple[int, ...]:
+        """The processes below `pid` (its children, theirs, ...), read now, oldest first: the
+        work a migration tool runs in a child. At most `limit` of them."""
+        try:
+            found = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            return ()
+        return tuple(sorted(child.pid for child in found)[:limit])
+
     def process(self, pid: int) -> Process | None:
         """Identity and details of a live (or zombie) process, None when there is none; read
         once per capture."""

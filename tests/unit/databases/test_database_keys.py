@@ -12,7 +12,15 @@ import pytest
 
 from conftest import run_cli, write_config
 from lockwarden.databases.judge import hold_bound
-from lockwarden.databases.keys import golang_migrate_keys, key_from_pg_locks, tool_of
+from lockwarden.databases.keys import (
+    ComputedKeys,
+    computed_keys,
+    golang_migrate_keys,
+    java_string_hash,
+    key_from_pg_locks,
+    mysql_lock_names,
+    tool_of,
+)
 from lockwarden.databases.observe import Backend, Hold
 from lockwarden.databases.peers import parse_endpoint
 
@@ -44,13 +52,37 @@ def test_golang_migrate_keys_match_its_own_test_vectors():
         (77431708279161, "flyway"),
         (77431708279161 - 123456789, "flyway"),
         (2053462845 * zlib.crc32(b"app_production"), "rails"),
+        (2053462845 * zlib.crc32(b"app_productionpublic"), "rails"),  # with the schema
+        (2053462845 * zlib.crc32(b"other_app"), None),  # another database's Rails
         (1764327054, "golang-migrate"),
+        (75474063, "sqitch"),
+        (7241865325823964, "node-pg-migrate"),
         (42, None),
         ((0, 72707369), None),  # the two-int form is no tool's
     ],
 )
 def test_well_known_keys_are_named(key, tool):
-    assert tool_of(key, {1764327054}) == tool
+    computed = computed_keys("app_production", ["public"])
+    both = ComputedKeys(computed.golang_migrate | {1764327054}, computed.rails)
+    assert tool_of(key, both) == tool
+
+
+def test_java_string_hash_is_javas():
+    # java.lang.String#hashCode, as Flyway takes its discriminator
+    assert (java_string_hash(""), java_string_hash("hello")) == (0, 99162322)
+    assert java_string_hash("polygenelubricants") == -2147483648  # wraps to Integer.MIN_VALUE
+
+
+def test_mysql_presets_that_encode_the_database_name_only_this_databases_lock():
+    here, there = mysql_lock_names("shop"), mysql_lock_names("blog")
+    assert here["prisma_migrate"] == "prisma" == there["prisma_migrate"]  # the server's own
+    assert str(2053462845 * zlib.crc32(b"shop")) in here
+    assert str(2053462845 * zlib.crc32(b"shop")) not in there
+    assert here["sqitch working on shop"] == "sqitch" and "sqitch working on shop" not in there
+    assert {name for name, tool in here.items() if tool == "flyway"} == {
+        f"Flyway-{java_string_hash('`shop`.`flyway_schema_history`')}"
+    }
+    assert mysql_lock_names(None) == {"prisma_migrate": "prisma"}
 
 
 def test_tcp_endpoints_read_in_the_kernels_byte_order():
