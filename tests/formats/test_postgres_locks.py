@@ -111,11 +111,11 @@ def server() -> Iterator[Server]:
 class Psql:
     """A real psql session: statements go in on stdin; `ready` echoes once they have run."""
 
-    def __init__(self, server: Server, tcp: bool) -> None:
+    def __init__(self, server: Server, tcp: bool, database: str = "postgres") -> None:
         host = "127.0.0.1" if tcp else str(server.base)
         user = "app" if tcp else "postgres"
         argv = [require_tool("psql"), "-X", "-q", "-A", "-t", "-h", host, "-p", str(server.port)]
-        argv += ["-U", user, "-d", "postgres", "-v", "ON_ERROR_STOP=1"]
+        argv += ["-U", user, "-d", database, "-v", "ON_ERROR_STOP=1"]
         env = {**os.environ, "PGPASSWORD": PASSWORD, "PGAPPNAME": "deploy-migrate"}
         self.process = subprocess.Popen(
             argv,

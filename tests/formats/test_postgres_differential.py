@@ -1,0 +1,97 @@
+"""A randomized differential for PostgreSQL advisory locks: real psql sessions in random
+arrangements (the watched lock held over TCP or the unix socket, or not at all; sessions queued
+for it; bystanders holding other keys, another database's Rails key, or the same key in another
+database of the server), judged by the real `lockwarden --once` against what the test knows:
+the holder's client process, every waiter, and `free` when nothing holds this database's lock.
+The seed is in the test id: a failure replays with `-k SEED`.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from pathlib import Path
+
+import pytest
+from test_postgres_locks import (
+    Psql,
+    Server,
+    check,
+    lock_text,
+    password_file,
+    psql,
+    server,
+    sessions,
+)
+
+from conftest import wait_until
+
+__all__ = ["server", "sessions"]  # the fixtures, shared with test_postgres_locks
+
+RAILS = 2053462845
+WATCHES = {
+    "sqitch": ('advisory_key = "sqitch"', 75474063),
+    "rails": ('advisory_key = "rails"', RAILS * zlib.crc32(b"postgres")),
+    "key": ("advisory_key = 4242", 4242),
+}
+SEEDS = range(12)
+
+
+def other_database_session(server: Server, sessions: list[Psql]) -> Psql:
+    """A psql connected to the server's other database (`other`)."""
+    with server.admin() as connection:
+        exists = connection.execute("SELECT 1 FROM pg_database WHERE datname = 'other'").fetchone()
+        if not exists:
+            connection.execute("CREATE DATABASE other")
+    session = Psql(server, tcp=False, database="other")
+    sessions.append(session)
+    return session
+
+
+def waiting_for(server: Server, key: int) -> int:
+    with server.admin() as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND ((classid::int8 << 32) | objid::int8) = %s",
+            (key,),
+        ).fetchone()
+    return int(row[0])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_advisory_locks_name_exactly_their_holder_and_waiters(
+    seed: int, server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    rng = random.Random(seed)
+    name = rng.choice(sorted(WATCHES))
+    watch, key = WATCHES[name]
+    bystanders = rng.sample(["other-key", "other-rails", "other-database"], rng.randint(0, 3))
+    for kind in bystanders:
+        if kind == "other-database":
+            other_database_session(server, sessions).run(f"SELECT pg_advisory_lock({key});")
+        else:
+            other = key + 1 if kind == "other-key" else RAILS * zlib.crc32(b"blog_production")
+            psql(server, sessions, tcp=rng.random() < 0.5).run(f"SELECT pg_advisory_lock({other});")
+    holder = None
+    waiters: list[Psql] = []
+    if rng.random() < 0.75:
+        holder = psql(server, sessions, tcp=rng.random() < 0.5)
+        holder.run(f"SELECT pg_advisory_lock({key});")
+        for number in range(rng.randint(0, 2)):
+            waiter = psql(server, sessions, tcp=rng.random() < 0.5)
+            waiter.run(f"SELECT pg_advisory_lock({key});", wait=False)
+            waiters.append(waiter)
+            assert wait_until(lambda n=number + 1: waiting_for(server, key) == n, timeout=10)
+
+    lock = lock_text(server, watch, tcp=True, extra=password_file(tmp_path))
+    _code, finding = check(tmp_path, lock)
+
+    scenario = (
+        f"{name}, bystanders {bystanders}, holder {holder is not None}, {len(waiters)} waiting"
+    )
+    if holder is None:
+        assert finding["state"] == "free", f"{scenario}: {finding['reason']}"
+        return
+    assert finding["state"] == "held", f"{scenario}: {finding['reason']}"
+    assert [each["pid"] for each in finding["holders"]] == [holder.pid], scenario
+    assert sorted(each["pid"] for each in finding["waiters"]) == sorted(w.pid for w in waiters)
