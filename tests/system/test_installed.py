@@ -124,6 +124,21 @@ HOLDERS = {
         "store-blind", "/srv/blind/blind.lock", "kernel", "holder-blind.service",
         [FLOCK, "/srv/blind/blind.lock"], ready="/srv/blind/blind.lock.ready",
     ),
+    # flock(1)'s own idioms: flock takes the lock and exits, the shell (or the daemon it
+    # execs) holds it. In the container's PID namespace /proc/locks leaves such a lock out.
+    "exec-idiom": Holder(
+        "store-exec-idiom", "/srv/idiom/exec.lock", "kernel", "holder-exec-idiom.service",
+        ["/bin/sh", "-c", "exec 9>/srv/idiom/exec.lock; flock 9; "
+         "touch /srv/idiom/exec.lock.ready; exec sleep 600"],
+        ready="/srv/idiom/exec.lock.ready",
+    ),
+    "subshell-idiom": Holder(
+        "store-subshell-idiom", "/srv/idiom/subshell.lock", "kernel",
+        "holder-subshell-idiom.service",
+        ["/bin/sh", "-c", "( flock -n 9 || exit 1; touch /srv/idiom/subshell.lock.ready; "
+         "exec sleep 600 ) 9>/srv/idiom/subshell.lock"],
+        ready="/srv/idiom/subshell.lock.ready",
+    ),
 }  # fmt: skip
 
 
@@ -284,6 +299,7 @@ def prepare(system: System) -> None:
         "install -d -o lwuser -m 0700 /home/lwuser/store\n"
         "install -d -o lwother -m 0755 /srv/other /tmp/lw-tmp\n"
         "install -d /srv/full /srv/nocaps /srv/stale /srv/upgrade /srv/timer /srv/blind\n"
+        "install -d /srv/idiom\n"
         f"systemd-run --unit=receiver /usr/local/bin/receiver {RECEIVED} {PORT}\n"
     )
     fresh = machine.run(
@@ -380,6 +396,34 @@ def test_holders_of_every_kind_are_named_alerted_and_resolved(system: System) ->
         assert f"PID {pids[kind]}" in resolved[0]["message"], resolved[0]
         system.await_journal(rf"^  OK\s+{holder.lock}\s+free", mark)
         system.await_journal(rf"^note: resolved delivered to \S+: .*{holder.lock}", mark)
+
+
+def test_a_flock_whose_taker_exited_is_held_inside_the_container(system: System) -> None:
+    """The container has a PID namespace of its own, where the kernel leaves out of
+    /proc/locks a lock whose taker (flock(1)) has exited while the shell it ran in, or the
+    daemon that shell became, holds it. The installed unit reads the descriptors: held, the
+    holder named, past critical_after; and `flock -n` agrees that it is held."""
+    kinds = ["exec-idiom", "subshell-idiom"]
+    mark = system.cursor()
+    mains = {kind: system.start_holder(HOLDERS[kind]) for kind in kinds}
+    for kind in kinds:
+        listed = system.machine.sh(
+            f"grep -c ':$(stat -c %i {HOLDERS[kind].path}) ' /proc/locks || true"
+        )
+        assert listed.strip() == "0", f"/proc/locks lists {kind}'s lock: {listed}"
+    system.run_service()
+    time.sleep(2.5)
+    system.run_service()
+    journal = system.service_journal(mark)
+    for kind in kinds:
+        holder = HOLDERS[kind]
+        block = finding(journal, holder.lock)
+        assert re.match(rf"  CRITICAL\s+{holder.lock}\s+held_too_long\s", block), block
+        assert holder.unit in block and "sleep 600" in block, block
+        probe = system.machine.run("flock", "-n", holder.path, "true", check=False)
+        assert probe.returncode != 0, f"{holder.path} is not held after all"
+    assert f"PID {mains['exec-idiom']}" in finding(journal, HOLDERS["exec-idiom"].lock)
+    system.systemctl("stop", *(HOLDERS[kind].unit for kind in kinds))
 
 
 def test_a_killed_holder_is_stale_with_proof(system: System) -> None:
