@@ -95,3 +95,54 @@ def test_advisory_locks_name_exactly_their_holder_and_waiters(
     assert finding["state"] == "held", f"{scenario}: {finding['reason']}"
     assert [each["pid"] for each in finding["holders"]] == [holder.pid], scenario
     assert sorted(each["pid"] for each in finding["waiters"]) == sorted(w.pid for w in waiters)
+
+
+def blocked_sessions(server: Server) -> int:
+    with server.admin() as connection:
+        row = connection.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+    return int(row[0])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_table_locks_name_the_root_of_the_wait_graph_and_every_queued_writer(
+    seed: int, server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    """An idle transaction that read the table; then, in a random order, a migration's ALTER
+    TABLE (which waits for it), INSERTs (which wait behind the ALTER once it queues, or go
+    through before it) and SELECTs (readers, never listed as blocked writers). The holder is
+    always the idle session; the waiters are exactly the writers that are blocked."""
+    rng = random.Random(seed)
+    table = f"ledger_{seed}"
+    with server.admin() as connection:
+        connection.execute(f"CREATE TABLE IF NOT EXISTS {table} (id int)")
+        connection.execute(f"GRANT ALL ON {table} TO app")
+        connection.execute(f"ALTER TABLE {table} OWNER TO app")
+    idle = psql(server, sessions, tcp=rng.random() < 0.5)
+    idle.run(f"BEGIN; SELECT count(*) FROM {table};")
+    steps = ["alter", *["insert"] * rng.randint(1, 3), *["select"] * rng.randint(0, 2)]
+    rng.shuffle(steps)
+    blocked: list[Psql] = []  # the writers that wait, in the order they queued
+    queued = 0  # every session that waits, readers too
+    altered = False
+    for step in steps:
+        session = psql(server, sessions, tcp=rng.random() < 0.5)
+        statement = {
+            "alter": f"ALTER TABLE {table} ADD COLUMN note_{seed} text;",
+            "insert": f"INSERT INTO {table} (id) VALUES (1);",
+            "select": f"SELECT count(*) FROM {table};",
+        }[step]
+        altered = altered or step == "alter"
+        if not altered:  # nothing queued yet: it goes through at once
+            session.run(statement)
+            continue
+        session.run(statement, wait=False)
+        queued += 1
+        if step != "select":
+            blocked.append(session)
+        assert wait_until(lambda count=queued: blocked_sessions(server) >= count, timeout=10)
+    lock = lock_text(server, f'table = "public.{table}"', tcp=True, extra=password_file(tmp_path))
+    _code, finding = check(tmp_path, lock)
+
+    assert finding["state"] == "held", finding["reason"]
+    assert [each["pid"] for each in finding["holders"]] == [idle.pid], finding["reason"]
+    assert [each["pid"] for each in finding["waiters"]] == [w.pid for w in blocked], steps
