@@ -385,6 +385,11 @@ def test_holders_of_every_kind_are_named_alerted_and_resolved(system: System) ->
         system.await_journal(rf"^note: alert delivered to \S+: .*{holder.lock}", mark)
     journal = system.service_journal(mark)
     assert "alerting is off" not in journal and "cannot be named" not in journal, journal
+    # The README's own command shows the critical locks, and nothing that is fine.
+    warned = system.journal(mark, "-u", "lockwarden", "-p", "warning")
+    for kind in kinds:
+        assert re.search(rf"CRITICAL\s+{HOLDERS[kind].lock}\s+held_too_long", warned), warned
+    assert not re.search(r"^  OK ", warned, re.M), warned
 
     mark = system.cursor()
     system.systemctl("stop", *(HOLDERS[kind].unit for kind in kinds))

@@ -511,7 +511,11 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
         )
     except RunBusy as busy:
         message = alert_commands.busy_message(busy, now_of(arguments))
-        print(f"lockwarden: {message}; this run exits without doing anything", file=sys.stderr)
+        # At notice, not info: a run lock that stays held skips every run in silence else.
+        notice = "<5>" if logs.writes_to_journal(sys.stderr, os.environ) else ""
+        print(
+            f"{notice}lockwarden: {message}; this run exits without doing anything", file=sys.stderr
+        )
         return EXIT_BUSY
     duration = time.monotonic() - started
     result = alerted.result
@@ -885,7 +889,8 @@ def emit(result: RunResult, as_json: bool, command: str = "once") -> None:
         sys.stdout.write(render_json(result, command))
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_text(result, colour=colour))
+        journal = logs.writes_to_journal(sys.stdout, os.environ)
+        sys.stdout.write(render_text(result, colour=colour, journal=journal))
     sys.stdout.flush()
 
 

@@ -144,28 +144,54 @@ def render_json(result: RunResult, command: str = "once") -> str:
     return json.dumps(json_document(result, command), indent=2, ensure_ascii=False) + "\n"
 
 
-def render_text(result: RunResult, colour: bool = False) -> str:
+JOURNAL_PRIORITIES = {
+    Severity.OK: 6,  # info
+    Severity.WARNING: 4,  # warning
+    Severity.CRITICAL: 2,  # crit
+    Severity.UNKNOWN: 4,  # warning: nobody can tell, which `journalctl -p warning` must show
+}
+NOTE_PRIORITY = 5  # notice
+
+
+def render_text(result: RunResult, colour: bool = False, journal: bool = False) -> str:
+    """The report. `journal`: stdout is the journal stream systemd connected, so every line
+    starts with the syslog priority of what it says (`<2>` for a critical lock and its
+    details, `<4>` warning or unknown, `<6>` OK) and `journalctl -p warning` shows exactly the
+    locks that need a person."""
+    if not journal:
+        return "\n".join(line for _priority, line in _report_lines(result, colour)) + "\n"
+    return "".join(f"<{priority}>{line}\n" for priority, line in _report_lines(result, colour))
+
+
+def _report_lines(result: RunResult, colour: bool) -> list[tuple[int, str]]:
     counts = Counter(finding.severity for finding in result.findings)
     summary = ", ".join(
         f"{counts[severity]} {severity.label}" for severity in Severity if counts[severity]
     )
     status = _paint(result.status.name, result.status, colour)
     lines = [
-        f"lockwarden {__version__} on {result.hostname} at {rfc3339(result.checked_at)}: "
-        f"{status} ({summary or 'no locks configured'})"
+        (
+            JOURNAL_PRIORITIES[result.status],
+            f"lockwarden {__version__} on {result.hostname} at {rfc3339(result.checked_at)}: "
+            f"{status} ({summary or 'no locks configured'})",
+        )
     ]
     width = max((len(finding.name) for finding in result.findings), default=4)
     for finding in result.findings:
+        priority = JOURNAL_PRIORITIES[finding.severity]
         label = _paint(f"{finding.severity.name:<8}", finding.severity, colour)
         lines.append(
-            f"  {label}  {finding.name:<{width}}  {finding.state.value:<13}  {finding.reason}"
+            (
+                priority,
+                f"  {label}  {finding.name:<{width}}  {finding.state.value:<13}  {finding.reason}",
+            )
         )
         if finding.state is not State.FREE:
-            lines.extend(f"            {line}" for line in detail_lines(finding))
+            lines.extend((priority, f"            {line}") for line in detail_lines(finding))
         if finding.removal:
-            lines.append(f"            removal: {finding.removal}")
-    lines.extend(f"note: {note}" for note in result.notes)
-    return "\n".join(lines) + "\n"
+            lines.append((priority, f"            removal: {finding.removal}"))
+    lines.extend((NOTE_PRIORITY, f"note: {note}") for note in result.notes)
+    return lines
 
 
 def detail_lines(finding: Finding) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, run_python, write_config
+from conftest import FLOCK_HOLDER, Children, cli_env, run_python, write_config
 from lockwarden.support import logs
 
 ESCAPE = "\033["
@@ -241,3 +241,40 @@ def test_settings_a_cli_call_never_used_are_not_applied_after_it_returns(
         logger.setLevel(saved[1])
         logger.propagate = saved[2]
     assert stream.getvalue() == "a journal problem\n"
+
+
+def test_report_lines_under_systemd_carry_the_priority_of_their_lock(
+    tmp_path: Path, children: Children
+) -> None:
+    """stdout on the journal stream: a critical lock's line and its details at `<2>` (crit), a
+    free lock's at `<6>` (info), the headline at the run's worst, so `journalctl -p warning`
+    shows the critical lock whole and nothing that is fine."""
+    held = tmp_path / "held.lock"
+    free = tmp_path / "free.lock"
+    free.touch()
+    children.python(FLOCK_HOLDER, str(held))
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
+        f'[[lock]]\nname = "held"\npath = "{held}"\nformat = "kernel"\n'
+        'warn_after = "0s"\ncritical_after = "0s"\n'
+        f'[[lock]]\nname = "free"\npath = "{free}"\nformat = "kernel"\n',
+    )
+    report = tmp_path / "stdout"
+    with report.open("w") as stdout:
+        status = os.fstat(stdout.fileno())
+        journal = {"JOURNAL_STREAM": f"{status.st_dev}:{status.st_ino}"}
+        completed = subprocess.run(
+            [sys.executable, "-m", "lockwarden", "--once", "--config", config],
+            stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=30,
+            env=cli_env(**journal), check=False,
+        )  # fmt: skip
+    assert completed.returncode == 2, completed.stderr
+    lines = report.read_text().splitlines()
+    assert lines[0].startswith("<2>lockwarden ") and ": CRITICAL (" in lines[0], lines
+    held_lines = [line for line in lines if line.startswith("<2>  CRITICAL  held ")]
+    assert len(held_lines) == 1, lines
+    details = lines[lines.index(held_lines[0]) + 1 :]
+    assert details[0].startswith("<2>            path ") and "holder   PID" in "".join(details)
+    assert any(line.startswith("<6>  OK        free ") for line in lines), lines
+    assert all(line[:3] in ("<2>", "<4>", "<5>", "<6>") for line in lines), lines
