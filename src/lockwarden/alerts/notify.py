@@ -251,18 +251,21 @@ def _token_like(piece: str) -> bool:
 class RedactingFilter(logging.Filter):
     """Masks secrets in every log record that passes a handler it is attached to."""
 
-    def __init__(self, secrets: Iterable[str], segments: Iterable[str] = ()) -> None:
+    def __init__(
+        self, secrets: Iterable[str], segments: Iterable[str | tuple[str, str]] = ()
+    ) -> None:
         """`secrets`: masked anywhere (a short one as a word); `segments`: masked where they
-        stand as a URL path segment (`/hook?`, `/hook/`, `/hook` at the end)."""
+        stand as the first segment of a URL's path (`host/hook?`, `"POST /hook HTTP/1.1"`,
+        `Retrying: /hook/a`), never inside a file path (`/etc/hook/config.toml`)."""
         super().__init__()
         self.secrets = sorted(set(secrets), key=len, reverse=True)
         pieces = [
             re.escape(secret) if len(secret) >= WORD_SECRET_LENGTH else _as_word(secret)
             for secret in self.secrets
         ]
+        routes = [each for each in set(segments) if _route(each) not in self.secrets]
         pieces += [
-            rf"(?<=/){re.escape(segment)}(?=[/?#&\s'\"),;:]|$)"
-            for segment in sorted(set(segments) - set(self.secrets), key=len, reverse=True)
+            _segment_pattern(each) for each in sorted(routes, key=_route_length, reverse=True)
         ]
         self.pattern = re.compile("|".join(pieces)) if pieces else None
 
@@ -279,6 +282,20 @@ class RedactingFilter(logging.Filter):
         return self.pattern.sub("****", text) if self.pattern is not None else text
 
 
+# A request path standing alone: its `/` begins the text or follows a space, a quote, `(`,
+# `=`, `:` or `,` (`"POST /hook HTTP/1.1"`, `Retrying: /hook`), never a path piece or a word
+# (`/etc/hook/config.toml`, `and/hook`).
+STANDALONE_PATH = r"(?<=/)(?<![^\s'\"(=:,]/)"
+
+
+def _segment_pattern(segment: str | tuple[str, str]) -> str:
+    """Where a route stands as the first segment of a URL's path: after its own authority
+    (`127.0.0.1:8088/hook`), or at the start of a request path standing alone."""
+    authority, route = segment if isinstance(segment, tuple) else ("", segment)
+    after = f"(?<={re.escape(authority)}/)|" if authority else ""
+    return rf"(?:{after}{STANDALONE_PATH}){re.escape(route)}(?=[/?#&\s'\"),;:]|$)"
+
+
 def _as_word(secret: str) -> str:
     """A short secret (a password of `user:pass@host`) is masked where it stands alone, never
     inside a longer word or name ("dead" in "deadline", "store" in the lock name
@@ -288,7 +305,17 @@ def _as_word(secret: str) -> str:
     )
 
 
-def redact_in_logs(secrets: Iterable[str], segments: Iterable[str] = ()) -> RedactingFilter:
+def _route(segment: str | tuple[str, str]) -> str:
+    return segment[1] if isinstance(segment, tuple) else segment
+
+
+def _route_length(segment: str | tuple[str, str]) -> int:
+    return len(_route(segment))
+
+
+def redact_in_logs(
+    secrets: Iterable[str], segments: Iterable[str | tuple[str, str]] = ()
+) -> RedactingFilter:
     """Mask these strings in every line written by a handler of the root logger, of the
     `lockwarden` logger (the CLI's own handler, which does not propagate to the root), or by
     logging's last resort (what prints a library's warning when the root has no handler, as
@@ -419,13 +446,14 @@ class Notifier:
 
     def _install_redaction(self) -> None:
         secrets: set[str] = set()
-        segments: set[str] = set()
+        segments: set[str | tuple[str, str]] = set()
         for service in self.services:
             full, private = service.plugin.url(), service.plugin.url(privacy=True)
             secrets |= secrets_of(full, private)
             if service.url.endswith(HIDDEN_PATH):  # a generic webhook: its path is a secret
                 secrets |= path_secrets(private)
-                segments |= path_routes(private)
+                authority = private.split("://", 1)[-1].partition("/")[0]
+                segments |= {(authority, route) for route in path_routes(private)}
         self._redaction = redact_in_logs(secrets, segments)
 
     def targets(self, tags: tuple[str, ...]) -> tuple[str, ...]:

@@ -41,7 +41,7 @@ def test_a_webhook_path_is_masked_anywhere_where_it_looks_like_a_token(
 
 
 def test_a_route_is_masked_in_a_url_and_never_as_a_word_of_a_sentence() -> None:
-    masking = RedactingFilter([], ["lockwardenprod", "lock"])
+    masking = RedactingFilter([], [("ntfy.example", "lockwardenprod"), ("127.0.0.1:8088", "lock")])
     assert masking.mask("POST https://ntfy.example/lockwardenprod") == (
         "POST https://ntfy.example/****"
     )
@@ -78,3 +78,18 @@ def test_a_long_secret_is_masked_wherever_it_appears() -> None:
 
 def test_nothing_to_mask_leaves_every_line_as_it_was() -> None:
     assert RedactingFilter([]).mask(LINE) == LINE
+
+
+def test_a_route_never_hides_a_piece_of_a_file_path_nor_another_urls() -> None:
+    """With json://127.0.0.1:8088/lockwarden configured, the fixes lockwarden prints must stay
+    usable: `/etc/lockwarden/config.toml`, `chmod 0700 /tmp/lockwarden`."""
+    masking = RedactingFilter([], [("127.0.0.1:8088", "lockwarden")])
+    for line in (
+        "/etc/lockwarden/config.toml: lock[5].warn_afer: unknown key",
+        "chmod 0700 /tmp/lockwarden",
+        "json://127.0.0.1:9999/lockwarden answered",  # another service's path is not this one
+        "/var/lib/lockwarden/state.jsonl",
+    ):
+        assert masking.mask(line) == line
+    assert masking.mask("json://127.0.0.1:8088/lockwarden") == "json://127.0.0.1:8088/****"
+    assert masking.mask('"POST /lockwarden HTTP/1.1" 500') == '"POST /**** HTTP/1.1" 500'
