@@ -158,6 +158,24 @@ def test_new_holder_is_a_new_incident() -> None:
     assert second.outgoing[1].incident != first.outgoing[0].incident
 
 
+def test_a_holder_that_dies_while_paged_is_one_incident_never_a_recovery() -> None:
+    """Held too long, then the holder is killed and its lock left stale: no RESOLVED (shown
+    green) in between; one alert that says the paged holder died and writes are still
+    blocked, naming it. Once the lock is gone, that incident resolves."""
+    journal = Journal()
+    assert kinds(journal.run(0, finding())) == ["alert"]
+    died = journal.run(5, finding(State.STALE, Severity.CRITICAL))
+    assert kinds(died) == ["alert"]
+    title = died.outgoing[0].message.title
+    assert "still blocked" in title and "PID 64969" in title and "died" in title, title
+    assert "Was held by" in died.outgoing[0].message.text
+    assert "RESOLVED" not in " ".join(item.message.title for item in died.outgoing)
+    assert [record["why"] for record in died.records if record["type"] == "close"] == [
+        "holder died"
+    ]
+    assert kinds(journal.run(10, FREE)) == ["resolved"]
+
+
 def test_new_holder_after_resolution_alerts_again() -> None:
     journal = Journal()
     journal.run(0, finding(pid=100))

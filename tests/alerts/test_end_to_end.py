@@ -183,6 +183,32 @@ def test_alert_once_per_service_then_quiet_then_reminder_then_resolved_then_new_
     assert title_kind(titles(receiver)[3]) == "writes blocked"
 
 
+def test_a_holder_killed_while_paged_is_one_incident_said_in_one_message(
+    scenario: Scenario, receiver: Receiver, smtp: Smtp
+) -> None:
+    """A real holder paged as held too long, then killed with SIGKILL: its owner record stays
+    and the lock is stale. The next run sends one message, to mail and webhook alike, that the
+    paged holder died and writes are still blocked; never a RESOLVED before it."""
+    scenario.configure([receiver.url(TOKEN), smtp.url()])
+    pid = scenario.hold()
+    assert scenario.once(120).returncode == 2
+    assert scenario.holder is not None
+    scenario.holder.kill()
+    scenario.holder.wait(timeout=10)
+    assert scenario.lock.exists(), "a killed holder leaves its owner record"
+
+    stale = scenario.once(121)
+    assert stale.returncode == 2, stale.stdout
+    assert len(receiver.payloads) == 2 and len(smtp.sink.messages) == 2
+    host = socket.gethostname()
+    told = titles(receiver)[1]
+    assert told.startswith(f"CRITICAL {host}: writes to wa-store still blocked: PID {pid}"), told
+    assert "(maintenance-job)" in told and told.endswith("died and left the lock")
+    assert not any(title.startswith("RESOLVED") for title in titles(receiver))
+    assert not any(subject.startswith("RESOLVED") for subject in smtp.subjects())
+    assert "Was held by" in smtp.bodies()[1]
+
+
 def test_mail_body_and_chat_payload_name_pid_role_command_and_action(
     scenario: Scenario, receiver: Receiver, smtp: Smtp
 ) -> None:

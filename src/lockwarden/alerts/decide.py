@@ -164,9 +164,25 @@ def _decide_lock(
         history.streak(finding.name, klass) + 1 < policy.alerts.unknown_after
     ):
         return  # a transient permission error pages nobody
+    if current is not None and _holder_died(current, klass):
+        # Not a recovery: the holder's death left the lock, writes are still blocked. No
+        # RESOLVED (shown green) between the page and the stale alert, which says who it was.
+        plan.records.append(
+            {"type": "close", "at": timestamp(now), "incident": current.incident_id, "why": DIED}
+        )
+        _open(plan, finding, klass, key, now, policy, host, died=current.holder or "its holder")
+        return
     if current is not None:
         _resolve(plan, current, finding, now, policy, host, why="superseded")
     _open(plan, finding, klass, key, now, policy, host)
+
+
+DIED = "holder died"
+"""Why an incident held too long ended: its holder died and left the lock (now stale)."""
+
+
+def _holder_died(incident: Incident, klass: str) -> bool:
+    return incident.state_class == State.HELD_TOO_LONG.value and klass == State.STALE.value
 
 
 def _alert_interrupted(
@@ -191,7 +207,9 @@ def _open(
     now: datetime,
     policy: LockPolicy,
     host: str,
+    died: str | None = None,
 ) -> None:
+    """`died`: the holder of the incident held too long that this stale one continues."""
     from lockwarden.alerts.messages import holder_label, render_alert
 
     identifier = incident_id(key, now)
@@ -207,11 +225,11 @@ def _open(
             "key": key,
             "class": klass,
             "path": finding.path,
-            "holder": holder_label(finding.holder),
+            "holder": holder_label(finding.holder) or died,
             "held_since": timestamp(held_since) if held_since else None,
         }
     )
-    message = render_alert(finding, host, ALERT, policy.role)
+    message = render_alert(finding, host, ALERT, policy.role, died=died)
     plan.outgoing.append(
         Outgoing(f"{identifier}/{ALERT}", identifier, finding.name, ALERT, message, policy.tags)
     )

@@ -102,15 +102,23 @@ def render_alert(
     kind: str = ALERT,
     role: str | None = None,
     escalated: bool = False,
+    died: str | None = None,
 ) -> Message:
     """`role`: what the store is, from the lock's config (`role = "WhatsApp session store"`).
     `escalated`: a reminder sent early, as the incident was told as a warning and is now
-    critical."""
+    critical. `died`: the holder that was paged about, which died and left the lock stale."""
     title = alert_title(finding, host)
+    if died is not None:
+        title = (
+            f"{finding.severity.name} {host}: writes to {finding.name} still blocked: "
+            f"{died} died and left the lock"
+        )
     if kind == REMINDER:
         word = "now critical" if escalated else "reminder"
         title = title.replace(f"{host}: ", f"{host}: {word}: ", 1)
     rows = [action_row(finding)]
+    if died is not None:
+        rows.append(Row("Was held by", f"{died}, which held it too long and then died"))
     if escalated:
         rows.append(Row("Escalated", "reported as a warning before; critical now"))
     elif kind == REMINDER:
