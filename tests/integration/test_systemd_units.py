@@ -1,4 +1,4 @@
-"""The shipped systemd units: valid, hardened to an exposure of at most 2.8, and still able to
+"""The shipped systemd units: valid, hardened to an exposure of at most 2.9, and still able to
 see what lockwarden inspects (/tmp, every process, /proc/locks, the boot id).
 
 `systemd-analyze verify` and `security --offline=true` read unit files without a running
@@ -22,7 +22,7 @@ from conftest import SYSTEM_UNITS, USER_UNITS, require_tool, unit_directives
 ROOT = Path(__file__).resolve().parents[2]
 # 2.0 without the two capabilities that name privileged holders (+0.5) and with systemd's
 # ProtectKernelTunables=/ProtectControlGroups= instead of their spelled-out paths (+0.3).
-MAX_EXPOSURE = 2.8
+MAX_EXPOSURE = 2.9  # 2.8 before AF_UNIX/AF_NETLINK, which database checks need
 
 
 def runnable_copy(units: Path, destination: Path) -> list[str]:
@@ -86,7 +86,7 @@ def security_table(unit: Path) -> tuple[float, dict[str, str]]:
     return float(exposure.group(1)), marks
 
 
-def test_system_service_exposure_is_at_most_2_8() -> None:
+def test_system_service_exposure_is_at_most_2_9() -> None:
     exposure, marks = security_table(SYSTEM_UNITS / "lockwarden.service")
     assert exposure <= MAX_EXPOSURE, f"exposure {exposure}: {marks}"
     for hardened in ("NoNewPrivileges=", "ProtectSystem=", "CapabilityBoundingSet=~CAP_SYS_ADMIN"):
