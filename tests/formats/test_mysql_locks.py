@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from buildenv import build_environment
-from conftest import require_tool, run_cli, wait_until, write_config
+from conftest import Children, require_tool, run_cli, wait_until, write_config
 from lockwarden.databases.keys import mysql_lock_names
 
 pymysql = (
@@ -318,3 +319,55 @@ def test_a_preset_computed_from_the_database_needs_the_connection_to_name_it(
     [finding] = json.loads(completed.stdout)["locks"]
     assert (completed.returncode, finding["state"]) == (3, "unknown"), finding
     assert "computed from the database" in finding["reason"]
+
+
+def test_sqitch_running_its_change_in_a_child_mysql_client_is_stopped_whole(
+    server: Mariadb, tmp_path: Path, children: Children
+) -> None:
+    """sqitch takes GET_LOCK('sqitch working on app') on its own connection and runs each change
+    through a child `mysql` client with a connection of its own: the finding lists the child,
+    and the action ends the child's connection on the server before anything else (a
+    statement runs on after its client is killed)."""
+    sqitch = require_tool("sqitch")
+    with server.root() as session, session.cursor() as cursor:
+        cursor.execute(f"CREATE USER IF NOT EXISTS 'migrator'@'%' IDENTIFIED BY '{PASSWORD}'")
+        cursor.execute("GRANT ALL ON *.* TO 'migrator'@'%'")
+    project = tmp_path / "flipr"
+    project.mkdir()
+    env = {
+        **build_environment(),
+        "SQITCH_FULLNAME": "Test",
+        "SQITCH_EMAIL": "test@example.org",
+        "SQITCH_USER_CONFIG": str(tmp_path / "sqitch-user.conf"),
+        "SQITCH_PASSWORD": PASSWORD,
+    }
+    for argv in (["init", "flipr", "--engine", "mysql"], ["add", "slow", "-n", "a slow change"]):
+        subprocess.run([sqitch, *argv], cwd=project, env=env, check=True, capture_output=True)
+    (project / "deploy" / "slow.sql").write_text("SELECT SLEEP(120);\n")
+    target = f"db:mysql://migrator@127.0.0.1:{server.port}/app"
+    deploy = children.start([sqitch, "deploy", target], cwd=project, env=env)
+
+    def change_running() -> list[int]:
+        with server.root() as session, session.cursor() as cursor:
+            cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP(120)%'"
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    assert wait_until(lambda: bool(change_running()), timeout=60), deploy.stderr
+    [child] = [
+        c.pid for c in psutil.Process(deploy.pid).children() if c.name() in ("mysql", "mariadb")
+    ]
+    children.track(child)
+    budget = 'warn_after = "1s"\ncritical_after = "1s"'
+    _code, first = check(tmp_path, server, f'advisory_key = "sqitch"\n{budget}')
+    assert first["state"] == "held", first
+    assert [holder["pid"] for holder in first["holders"]] == [deploy.pid, child]
+    time.sleep(1.5)
+    code, finding = check(tmp_path, server, f'advisory_key = "sqitch"\n{budget}')
+    assert (code, finding["state"]) == (2, "held_too_long"), finding
+    [connection] = change_running()
+    line = finding["action"]["line"]
+    assert line.startswith(f"on the server: KILL {connection}; then kill {deploy.pid} {child} "), (
+        line
+    )

@@ -40,6 +40,11 @@ JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID
 JOIN information_schema.PROCESSLIST p ON p.ID = t.PROCESSLIST_ID
 WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND p.ID <> CONNECTION_ID()
 ORDER BY m.LOCK_STATUS = 'GRANTED' DESC, p.ID"""
+# Every other client connection: a holder's child processes may run the work under its lock
+# through connections of their own.
+SESSIONS = """SELECT p.ID, p.USER, p.HOST, p.COMMAND, p.TIME, LEFT(p.INFO, 400)
+FROM information_schema.PROCESSLIST p
+WHERE p.ID <> CONNECTION_ID() AND p.COMMAND <> 'Daemon' AND NOT p.ID IN %s"""
 
 
 def connect_arguments(connection: str) -> dict[str, Any]:
@@ -68,7 +73,8 @@ def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
     try:
         session = connect(watch, environ)
         try:
-            return Observation(target, holds=_holds(session, watch))
+            holds = _holds(session, watch)
+            return Observation(target, holds=holds, sessions=_sessions(session, holds))
         finally:
             session.close()
     except CheckProblem as problem:
@@ -143,6 +149,14 @@ def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
         for name, found in holders.items()
         for holder in found
     )
+
+
+def _sessions(session: Any, holds: tuple[Hold, ...]) -> tuple[Backend, ...]:
+    """The server's other client connections, read when something is held."""
+    if not holds:
+        return ()
+    holders = tuple(hold.holder.pid for hold in holds)
+    return tuple(_backend(row) for row in _rows(session, SESSIONS, (holders,)))
 
 
 def _check_preset(tool: str, database: str | None) -> None:

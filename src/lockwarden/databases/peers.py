@@ -23,6 +23,7 @@ from datetime import timedelta
 
 from lockwarden.check.identify import holder_from_process
 from lockwarden.databases.observe import Backend, Client
+from lockwarden.model import Process
 from lockwarden.procfs.reader import HostReader
 
 ESTABLISHED = "01"
@@ -63,9 +64,20 @@ def _client(host: HostReader, pids: list[int], inode: int, role: str) -> Client:
         hidden = hidden_note(host)
         why = f"socket {inode} is on this host but no process that has it could be read"
         return Client(None, f"{why}{hidden}")
-    # A forked client shares its socket with its parent; the youngest is the one talking.
-    process = max(processes, key=lambda each: each.start_ticks)
-    return Client(holder_from_process(process, lock_kind=role))
+    return Client(holder_from_process(_session_owner(host, processes), lock_kind=role))
+
+
+def _session_owner(host: HostReader, processes: list[Process]) -> Process:
+    """Of the processes that have a session's socket open, the one to name: the ancestor of
+    all the others when there is one (a migration tool whose children inherited its
+    connection: stopping it and what runs below it ends them all), else the youngest (a
+    pre-forked worker talking over its parent's connection)."""
+    if len(processes) > 1:
+        pids = {process.pid for process in processes}
+        for process in sorted(processes, key=lambda each: each.start_ticks):
+            if pids - {process.pid} <= set(host.descendants(process.pid)):
+                return process
+    return max(processes, key=lambda each: each.start_ticks)
 
 
 def hidden_note(host: HostReader) -> str:
