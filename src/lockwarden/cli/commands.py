@@ -146,6 +146,26 @@ def build_parser() -> argparse.ArgumentParser:
     _output(inspect)
     _verbosity(inspect)
 
+    why = commands.add_parser(
+        "why",
+        help="why a process is stuck: the lock it waits for, and who holds it",
+        description="Say whether a process waits on a kernel lock (flock, POSIX or OFD: the\n"
+        "call one of its threads is blocked in), follow the lock to its holders, and a holder\n"
+        "that waits in turn to the end of the chain (a cycle is a deadlock). A process in no\n"
+        "lock call is said to be doing what its state and system call say. Without a PID:\n"
+        "every process the kernel lists as waiting on a lock. The exit code is the worst of\n"
+        "the locks waited for, judged with the budgets given (0 also when nothing waits).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=_RawFormatter,
+    )
+    why.add_argument("pid", nargs="?", type=_pid, help="the process that is stuck (default: all)")
+    why.add_argument("--warn-after", default=warn, help=f"warning budget (default: {warn})")
+    why.add_argument(
+        "--critical-after", default=critical, help=f"critical budget (default: {critical})"
+    )
+    _output(why)
+    _verbosity(why)
+
     check = commands.add_parser(
         "check-config",
         help="validate the config and print the effective settings",
@@ -438,6 +458,8 @@ def dispatch(
 ) -> int:
     if arguments.command == "inspect":
         return command_inspect(arguments)
+    if arguments.command == "why":
+        return command_why(arguments)
     if arguments.command == "check-config":
         return command_check_config(arguments)
     if arguments.command == "discover":
@@ -777,7 +799,8 @@ def command_init(arguments: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def command_inspect(arguments: argparse.Namespace) -> int:
+def _budgets(arguments: argparse.Namespace) -> tuple[float, float]:
+    """--warn-after and --critical-after, checked."""
     try:
         warn_after = parse_duration(arguments.warn_after)
         critical_after = parse_duration(arguments.critical_after)
@@ -789,6 +812,11 @@ def command_inspect(arguments: argparse.Namespace) -> int:
             f"{format_config_duration(critical_after)}; a warning must come first (raise "
             "--critical-after too)"
         )
+    return warn_after, critical_after
+
+
+def command_inspect(arguments: argparse.Namespace) -> int:
+    warn_after, critical_after = _budgets(arguments)
     path = os.path.abspath(arguments.path)
 
     def look() -> RunResult:
@@ -807,6 +835,31 @@ def command_inspect(arguments: argparse.Namespace) -> int:
         result = _watch(look, result, arguments.wait_ms)
     emit(result, arguments.json, command="inspect")
     return int(result.status)
+
+
+def command_why(arguments: argparse.Namespace) -> int:
+    from lockwarden.cli import why
+
+    warn_after, critical_after = _budgets(arguments)
+    now = now_of(arguments)
+
+    def inspect(path: str) -> Finding:
+        found = inspect_path(path, now, "kernel", warn_after, critical_after, name=path)
+        return found.findings[0]
+
+    pids = [arguments.pid] if arguments.pid is not None else why.waiting_pids()
+    answers = [why.answer(pid, why.Walk(inspect)) for pid in pids]
+    if arguments.json:
+        sys.stdout.write(why.render_json(answers, now))
+    else:
+        sys.stdout.write(why.render_text(answers))
+    return int(max((item.severity for item in answers), default=Severity.OK))
+
+
+def _pid(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process ID")
+    return int(text)
 
 
 def command_hold(arguments: argparse.Namespace) -> int:

@@ -40,7 +40,6 @@ from lockwarden.procfs.snapshot import (
     Snapshot,
     Workers,
     WorkingDirectories,
-    _blocked_calls,
     _has_capability,
     _mapping_pids,
     _namespace_id,
@@ -54,6 +53,7 @@ from lockwarden.procfs.snapshot import (
     _scan_locked_descriptors,
     _scan_nested_pids,
     _scan_thread_tables,
+    blocked_calls,
     index_proc_locks,
     locks_on,
     log,
@@ -372,7 +372,7 @@ class HostReader:
                 continue
             for descriptor in look.descriptors:
                 if descriptor.pid not in blocked:
-                    blocked[descriptor.pid] = tuple(_blocked_calls(self.proc, descriptor.pid))
+                    blocked[descriptor.pid] = tuple(blocked_calls(self.proc, descriptor.pid))
         return blocked
 
     def _twins(self, looks: list[_Look]) -> dict[int, tuple[int, ...]]:

@@ -898,7 +898,7 @@ _LOCK_SYSCALLS = {
 F_SETLKW, F_OFD_SETLKW = 7, 38
 
 
-def _blocked_calls(proc: str, pid: int) -> list[BlockedCall]:
+def blocked_calls(proc: str, pid: int) -> list[BlockedCall]:
     calls = _LOCK_SYSCALLS.get(os.uname().machine, {})
     try:
         tids = os.listdir(f"{proc}/{pid}/task")

@@ -1,0 +1,237 @@
+"""`lockwarden why [PID]`: the blocked writer's question, answered from its side.
+
+A process waits on a kernel lock while one of its threads is in flock(2) or fcntl(F_SETLKW,
+F_OFD_SETLKW) on a descriptor (`/proc/PID/task/TID/syscall`, the same reading that names OFD
+waiters for `inspect`): that descriptor's file is the lock it waits for, judged like any lock
+(`inspect`), so its holders come from their descriptors, never from a guess. A holder that
+itself waits is followed to the end of the chain; a holder met twice is a deadlock. A process
+in no lock call is not waiting on any lock lockwarden can see, and is said to be doing what its
+state, wait channel and system call say.
+
+Without a PID, every process the kernel lists as waiting in /proc/locks is answered for.
+Database waits (a client whose session waits on a server lock) are not followed here yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lockwarden.model import Finding, Severity, command_text
+from lockwarden.output.report import finding_document
+from lockwarden.procfs.snapshot import BlockedCall, blocked_calls, index_proc_locks, parse_lock_line
+
+MAX_CHAIN = 8
+"""How many holders-that-wait a chain is followed through."""
+STATES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "in uninterruptible sleep (disk or a hung mount)",
+    "T": "stopped",
+    "t": "stopped by a debugger",
+    "Z": "a zombie",
+    "I": "idle",
+}
+DELETED = " (deleted)"
+
+Inspector = Callable[[str], Finding]
+"""Judges the lock at a path (the `inspect` of one kernel lock, with the budgets given)."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One lock call a process is blocked in: the file, the call, and that lock's finding."""
+
+    pid: int
+    path: str | None
+    call: str
+    finding: Finding | None
+    behind: tuple[Answer, ...] = ()  # the holders that wait in turn
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Why one process does not go on: the locks it waits for, or what it does instead."""
+
+    pid: int
+    command: str
+    waits: tuple[Wait, ...] = ()
+    doing: str | None = None  # what it does, when it waits on no lock
+    deadlock: bool = False
+    problem: str | None = None  # why lockwarden cannot tell
+
+    @property
+    def severity(self) -> Severity:
+        if self.problem is not None:
+            return Severity.UNKNOWN
+        found = [wait.finding.severity for wait in self.waits if wait.finding is not None]
+        found += [answer.severity for wait in self.waits for answer in wait.behind]
+        if self.deadlock:
+            found.append(Severity.CRITICAL)
+        return max(found, default=Severity.OK)
+
+
+@dataclass
+class Walk:
+    """The processes a chain has met, to tell a deadlock from a long chain."""
+
+    inspect: Inspector
+    proc: str = "/proc"
+    seen: list[int] = field(default_factory=list)
+
+
+def answer(pid: int, walk: Walk) -> Answer:
+    command = _command(walk.proc, pid)
+    if command is None:
+        return Answer(pid, "?", problem=f"no process {pid} is running here")
+    if pid in walk.seen:
+        return Answer(pid, command, deadlock=True)
+    if len(walk.seen) >= MAX_CHAIN:
+        return Answer(pid, command, problem=f"a chain longer than {MAX_CHAIN} waits")
+    walk.seen.append(pid)
+    try:
+        calls = blocked_calls(walk.proc, pid)
+        if not calls:
+            return Answer(pid, command, doing=_doing(walk.proc, pid))
+        return Answer(pid, command, waits=tuple(_wait(pid, call, walk) for call in calls))
+    finally:
+        walk.seen.pop()
+
+
+def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
+    kind = "OFD fcntl" if call.ofd else call.call
+    path = _fd_path(walk.proc, pid, call.fd)
+    if path is None:
+        return Wait(pid, None, kind, None)
+    finding = walk.inspect(path)
+    holders = [holder.pid for holder in finding.holders if holder.pid not in (None, pid)]
+    behind = tuple(answer(holder, walk) for holder in holders if holder is not None)
+    waiting = tuple(item for item in behind if item.waits or item.deadlock)
+    return Wait(pid, path, kind, finding, waiting)
+
+
+def _fd_path(proc: str, pid: int, fd: int) -> str | None:
+    try:
+        target = os.readlink(f"{proc}/{pid}/fd/{fd}")
+    except OSError:
+        return None
+    return target.removesuffix(DELETED) if target.startswith("/") else None
+
+
+def _command(proc: str, pid: int) -> str | None:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as handle:
+            raw = handle.read(4096)
+        if raw:
+            parts = tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+            return command_text(parts, 80)
+        with open(f"{proc}/{pid}/comm") as handle:
+            return f"[{handle.read().strip()}]"
+    except OSError:
+        return None
+
+
+def _doing(proc: str, pid: int) -> str:
+    """What a process that waits on no lock is doing: its state, wait channel, system call."""
+    facts = []
+    try:
+        with open(f"{proc}/{pid}/stat") as handle:
+            stat = handle.read()
+        state = stat[stat.rfind(")") + 2 :].split()[0]
+        facts.append(STATES.get(state, f"in state {state}"))
+    except (OSError, IndexError):
+        pass
+    for name, label in (("wchan", "waiting in the kernel at"), ("syscall", "in system call")):
+        try:
+            with open(f"{proc}/{pid}/{name}") as handle:
+                value = handle.read().split()
+        except OSError:
+            continue
+        if value and value[0] not in ("0", "running", "-1"):
+            facts.append(f"{label} {value[0]}")
+    return ", ".join(facts) or "nothing lockwarden can read"
+
+
+def waiting_pids(proc: str = "/proc") -> list[int]:
+    """Every process /proc/locks lists as waiting (OFD waiters show no PID there)."""
+    with open(f"{proc}/locks") as handle:
+        text = handle.read()
+    pids = {
+        lock.pid
+        for lines in index_proc_locks(text).values()
+        for lock in map(parse_lock_line, lines)
+        if lock is not None and lock.waiting and lock.pid > 0
+    }
+    return sorted(pids)
+
+
+def render_text(answers: Sequence[Answer]) -> str:
+    if not answers:
+        return "no process waits on a kernel lock here\n"
+    return "".join(_answer_lines(each, "") for each in answers)
+
+
+def _answer_lines(item: Answer, indent: str) -> str:
+    who = f"PID {item.pid} ({item.command})"
+    if item.problem:
+        return f"{indent}{who}: cannot tell: {item.problem}\n"
+    if item.deadlock:
+        return f"{indent}{who} is waiting already, earlier in this chain: a deadlock\n"
+    if not item.waits:
+        return f"{indent}{who} is not waiting on any lock lockwarden can see: {item.doing}\n"
+    lines = ""
+    for wait in item.waits:
+        lines += f"{indent}{who} waits in {wait.call} for {_what(wait)}\n"
+        for behind in wait.behind:
+            lines += _answer_lines(behind, indent + "    ")
+    return lines
+
+
+def _what(wait: Wait) -> str:
+    finding = wait.finding
+    if wait.path is None or finding is None:
+        return "a lock on a file lockwarden cannot name"
+    holders = [holder for holder in finding.holders if holder.pid != wait.pid]
+    action = f" — {finding.action}" if finding.action else ""
+    if not holders:
+        return f"a lock on {wait.path}: {finding.reason}"
+    names = ", ".join(holder.describe() for holder in holders)
+    held = f" {_held(finding)}" if finding.held_for_s is not None else ""
+    return f"a lock on {wait.path}, held{held} by {names}{action}"
+
+
+def _held(finding: Finding) -> str:
+    from lockwarden.support.durations import format_duration
+
+    assert finding.held_for_s is not None
+    return f"{finding.held_bound.words}{format_duration(finding.held_for_s)}"
+
+
+def render_json(answers: Sequence[Answer], now: datetime) -> str:
+    processes = [_doc(item) for item in answers]
+    document = {"version": 1, "checked_at": now.isoformat(), "processes": processes}
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _doc(item: Answer) -> dict[str, object]:
+    return {
+        "pid": item.pid,
+        "command": item.command,
+        "blocked": bool(item.waits),
+        "deadlock": item.deadlock,
+        "doing": item.doing,
+        "problem": item.problem,
+        "severity": item.severity.label,
+        "waits": [
+            {
+                "call": wait.call,
+                "path": wait.path,
+                "lock": finding_document(wait.finding) if wait.finding else None,
+                "behind": [_doc(behind) for behind in wait.behind],
+            }
+            for wait in item.waits
+        ],
+    }

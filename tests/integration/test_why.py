@@ -1,0 +1,196 @@
+"""`lockwarden why PID`, from the blocked side: real processes blocked in flock(2), in
+fcntl(F_SETLKW) and in an OFD wait, a chain of two locks, a two-process deadlock, and processes
+stuck on something else; each judged by the real CLI against what the test started."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FLOCK_HOLDER, Children, require_tool, run_cli, wait_until
+
+# Take a lock of one style on argv[1] and wait for it: flock, POSIX (lockf) or OFD.
+WAITER = """
+import fcntl, struct, sys
+handle = open(sys.argv[1], "r+")
+print("ready", flush=True)
+style = sys.argv[2]
+if style == "flock":
+    fcntl.flock(handle, fcntl.LOCK_EX)
+elif style == "posix":
+    fcntl.lockf(handle, fcntl.LOCK_EX)
+else:
+    fcntl.fcntl(handle, fcntl.F_OFD_SETLKW, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+import time; time.sleep(120)
+"""
+# Hold argv[1] (flock), then wait for argv[2] (flock): one link of a chain or a deadlock.
+HOLD_THEN_WAIT = """
+import fcntl, sys, time
+held = open(sys.argv[1], "a")
+fcntl.flock(held, fcntl.LOCK_EX)
+print("ready", flush=True)
+sys.stdin.readline()  # the test says when to go on
+wanted = open(sys.argv[2], "a")
+fcntl.flock(wanted, fcntl.LOCK_EX)
+time.sleep(120)
+"""
+
+
+def blocked_in_lock_call(pid: int) -> bool:
+    """The test's own view, from the kernel's wait channel: a thread of `pid` sleeps in a lock
+    wait (flock's `locks_lock_inode_wait`, fcntl's `fcntl_setlk`)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        wchan = (task / "wchan").read_text() if (task / "wchan").exists() else ""
+        if "lock" in wchan or "setlk" in wchan:
+            return True
+    return False
+
+
+def why(*args: str) -> tuple[int, dict[str, Any]]:
+    completed = run_cli("why", "--json", *args)
+    assert completed.stdout, completed.stderr
+    return completed.returncode, json.loads(completed.stdout)
+
+
+def holder_pids(wait: dict[str, Any]) -> set[int]:
+    return {holder["pid"] for holder in wait["lock"]["holders"]}
+
+
+@pytest.mark.parametrize("style", ["flock", "posix", "ofd"])
+def test_a_writer_blocked_on_a_kernel_lock_is_followed_to_its_holder(
+    style: str, tmp_path: Path, children: Children
+) -> None:
+    lock = tmp_path / "store.lock"
+    lock.touch()
+    holder = children.python(FLOCK_HOLDER if style == "flock" else HOLDERS[style], str(lock))
+    waiter = children.python(WAITER, str(lock), style)
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+
+    code, document = why(str(waiter.pid))
+    [process] = document["processes"]
+    assert process["blocked"] and code == 0, process  # within the default budgets
+    [wait] = process["waits"]
+    assert wait["path"] == str(lock)
+    assert holder_pids(wait) == {holder.pid}
+    assert waiter.pid not in holder_pids(wait)
+
+    text = run_cli("why", str(waiter.pid), "--warn-after", "0s", "--critical-after", "0s")
+    assert text.returncode == 2, text.stdout  # a budget of 0: any hold is past it
+    assert f"PID {waiter.pid} (" in text.stdout and f"by PID {holder.pid} (" in text.stdout
+    assert str(lock) in text.stdout and f"kill {holder.pid}" in text.stdout
+
+
+HOLDERS = {
+    "posix": """
+import fcntl, sys, time
+handle = open(sys.argv[1], "r+")
+fcntl.lockf(handle, fcntl.LOCK_EX)
+print("ready", flush=True)
+time.sleep(120)
+""",
+    "ofd": """
+import fcntl, struct, sys, time
+handle = open(sys.argv[1], "r+")
+fcntl.fcntl(handle, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+print("ready", flush=True)
+time.sleep(120)
+""",
+}
+
+
+def go_on(process: subprocess.Popen[str]) -> None:
+    assert process.stdin is not None
+    process.stdin.write("\n")
+    process.stdin.flush()
+
+
+def test_a_chain_of_two_locks_is_followed_to_its_end(tmp_path: Path, children: Children) -> None:
+    first, second = tmp_path / "first.lock", tmp_path / "second.lock"
+    root = children.python(FLOCK_HOLDER, str(first))
+    middle = children.start(
+        [*python(), HOLD_THEN_WAIT, str(second), str(first)], ready="ready", stdin=subprocess.PIPE
+    )
+    go_on(middle)
+    waiter = children.python(WAITER, str(second), "flock")
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    assert wait_until(lambda: blocked_in_lock_call(middle.pid), timeout=10)
+
+    _code, document = why(str(waiter.pid))
+    [process] = document["processes"]
+    [wait] = process["waits"]
+    assert (wait["path"], holder_pids(wait)) == (str(second), {middle.pid})
+    [behind] = wait["behind"]
+    assert behind["pid"] == middle.pid and not behind["deadlock"]
+    [next_wait] = behind["waits"]
+    assert (next_wait["path"], holder_pids(next_wait)) == (str(first), {root.pid})
+    assert next_wait["behind"] == []
+
+
+def test_two_processes_waiting_on_each_other_are_a_deadlock(
+    tmp_path: Path, children: Children
+) -> None:
+    first, second = tmp_path / "first.lock", tmp_path / "second.lock"
+    one = children.start(
+        [*python(), HOLD_THEN_WAIT, str(first), str(second)], ready="ready", stdin=subprocess.PIPE
+    )
+    two = children.start(
+        [*python(), HOLD_THEN_WAIT, str(second), str(first)], ready="ready", stdin=subprocess.PIPE
+    )
+    go_on(one)
+    go_on(two)
+    assert wait_until(lambda: blocked_in_lock_call(one.pid) and blocked_in_lock_call(two.pid))
+
+    code, document = why(str(one.pid))
+    [process] = document["processes"]
+    [behind] = process["waits"][0]["behind"]
+    assert behind["pid"] == two.pid
+    assert behind["waits"][0]["behind"][0] == {**behind["waits"][0]["behind"][0], "deadlock": True}
+    assert code == 2  # a deadlock never ends by itself
+    text = run_cli("why", str(one.pid))
+    assert "a deadlock" in text.stdout
+
+
+@pytest.mark.parametrize("stuck", ["sleep", "pipe"])
+def test_a_process_stuck_on_something_else_is_said_not_to_wait_on_a_lock(
+    stuck: str, children: Children
+) -> None:
+    argv = ["sleep", "120"] if stuck == "sleep" else ["cat"]
+    process = children.start(argv, stdin=subprocess.PIPE)
+    assert wait_until(lambda: Path(f"/proc/{process.pid}/wchan").read_text() not in ("", "0"))
+    code, document = why(str(process.pid))
+    [answer] = document["processes"]
+    assert (code, answer["blocked"], answer["waits"]) == (0, False, [])
+    assert "sleeping" in answer["doing"], answer
+    text = run_cli("why", str(process.pid))
+    assert "is not waiting on any lock lockwarden can see" in text.stdout
+
+
+def test_without_a_pid_every_process_the_kernel_lists_as_waiting_is_answered(
+    tmp_path: Path, children: Children
+) -> None:
+    lock = tmp_path / "store.lock"
+    lock.touch()
+    holder = children.python(FLOCK_HOLDER, str(lock))
+    waiters = [children.python(WAITER, str(lock), "flock") for _ in range(2)]
+    assert wait_until(lambda: all(blocked_in_lock_call(w.pid) for w in waiters), timeout=10)
+    _code, document = why()
+    ours = {p["pid"]: p for p in document["processes"] if p["pid"] in {w.pid for w in waiters}}
+    assert set(ours) == {w.pid for w in waiters}  # other waiters on the host are not ours
+    assert all(holder_pids(p["waits"][0]) == {holder.pid} for p in ours.values())
+
+
+def test_a_pid_that_is_not_running_cannot_be_told(tmp_path: Path) -> None:
+    require_tool("true")
+    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    code, document = why(gone.stdout.strip())
+    assert code == 3 and "no process" in document["processes"][0]["problem"]
+
+
+def python() -> list[str]:
+    import sys
+
+    return [sys.executable, "-c"]
