@@ -331,6 +331,19 @@ def inspect_path(
         warn_after=warn_after,
         critical_after=critical_after,
     )
+    return inspect_lock(lock, now, proc, clock, what_if)
+
+
+def inspect_lock(
+    lock: LockConfig,
+    now: datetime,
+    proc: str = "/proc",
+    clock: Clock = wall_clock,
+    what_if: bool = False,
+    notes: tuple[str, ...] = (),
+) -> RunResult:
+    """One lock as configured (its format, budgets, host aliases): `inspect` of a lock the
+    config lists judges it as the timer's runs do."""
     inspection = inspect([lock], HostReader(clock, proc), now, what_if=what_if)
     snapshot = inspection.snapshot
-    return RunResult(snapshot.hostname, snapshot.boot_id, now, inspection.findings)
+    return RunResult(snapshot.hostname, snapshot.boot_id, now, inspection.findings, notes)

@@ -18,7 +18,7 @@ from lockwarden.cli.once import AlertedRun
 from lockwarden.formats import format_names
 from lockwarden.model import Finding, Severity, State
 from lockwarden.output.report import render_json, render_text
-from lockwarden.pipeline import RunResult, inspect_path
+from lockwarden.pipeline import RunResult, inspect_lock, inspect_path
 from lockwarden.support import abandon, logs
 from lockwarden.support.checkpoints import Checkpoint, skip
 from lockwarden.support.durations import DurationError, format_config_duration, parse_duration
@@ -139,9 +139,22 @@ def build_parser() -> argparse.ArgumentParser:
         format_config_duration(config_module.DEFAULT_WARN_AFTER),
         format_config_duration(config_module.DEFAULT_CRITICAL_AFTER),
     )
-    inspect.add_argument("--warn-after", default=warn, help=f"warning budget (default: {warn})")
     inspect.add_argument(
-        "--critical-after", default=critical, help=f"critical budget (default: {critical})"
+        "--warn-after",
+        default=None,
+        help=f"warning budget (default: the configured lock's, else {warn})",
+    )
+    inspect.add_argument(
+        "--critical-after",
+        default=None,
+        help=f"critical budget (default: the configured lock's, else {critical})",
+    )
+    inspect.add_argument(
+        "--config",
+        metavar="PATH",
+        default=None,
+        help="judge PATH as this config's [[lock]] of that path does: its format, budgets and "
+        f"host aliases (default: {config_module.DEFAULT_PATH}, when it lists PATH)",
     )
     _output(inspect)
     _verbosity(inspect)
@@ -799,11 +812,79 @@ def command_init(arguments: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _budgets(arguments: argparse.Namespace) -> tuple[float, float]:
-    """--warn-after and --critical-after, checked."""
+def _configured_lock(
+    path: str, config_path: str | None
+) -> tuple[config_module.LockConfig, str] | None:
+    """The [[lock]] of this path in the config given, or in the default config when there is
+    one, with that config's path. A default config that cannot be loaded is said, not fatal:
+    `inspect` needs no config."""
+    if config_path is None and not os.path.exists(config_module.DEFAULT_PATH):
+        return None
     try:
-        warn_after = parse_duration(arguments.warn_after)
-        critical_after = parse_duration(arguments.critical_after)
+        config = load_config(config_path)
+    except config_module.ConfigError as error:
+        if config_path is not None:
+            raise
+        log.warning("not using %s for its locks' budgets: %s", config_module.DEFAULT_PATH, error)
+        return None
+    for lock in config.locks:
+        if lock.database is None and _same_lock(lock.path, path):
+            return lock, config.source or config_module.DEFAULT_PATH
+    return None
+
+
+def _same_lock(configured: str, path: str) -> bool:
+    """A configured path names the inspected lock: the same path, or its store directory."""
+    wanted = os.path.abspath(configured)
+    return path in (wanted, os.path.dirname(wanted))
+
+
+def _inspected_lock(
+    path: str,
+    arguments: argparse.Namespace,
+    configured: tuple[config_module.LockConfig, str] | None,
+) -> tuple[config_module.LockConfig, tuple[str, ...]]:
+    """The lock `inspect` judges: the configured one (budgets given on the command line still
+    win), else one of the path with the budgets given or the defaults."""
+    if configured is None:
+        warn_after, critical_after = _budgets(arguments)
+        lock = config_module.LockConfig(
+            name=path,
+            path=path,
+            format=arguments.format,
+            warn_after=warn_after,
+            critical_after=critical_after,
+        )
+        return lock, ()
+    lock, source = configured
+    warn_after, critical_after = _budgets(arguments, lock.warn_after, lock.critical_after)
+    lock = replace(
+        lock,
+        name=path,
+        warn_after=warn_after,
+        critical_after=critical_after,
+        format=lock.format if arguments.format == "auto" else arguments.format,
+    )
+    budgets = (
+        f"warn after {format_config_duration(warn_after)}, critical after "
+        f"{format_config_duration(critical_after)}"
+    )
+    return lock, (f"judged as [[lock]] {configured[0].name!r} of {source}: {budgets}",)
+
+
+def _budgets(
+    arguments: argparse.Namespace,
+    warn: float = config_module.DEFAULT_WARN_AFTER,
+    critical: float = config_module.DEFAULT_CRITICAL_AFTER,
+) -> tuple[float, float]:
+    """--warn-after and --critical-after (each defaulting to the budget given), checked."""
+    try:
+        warn_after = warn if arguments.warn_after is None else parse_duration(arguments.warn_after)
+        critical_after = (
+            critical
+            if arguments.critical_after is None
+            else parse_duration(arguments.critical_after)
+        )
     except DurationError as error:
         raise UsageError(str(error)) from None
     if warn_after > critical_after:
@@ -816,19 +897,13 @@ def _budgets(arguments: argparse.Namespace) -> tuple[float, float]:
 
 
 def command_inspect(arguments: argparse.Namespace) -> int:
-    warn_after, critical_after = _budgets(arguments)
     path = os.path.abspath(arguments.path)
+    configured = _configured_lock(path, arguments.config)
+    lock, notes = _inspected_lock(path, arguments, configured)
 
     def look() -> RunResult:
-        return inspect_path(
-            path,
-            now_of(arguments),
-            arguments.format,
-            warn_after,
-            critical_after,
-            name=path,
-            what_if=True,  # inspect journals nothing: a later --now asks what a run would say
-        )
+        # inspect journals nothing: a later --now asks what a run would say
+        return inspect_lock(lock, now_of(arguments), what_if=True, notes=notes)
 
     result = look()
     if arguments.wait_ms and _blocking(result):

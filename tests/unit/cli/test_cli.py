@@ -165,9 +165,11 @@ def test_options_before_the_subcommand_apply_to_it_or_are_refused(tmp_path: Path
     assert run_cli("--config", str(bad), "check-config").returncode == 78
     moved = run_cli("--json", "inspect", str(tmp_path))
     assert json.loads(moved.stdout)["locks"][0]["state"] == "free"
-    refused = run_cli("--config", str(bad), "inspect", str(tmp_path))
+    applied = run_cli("--config", str(bad), "inspect", str(tmp_path))  # its locks' budgets
+    assert applied.returncode == 78, applied.stderr
+    refused = run_cli("--config", str(bad), "demo")
     assert refused.returncode == 64
-    assert "--config does not apply to 'inspect'" in refused.stderr
+    assert "--config does not apply to 'demo'" in refused.stderr
     combined = run_cli("--once", "inspect", str(tmp_path))
     assert combined.returncode == 64
     assert "--once does not combine with 'inspect'" in combined.stderr
@@ -350,3 +352,33 @@ def test_check_config_and_notify_test_read_the_units_credential_where_systemd_fi
     own = NotifySettings(urls_file="/etc/lockwarden/urls")  # the config's own wins
     assert the_units_credential(own, {}, paths) == own
     assert capsys.readouterr().err == ""
+
+
+def test_inspect_of_a_configured_lock_judges_it_with_that_locks_budgets(
+    tmp_path: Path, children: Children
+) -> None:
+    """The timer pages CRITICAL for a lock whose critical_after is 2m; `inspect` of the same
+    path with that config says so too, and says whose budgets it used. Budgets given on the
+    command line still win; without the config, the defaults (15m) apply."""
+    store = tmp_path / "store"
+    store.mkdir()
+    lock = store / "LOCK"
+    taken = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    children.python(MKDIR_HOLDER, str(lock), "maintenance-job", taken.isoformat())
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[[lock]]\nname = "wa-store"\npath = "{lock}"\nwarn_after = "1m"\ncritical_after = "2m"\n',
+    )
+    later = (taken + timedelta(minutes=5)).isoformat()
+    configured = run_cli("inspect", str(store), "--config", config, "--now", later)
+    assert configured.returncode == 2, configured.stdout
+    assert "held_too_long" in configured.stdout
+    assert f"judged as [[lock]] 'wa-store' of {config}: warn after 1m, critical after 2m" in (
+        configured.stdout
+    )
+    overridden = run_cli(
+        "inspect", str(lock), "--config", config, "--now", later, "--critical-after", "1h"
+    )
+    assert overridden.returncode == 1, overridden.stdout  # past warn_after 1m, not 1h
+    plain = run_cli("inspect", str(lock), "--now", later)
+    assert plain.returncode == 0 and "within its 15m00s budget" in plain.stdout, plain.stdout
