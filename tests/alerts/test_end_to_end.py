@@ -934,3 +934,36 @@ def test_eight_concurrent_runs_on_a_fresh_state_dir_send_one_alert(
     assert set(codes) <= {2, EXIT_BUSY} and 2 in codes
     assert len(receiver.payloads) == 1
     assert os.stat(fresh).st_mode & 0o777 == 0o700
+
+
+def test_a_mail_servers_own_rate_limit_is_part_of_the_budget_not_a_failure(
+    tmp_path: Path, children: Children, smtp: Smtp
+) -> None:
+    """apprise waits 5.5 s between two mails to one server (its request_rate_per_sec): two
+    locks paged, then resolved, in one run each, with a 2 s [notify] timeout. A healthy mail
+    server gets every message in that run; nothing is reported undelivered."""
+    locks = [tmp_path / f"store{n}" / "LOCK" for n in (1, 2)]
+    for lock in locks:
+        lock.parent.mkdir()
+    holders = [children.python(TIDY_HOLDER, str(lock), f"job-{n}") for n, lock in enumerate(locks)]
+    tables = "".join(
+        f'[[lock]]\nname = "store{n}"\npath = "{lock}"\nwarn_after = "1m"\ncritical_after = "2m"\n'
+        for n, lock in enumerate(locks, 1)
+    )
+    config = tmp_path / "lockwarden.toml"
+    config.write_text(
+        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
+        f'[notify]\nurls = ["{smtp.url()}"]\ntimeout = "2s"\n{tables}'
+    )
+    later = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    paged = run_cli("--once", "--config", str(config), "--now", later, timeout=60)
+    assert paged.returncode == 2, paged.stderr  # critical, and no "alerts may not reach"
+    assert "lockwarden:notify" not in paged.stdout and "timed out" not in paged.stderr
+    assert len(smtp.sink.messages) == 2
+    for holder in holders:
+        holder.send_signal(signal.SIGTERM)
+        holder.wait(timeout=10)
+    resolved = run_cli("--once", "--config", str(config), "--now", later, timeout=60)
+    assert resolved.returncode == 0, resolved.stdout + resolved.stderr
+    assert len(smtp.sink.messages) == 4
+    assert [title_kind(subject) for subject in smtp.subjects()[2:]] == ["resolved", "resolved"]

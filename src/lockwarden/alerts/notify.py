@@ -296,6 +296,21 @@ def _segment_pattern(segment: str | tuple[str, str]) -> str:
     return rf"(?:{after}{STANDALONE_PATH}){re.escape(route)}(?=[/?#&\s'\"),;:]|$)"
 
 
+def throttle_allowance(chosen: Sequence[Sequence[Service]]) -> float:
+    """The time a service's own rate limit adds to the budget: apprise waits
+    `request_rate_per_sec` between two messages to one service (5.5 s for mail), so three
+    locks resolved at once take 11 s of a healthy mail server's time. Services send side by
+    side, so the slowest one's wait is what the run waits longer."""
+    counts: dict[str, int] = {}
+    rates: dict[str, float] = {}
+    for services in chosen:
+        for service in services:
+            counts[service.service_id] = counts.get(service.service_id, 0) + 1
+            rate = getattr(service.plugin, "request_rate_per_sec", 0.0)
+            rates[service.service_id] = float(rate) if isinstance(rate, int | float) else 0.0
+    return max((rates[sid] * (count - 1) for sid, count in counts.items()), default=0.0)
+
+
 def _as_word(secret: str) -> str:
     """A short secret (a password of `user:pass@host`) is masked where it stands alone, never
     inside a longer word or name ("dead" in "deadline", "store" in the lock name
@@ -520,6 +535,7 @@ class Notifier:
                 [Delivery(s.service_id, s.url, False, "out of time budget") for s in services]
                 for services in chosen
             ]
+        self.deadline += throttle_allowance(chosen)
         finished = self._wait_for(self._start_sends(batch, chosen), count)
         return [
             [
