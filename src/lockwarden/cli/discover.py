@@ -16,14 +16,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import tomli_w
 
 from lockwarden import config as config_module
-from lockwarden.formats import LAYOUT_FORMATS, choose_format
+from lockwarden.formats import LAYOUT_FORMATS, STORE_LOCK_NAMES, choose_format
+from lockwarden.formats.owner_record import PREFERRED_RECORDS
+from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.model import Finding, InodeKey
 from lockwarden.pipeline import inspect
 from lockwarden.procfs.reader import HostReader, Request
@@ -31,6 +33,7 @@ from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.support.atomic import write_new
 from lockwarden.support.bounded import BoundedRun, Unanswered
 from lockwarden.support.durations import format_time, parse_duration
+from lockwarden.support.safe_read import UnsafeRecord, read_record
 
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ENTRIES = 50_000
@@ -47,6 +50,11 @@ class Candidate:
     found_by: str
     database: config_module.DatabaseWatch | None = None  # a lock inside a database server
     label: str | None = None  # what names it in a config, when its path cannot
+    lifetime: str | None = None
+    """Why it is held for a daemon's whole life (its own pidfile, held since boot): a lock no
+    writer waits on, which `init` lists commented out."""
+    first_word: str | None = None
+    """A locked file's first word, read within fs_timeout when it was named (a pidfile's PID)."""
 
 
 @dataclass(frozen=True)
@@ -125,9 +133,10 @@ def kernel_lock_candidates(
     candidates: list[Candidate] = []
     unresolved = 0
     hung: dict[str, str] = {}
-    for _key, outcome in naming.run([key for key in keys if targets[key]]):
+    for key, outcome in naming.run([key for key in keys if targets[key]]):
         if isinstance(outcome, Candidate):
-            candidates.append(outcome)
+            lifetime = _daemon_lifetime(outcome.first_word, key, snapshot, host)
+            candidates.append(replace(outcome, lifetime=lifetime))
         elif isinstance(outcome, Unanswered):
             hung.setdefault(outcome.mount.describe() if outcome.mount else "", str(outcome))
         else:
@@ -177,8 +186,46 @@ def _named(key: InodeKey, targets: list[str], snapshot: Snapshot) -> Candidate |
         if (status.st_dev, status.st_ino) == key:
             kinds = sorted({f"{lock.kind} {lock.mode}" for lock in snapshot.kernel_locks(key)})
             found_by = f"kernel lock ({', '.join(kinds)})"
-            return Candidate(target, _kernel_path_format(target), found_by)
+            # the file's first word (a pidfile's PID) is read here, within fs_timeout; the
+            # holders are judged by it once named (_daemon_lifetime)
+            first_word = _first_word(target)
+            return Candidate(target, _kernel_path_format(target), found_by, first_word=first_word)
     return None
+
+
+SINCE_BOOT_S = 300
+"""A holder that started this soon after boot has held its lock since boot, as a daemon does."""
+
+
+def _daemon_lifetime(
+    first_word: str | None, key: InodeKey, snapshot: Snapshot, host: HostReader
+) -> str | None:
+    """Why this lock is held for its holder's whole life, or None: a pidfile its own PID
+    holds (`first_word`: the file's), or a lock whose every holder started with the boot."""
+    holders = [
+        process
+        for process in (host.process(d.pid) for d in snapshot.descriptors(key) if d.locks)
+        if process is not None
+    ]
+    if not holders:
+        return None
+    first = min(holders, key=lambda process: process.start_ticks)
+    if str(first.pid) == first_word:
+        return f"the pidfile of PID {first.pid} ({first.name}), held by that process for its life"
+    booted = (first.started_at - snapshot.booted_at).total_seconds()
+    if all((p.started_at - snapshot.booted_at).total_seconds() < SINCE_BOOT_S for p in holders):
+        return f"held since boot by PID {first.pid} ({first.name}), {booted:.0f} s after it"
+    return None
+
+
+def _first_word(path: str) -> str:
+    """The first word of a small regular file (a pidfile's PID), read without blocking."""
+    try:
+        data, _ = read_record(path, limit=64)
+    except (OSError, UnsafeRecord):
+        return ""
+    words = data.decode("ascii", errors="replace").split()
+    return words[0] if words else ""
 
 
 def _kernel_path_format(path: str) -> str:
@@ -265,11 +312,27 @@ def _entries(directory: str) -> list[os.DirEntry[str]]:
 
 
 def _entry_candidate(entry: os.DirEntry[str]) -> Candidate | None:
-    """A file-level layout (`.#FILE`); directories are judged when they are walked."""
+    """A file-level layout (`.#FILE`), or a store's owner record (`STORE/LOCK`, a directory
+    holding a record or a file that is one); other directories are judged when walked."""
+    if entry.name in STORE_LOCK_NAMES and _owner_record(entry):
+        return Candidate(entry.path, "owner-record", "owner record")
     if entry.is_dir(follow_symlinks=False):
         return None
     layout = choose_format(entry.path, LAYOUT_FORMATS)
     return Candidate(entry.path, layout, f"{layout} layout") if layout else None
+
+
+def _owner_record(entry: os.DirEntry[str]) -> bool:
+    """A lock directory with an owner record inside, or a lock file whose record names a PID."""
+    if entry.is_dir(follow_symlinks=False):
+        return any(os.path.lexists(os.path.join(entry.path, name)) for name in PREFERRED_RECORDS)
+    if not entry.is_file(follow_symlinks=False):
+        return False
+    try:
+        data, _ = read_record(entry.path)
+        return parse_record(data, 2**31).pid is not None
+    except (OSError, UnsafeRecord, RecordProblem):
+        return False
 
 
 def _devices_of(paths: Sequence[str]) -> set[int]:

@@ -49,6 +49,9 @@ class Candidate:
     """What the store is, as alerts say it; None for a lock only found, not known."""
     why: str = ""
     """Why it is listed (the comment above its table): its role, or how it was found."""
+    lifetime: str | None = None
+    """Why it is listed commented out: held for a daemon's whole life, it would page an hour
+    after `init` on a healthy host."""
 
 
 def well_known_candidates(exists: Callable[[str], bool] = os.path.exists) -> list[Candidate]:
@@ -90,7 +93,12 @@ def host_candidates(directories: Sequence[str] = ()) -> list[Candidate]:
         *known,
         *(
             Candidate(
-                name=name, path=c.path, format=c.format, role=None, why=f"found by {c.found_by}"
+                name=name,
+                path=c.path,
+                format=c.format,
+                role=None,
+                why=f"found by {c.found_by}",
+                lifetime=c.lifetime,
             )
             for name, c in zip(names, found, strict=True)
         ),
@@ -195,16 +203,22 @@ def optional_section(name: str, options: Sequence[config.Option]) -> list[str]:
 
 
 def starter_lock(candidate: Candidate) -> list[str]:
-    lines = [
-        f"# {candidate.why or candidate.role or candidate.name}",
+    table = [
         "[[lock]]",
         toml_assignment("name", candidate.name),
         toml_assignment("path", candidate.path),
         toml_assignment("format", candidate.format),
     ]
     if candidate.role:
-        lines.append(toml_assignment("role", candidate.role))
-    return lines
+        table.append(toml_assignment("role", candidate.role))
+    why = f"# {candidate.why or candidate.role or candidate.name}"
+    if candidate.lifetime is None:
+        return [why, *table]
+    reason = (
+        f"# Left out: {candidate.lifetime}. No writer waits on such a lock, and its budgets would"
+        " page on a healthy host; uncomment to watch it anyway."
+    )
+    return [why, reason, *(f"# {line}" for line in table)]
 
 
 def example_lock_commented() -> list[str]:

@@ -8,12 +8,12 @@ import subprocess
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from conftest import Children, require_tool, run_cli, wait_until
+from conftest import MKDIR_HOLDER, Children, require_tool, run_cli, wait_until
 from factories import capture_host
 from lockcheck import kill_group
 from lockwarden.cli.discover import discover_locks, layout_candidates, lock_names
@@ -172,3 +172,18 @@ def test_discover_locks_judges_a_found_layout(tmp_path: Path) -> None:
 
     assert found[str(tmp_path / "profile")].format == "chromium-profile"
     assert found[str(tmp_path / "profile")].state.value == "unknown"
+
+
+def test_discover_finds_a_stores_owner_record_and_judges_it(
+    tmp_path: Path, children: Children
+) -> None:
+    """The README's own layout: a `LOCK` directory whose owner record names a live PID."""
+    lock = tmp_path / "srv" / "wa" / "store" / "LOCK"
+    lock.parent.mkdir(parents=True)
+    taken = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    holder = children.python(MKDIR_HOLDER, str(lock), "maintenance-job", taken.isoformat())
+    completed = run_cli("discover", "--json", str(tmp_path / "srv"))
+    found = {each["path"]: each for each in json.loads(completed.stdout)["locks"]}
+    assert found[str(lock)]["format"] == "owner-record", found
+    assert found[str(lock)]["state"] == "held"
+    assert found[str(lock)]["holders"][0]["pid"] == holder.pid

@@ -179,3 +179,37 @@ def test_a_lock_only_found_is_listed_with_how_and_no_role() -> None:
     assert (lock.name, lock.format, lock.role) == ("k", "kernel", None)
     assert "Check it with: lockwarden check-config --config /etc/other/lockwarden.toml" in text
     assert "Check it with: lockwarden check-config\n" in render_starter([found])
+
+
+PIDFILE_DAEMON = """
+import fcntl, os, sys, time
+handle = open(sys.argv[1], "w")
+fcntl.flock(handle, fcntl.LOCK_EX)
+handle.write(f"{os.getpid()}\\n")
+handle.flush()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_init_lists_a_daemons_own_pidfile_commented_out_with_why(
+    tmp_path: Path, children: Children
+) -> None:
+    """A daemon that holds its pidfile locked for its whole life blocks no writer: listed with
+    its budgets it would page an hour after `init` on a healthy host. It is there, commented
+    out, saying why; a lock taken by an ordinary process is listed as usual."""
+    pidfile = tmp_path / "run" / "daemon.pid"
+    pidfile.parent.mkdir()
+    daemon = children.python(PIDFILE_DAEMON, str(pidfile))
+    held = tmp_path / "app" / "held.lock"
+    held.parent.mkdir()
+    children.python(FLOCK_HOLDER, str(held))
+    path = tmp_path / "config.toml"
+    written = run_cli("init", "--path", str(path))
+    assert written.returncode == 0, written.stderr
+    text = path.read_text()
+    assert f"# Left out: the pidfile of PID {daemon.pid} (python" in text
+    assert f'# path = "{pidfile}"' in text
+    paths = {lock["path"] for lock in tomllib.loads(text)["lock"]}
+    assert str(held) in paths and str(pidfile) not in paths
+    assert run_cli("check-config", "--config", str(path)).returncode == 0
