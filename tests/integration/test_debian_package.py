@@ -45,6 +45,7 @@ EXPECTED = {
     "./usr/share/doc/lockwarden/schema/report-v2.schema.json": "-rw-r--r--",
     "./usr/share/doc/lockwarden/examples/cron.d/lockwarden": "-rw-r--r--",
     "./usr/share/doc/lockwarden/examples/lockwarden.rules.yml": "-rw-r--r--",
+    "./usr/share/doc/lockwarden/examples/lockwarden.tmpl": "-rw-r--r--",
     "./usr/share/man/man1/lockwarden.1.gz": "-rw-r--r--",
 }
 

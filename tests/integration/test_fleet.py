@@ -466,3 +466,92 @@ def test_fleet_direct_to_alertmanager_without_prometheus(
     run_fleet_cases(hosts, alertmanagers, receiver, children, run_every_host)
     # With a peer down, the run said so (and still reached the other one).
     assert "NOT delivered to http://127.0.0.1" in outputs[-2] + outputs[-3] + outputs[-1]
+
+
+TEMPLATES = ROOT / "packaging" / "prometheus" / "lockwarden.tmpl"
+
+
+def test_the_shipped_slack_and_email_templates_name_severity_hosts_holders_and_actions(
+    tmp_path: Path, children: Children, receiver: Receiver
+) -> None:
+    """Debian's Alertmanager with the shipped templates, a Slack receiver whose api_url is a
+    local server and a mail receiver on a local SMTP server: one lock held on shared storage,
+    seen by two hosts, is one notification whose title carries the severity, the lock, each
+    host with the holder's PID and role, and whose body lists each host's holders and action."""
+    from alerts.helpers import Smtp
+
+    alertmanager = require_tool("prometheus-alertmanager")
+    smtp = Smtp()
+    smtp.controller.start()
+    try:
+        title = '{{ template "lockwarden.title" . }}'
+        text = '{{ template "lockwarden.text" . }}'
+        config = tmp_path / "alertmanager.yml"
+        config.write_text(
+            json.dumps(
+                {
+                    "templates": [str(TEMPLATES)],
+                    "route": {
+                        "receiver": "oncall",
+                        "group_by": ["alertname", "lock"],
+                        "group_wait": f"{GROUP_WAIT_S}s",
+                        "group_interval": f"{GROUP_INTERVAL_S}s",
+                        "repeat_interval": "1h",
+                    },
+                    "receivers": [
+                        {
+                            "name": "oncall",
+                            "slack_configs": [
+                                {"api_url": receiver.url, "channel": "#oncall",
+                                 "title": title, "text": text, "send_resolved": True}
+                            ],
+                            "email_configs": [
+                                {"to": "oncall@example.net", "from": "am@example.net",
+                                 "smarthost": f"127.0.0.1:{smtp.port}", "require_tls": False,
+                                 "headers": {"Subject": title}, "text": text, "html": ""}
+                            ],
+                        }
+                    ],
+                }
+            )
+        )  # fmt: skip
+        port = free_port()
+        log = tmp_path / "alertmanager.log"
+        argv = [
+            alertmanager,
+            f"--config.file={config}",
+            f"--storage.path={tmp_path / 'alertmanager-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ]
+        proc = start(children, argv, log)
+        url = f"http://127.0.0.1:{port}"
+        ready(f"{url}/-/ready", proc, log)
+        section = f'[alertmanager]\nurls = ["{url}"]\nhost = "{{name}}"'
+        hosts = make_hosts(tmp_path, lambda name, _directory: section.format(name=name))
+        holder = hold(children, hosts["host1"].locks["shared"])
+        for name in ("host1", "host3"):
+            hosts[name].run()
+
+        def slack_with_both_hosts() -> list[dict[str, Any]]:
+            return [
+                attachment
+                for payload in list(receiver.received)
+                for attachment in payload.get("attachments", [])
+                if "host1" in attachment["title"] and "host3" in attachment["title"]
+            ]
+
+        arrives(lambda: bool(slack_with_both_hosts()), "a Slack message naming both", receiver)
+        [slack] = slack_with_both_hosts()[:1]
+        assert slack["title"].startswith("CRITICAL LockHeldTooLong shared:"), slack["title"]
+        for name in ("host1", "host3"):
+            assert f"{name} PID {holder.pid} (" in slack["title"], slack["title"]
+            assert f"CRITICAL on {name}: " in slack["text"], slack["text"]
+        assert slack["text"].count(f"holders: PID {holder.pid}") == 2, slack["text"]
+        assert slack["text"].count(f"action: kill {holder.pid}") == 2, slack["text"]
+        assert wait_until(lambda: len(smtp.sink.messages) >= 1, timeout=WAIT_S)
+        assert smtp.subjects()[0] == slack["title"]
+        assert smtp.bodies()[0].count(f"action: kill {holder.pid}") == 2, smtp.bodies()
+    finally:
+        smtp.controller.stop()
