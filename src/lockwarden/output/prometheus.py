@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from lockwarden import __version__
 from lockwarden.model import Bound, Finding, State, own_finding
 from lockwarden.support.atomic import write_atomically
 
@@ -50,12 +51,17 @@ LOCK_HOLDER_INFO = Metric(
 )
 LOCK_HELD_SECONDS = Metric(
     "lockwarden_lock_held_seconds",
-    "How long the current holder has held the lock (0 when free, NaN when not known)",
+    "How long the current holder has held the lock (0 when free; absent when not known)",
 )
 LOCK_HOLD_STARTED = Metric(
     "lockwarden_lock_hold_started_timestamp_seconds",
-    "Unix time the current hold began (NaN when not known); the bound label says whether the "
-    "hold's duration is exact, at_least or at_most that, or unknown",
+    "Unix time the current hold began (absent when not known); lockwarden_lock_held_bound says "
+    "how sure that is",
+)
+LOCK_HELD_BOUND = Metric(
+    "lockwarden_lock_held_bound",
+    "1 for how the held duration is known (the bound label: exact, at_least, at_most, "
+    "unknown), 0 for the others; a lock that is not free only",
 )
 LOCK_WAITERS = Metric("lockwarden_lock_waiters", "Processes blocked waiting for the lock")
 LAST_RUN = Metric(
@@ -75,6 +81,7 @@ LAST_DELIVERY = Metric(
     "lockwarden_last_delivery_timestamp_seconds",
     "Unix time of the last alert a service confirmed, from the state journal (absent: never)",
 )
+BUILD_INFO = Metric("lockwarden_build_info", "Always 1; the version label is lockwarden's")
 
 METRICS = (
     LOCK_STATE,
@@ -83,12 +90,14 @@ METRICS = (
     LOCK_HOLDER_INFO,
     LOCK_HELD_SECONDS,
     LOCK_HOLD_STARTED,
+    LOCK_HELD_BOUND,
     LOCK_WAITERS,
     LAST_RUN,
     RUN_DURATION,
     ALERTS_UNDELIVERED,
     NOTIFY_UNUSABLE,
     LAST_DELIVERY,
+    BUILD_INFO,
 )
 
 Sample = tuple[dict[str, str], float]
@@ -171,10 +180,14 @@ def holder_labels(finding: Finding) -> dict[str, str]:
     }
 
 
-def held_seconds(finding: Finding) -> float:
-    if finding.state is State.FREE:
-        return 0.0
-    return math.nan if finding.held_for_s is None else finding.held_for_s
+def held_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
+    """0 for a free lock, the held time when known; no sample when not known (a NaN would
+    poison every sum and max over the fleet)."""
+    for finding in findings:
+        if finding.state is State.FREE:
+            yield lock_labels(finding), 0.0
+        elif finding.held_for_s is not None:
+            yield lock_labels(finding), finding.held_for_s
 
 
 def state_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
@@ -193,7 +206,18 @@ def hold_start_samples(findings: Sequence[Finding], checked_at: float) -> Iterab
     for finding in findings:
         if finding.state is not State.FREE:
             start = hold_start(finding, checked_at)
-            yield lock_labels(finding, bound=start.bound), start.at
+            if not math.isnan(start.at):
+                yield lock_labels(finding), start.at
+
+
+def held_bound_samples(findings: Sequence[Finding], checked_at: float) -> Iterable[Sample]:
+    """One-hot, like the state: the bound changes during one hold (at_most on the first run,
+    at_least after), and a label of the start's own series would make it a new series."""
+    for finding in findings:
+        if finding.state is not State.FREE:
+            known = hold_start(finding, checked_at).bound
+            for bound in Bound:
+                yield lock_labels(finding, bound=bound.value), float(bound.value == known)
 
 
 def per_lock(findings: Sequence[Finding], checked_at: float) -> list[str]:
@@ -202,8 +226,9 @@ def per_lock(findings: Sequence[Finding], checked_at: float) -> list[str]:
         *family(LOCK_SEVERITY, ((lock_labels(f), float(f.severity)) for f in findings)),
         *family(LOCK_HOLDER_PID, holder_pid_samples(findings)),
         *family(LOCK_HOLDER_INFO, ((lock_labels(f, **holder_labels(f)), 1.0) for f in findings)),
-        *family(LOCK_HELD_SECONDS, ((lock_labels(f), held_seconds(f)) for f in findings)),
+        *family(LOCK_HELD_SECONDS, held_samples(findings)),
         *family(LOCK_HOLD_STARTED, hold_start_samples(findings, checked_at)),
+        *family(LOCK_HELD_BOUND, held_bound_samples(findings, checked_at)),
         *family(LOCK_WAITERS, ((lock_labels(f), float(len(f.waiters))) for f in findings)),
     ]
 
@@ -222,6 +247,7 @@ def render_metrics(findings: Sequence[Finding], run: RunFacts) -> str:
         *family(RUN_DURATION, [({}, run.duration_s)]),
         *family(ALERTS_UNDELIVERED, [({}, float(run.undelivered))]),
         *family(NOTIFY_UNUSABLE, [({}, float(run.unusable_services))]),
+        *family(BUILD_INFO, [({"version": __version__}, 1.0)]),
     ]
     if run.last_delivered_at is not None:  # never delivered: absent, not a fake 0
         lines.extend(family(LAST_DELIVERY, [({}, run.last_delivered_at.timestamp())]))

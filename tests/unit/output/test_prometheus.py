@@ -25,6 +25,7 @@ from conftest import (
     write_config,
 )
 from factories import make_finding
+from lockwarden import __version__
 from lockwarden.model import Bound, Finding, Holder, Severity, State
 from lockwarden.output.prometheus import METRICS, RunFacts, render_metrics
 from lockwarden.support.atomic import write_atomically
@@ -117,10 +118,18 @@ def test_metrics_parse_and_carry_every_label_escaped() -> None:
     assert info["free-one"]["holder_pid"] == ""  # every lock has one, so the rules' join works
     held = by_lock(parsed, "lockwarden_lock_held_seconds")
     assert held["held-one"] == 7260.5 and held["free-one"] == 0
-    assert held["unknown-one"] != held["unknown-one"]  # NaN: not known, not zero
-    started = {labels["lock"]: (labels["bound"], value) for labels, value in parsed[HOLD_STARTED]}
-    assert started["held-one"] == ("unknown", checked_at.timestamp() - 7260.5)
-    assert "free-one" not in started and started["unknown-one"][1] != started["unknown-one"][1]
+    assert "unknown-one" not in held  # not known: no sample (a NaN poisons sum and max)
+    started = by_lock(parsed, HOLD_STARTED)
+    assert started == {"held-one": checked_at.timestamp() - 7260.5}  # free, unknown: absent
+    bounds = {
+        (labels["lock"], labels["bound"]): value
+        for labels, value in parsed["lockwarden_lock_held_bound"]
+    }
+    assert bounds[("held-one", "unknown")] == 1 and bounds[("held-one", "exact")] == 0
+    assert bounds[("unknown-one", "unknown")] == 1 and ("free-one", "unknown") not in bounds
+    assert parsed["lockwarden_build_info"] == [({"version": __version__}, 1)]
+    nan = [sample for family in parsed.values() for _labels, sample in family if sample != sample]
+    assert nan == []
     assert parsed["lockwarden_last_run_timestamp_seconds"] == [({}, checked_at.timestamp())]
     assert parsed["lockwarden_run_duration_seconds"] == [({}, 0.25)]
     assert parsed["lockwarden_alerts_undelivered"] == [({}, 2)]
@@ -300,7 +309,10 @@ def test_the_hold_start_carries_the_findings_bound(
     )
     parsed = samples(render_metrics((held,), RunFacts(checked_at, 0.1)))
     [(labels, value)] = parsed[HOLD_STARTED]
-    assert (labels["bound"], value) == (bound.value, checked_at.timestamp() - held_s)
+    assert value == checked_at.timestamp() - held_s
+    assert "bound" not in labels  # a label that changes during one hold is a new series
+    [known] = [lab["bound"] for lab, one in parsed["lockwarden_lock_held_bound"] if one == 1]
+    assert known == bound.value
 
 
 def test_flock_file_command_names_both_holders_and_an_action_that_stops_both(
