@@ -345,6 +345,8 @@ class Finding:
     key: InodeKey | None = None
     """(st_dev, st_ino) of the lock file, when it exists."""
     unattributed: Unattributed | None = None
+    store: str | None = None
+    """What the store is, from the lock's config (`role = "WhatsApp session store"`)."""
     unknown_cause: UnknownCause | None = None
     """Why the state is unknown; None for every other state (and for lockwarden's own
     `lockwarden:state`, `lockwarden:notify` and `lockwarden:prometheus` findings, whose names

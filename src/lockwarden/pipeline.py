@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockwarden.check.classify import Policy, classify
@@ -94,7 +94,7 @@ def inspect(
         for lock, claim in zip(locks, claims, strict=True)
     ]
     findings = tuple(
-        _judge(lock, seen, now, memory.get(lock.name), what_if)
+        _with_store(lock, _judge(lock, seen, now, memory.get(lock.name), what_if))
         for lock, seen in zip(locks, gathered, strict=True)
     )
     return Inspection(snapshot, findings)
@@ -244,6 +244,11 @@ def _judge(
         return classify(lock.name, claim, evidence, policy_for(lock), now, seen_since, what_if)
     except Exception as error:
         return _internal_error(lock, error)
+
+
+def _with_store(lock: LockConfig, finding: Finding) -> Finding:
+    """The configured role of the lock's store, which every output shows beside the holder."""
+    return finding if lock.role is None else replace(finding, store=lock.role)
 
 
 def _internal_error(lock: LockConfig, error: Exception) -> Finding:

@@ -123,6 +123,7 @@ def alert_annotations(finding: Finding, host: str) -> Labels:
     notes = {
         "summary": f"{finding.name} on {host} {what}",
         "description": finding.reason,
+        "store": finding.store or "",
         "action": finding.action or "",
         "proof": finding.proof or "",
     }

@@ -165,7 +165,7 @@ def holder_labels(finding: Finding) -> dict[str, str]:
     process that holds the lock (`holder_pids`: `flock FILE cmd` is flock and its command),
     and the action that frees it, the same as the report's and the alert's."""
     holder = finding.holder
-    action = {"action": finding.action or ""}
+    action = {"action": finding.action or "", "store": finding.store or ""}
     if holder is None:
         empty = ("holder_pid", "holder_pids", "holder_role", "holder_unit", "holder_user")
         return {**dict.fromkeys(empty, ""), **action}

@@ -121,6 +121,7 @@ def finding_document(finding: Finding) -> dict[str, Any]:
         "unattributed": unattributed_document(unattributed),
         "action": action_document(finding.action),
         "note": finding.note,
+        "store": finding.store,
         "never_remove": finding.never_remove,
         "removal": finding.removal,
     }
@@ -197,6 +198,8 @@ def _report_lines(result: RunResult, colour: bool) -> list[tuple[int, str]]:
 def detail_lines(finding: Finding) -> list[str]:
     """The lines under a lock that is not free: where, who, since when, who waits, what to do."""
     rows: list[tuple[str, str]] = [("path", f"{finding.path} ({finding.format})")]
+    if finding.store:
+        rows.append(("store", finding.store))
     if finding.holder is not None:
         rows.extend(_holder_rows(finding.holder, finding.held_for_s, finding.held_bound))
     for sharer in finding.sharers:

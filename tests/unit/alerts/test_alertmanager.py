@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FLOCK_HOLDER, Children, run_cli, write_config
 from factories import make_finding, make_holder
-from lockwarden.alerts.alertmanager import Alert, Posted, alert_labels, plan
+from lockwarden.alerts.alertmanager import Alert, Posted, alert_annotations, alert_labels, plan
 from lockwarden.config import AlertmanagerSettings, ConfigError, effective, parse
 from lockwarden.model import Finding, Severity, State
 
@@ -267,3 +267,9 @@ def test_a_damaged_memory_of_what_was_posted_is_said_and_posting_goes_on(
     [[alert]] = alertmanager.posts
     assert alert["labels"]["lock"] == "store"
     assert json.loads((state / "alertmanager.json").read_text())["firing"]  # rewritten whole
+
+
+def test_the_stores_role_is_an_annotation() -> None:
+    held = replace(finding(State.HELD_TOO_LONG, Severity.CRITICAL), store="WhatsApp session store")
+    assert alert_annotations(held, "db1")["store"] == "WhatsApp session store"
+    assert "store" not in alert_annotations(finding(State.HELD_TOO_LONG, Severity.CRITICAL), "db1")

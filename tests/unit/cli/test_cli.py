@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -382,3 +383,24 @@ def test_inspect_of_a_configured_lock_judges_it_with_that_locks_budgets(
     assert overridden.returncode == 1, overridden.stdout  # past warn_after 1m, not 1h
     plain = run_cli("inspect", str(lock), "--now", later)
     assert plain.returncode == 0 and "within its 15m00s budget" in plain.stdout, plain.stdout
+
+
+def test_the_configured_role_of_a_store_reaches_the_report_json_and_textfile(
+    tmp_path: Path, children: Children
+) -> None:
+    """`role` of a [[lock]] ("shown in alerts") is what the store is: the text report, the JSON
+    and the textfile's holder labels say it, beside the holder's own role."""
+    lock = tmp_path / "store.lock"
+    children.python(FLOCK_HOLDER, str(lock))
+    textfile = tmp_path / "lockwarden.prom"
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[prometheus]\ntextfile = "{textfile}"\n'
+        f'[[lock]]\nname = "wa-store"\npath = "{lock}"\nformat = "kernel"\n'
+        'role = "WhatsApp session store"\n',
+    )
+    text = run_cli("--once", "--config", config)
+    assert re.search(r"^ +store +WhatsApp session store$", text.stdout, re.M), text.stdout
+    _code, document = run_json("--once", "--config", config)
+    assert document["locks"][0]["store"] == "WhatsApp session store"
+    assert 'store="WhatsApp session store"' in textfile.read_text()

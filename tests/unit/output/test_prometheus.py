@@ -114,6 +114,7 @@ def test_metrics_parse_and_carry_every_label_escaped() -> None:
         "holder_unit": "wa-resync.service",
         "holder_user": "wa",
         "action": "kill 42 43",
+        "store": "",
     }
     assert info["free-one"]["holder_pid"] == ""  # every lock has one, so the rules' join works
     held = by_lock(parsed, "lockwarden_lock_held_seconds")
