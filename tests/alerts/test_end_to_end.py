@@ -967,3 +967,28 @@ def test_a_mail_servers_own_rate_limit_is_part_of_the_budget_not_a_failure(
     assert resolved.returncode == 0, resolved.stdout + resolved.stderr
     assert len(smtp.sink.messages) == 4
     assert [title_kind(subject) for subject in smtp.subjects()[2:]] == ["resolved", "resolved"]
+
+
+def test_a_url_in_both_the_config_and_the_credential_is_sent_to_once(
+    scenario: Scenario, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The unit's credential (LoadCredential=lockwarden-notify-urls) and [notify] urls both
+    name the webhook: one message, not two."""
+    credentials = tmp_path / "credentials"
+    credentials.mkdir(mode=0o700)
+    (credentials / "lockwarden-notify-urls").write_text(receiver.url(TOKEN) + "\n")
+    scenario.configure([receiver.url(TOKEN)])
+    scenario.hold()
+    once = scenario.once(120, "-v", CREDENTIALS_DIRECTORY=str(credentials))
+    assert once.returncode == 2, once.stderr
+    assert "is configured twice (notify.urls[1], notify.urls_file" in once.stderr, once.stderr
+    assert "NOT delivered" not in once.stdout + once.stderr, once.stdout  # no phantom twin
+    assert len(receiver.payloads) == 1, titles(receiver)
+    again = scenario.once(121, CREDENTIALS_DIRECTORY=str(credentials))
+    assert "NOT delivered" not in again.stdout + again.stderr, again.stdout
+    assert len(receiver.payloads) == 1, titles(receiver)  # no retry of a copy that "timed out"
+    tested = run_cli(
+        "notify-test", "--config", str(scenario.config), CREDENTIALS_DIRECTORY=str(credentials)
+    )
+    assert tested.returncode == 0, tested.stderr
+    assert len(receiver.payloads) == 2  # the test message, once too

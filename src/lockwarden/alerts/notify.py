@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lockwarden.alerts.messages import Message
@@ -399,7 +399,7 @@ class Notifier:
                 problem = why_invalid(apprise, spec.url)
                 self.invalid.append(InvalidService(spec.origin, scheme_shown(spec.url), problem))
             else:
-                self.services.append(self._service(plugin, spec.url, spec.origin))
+                self._append(self._service(plugin, spec.url, spec.origin))
         if settings.config:
             self._add_config(settings.config)
         if not self.services and not self.invalid:
@@ -434,7 +434,18 @@ class Notifier:
         for plugin in plugins:
             # No configured text to name it by: apprise's own URL it is (an apprise upgrade may
             # rename it; a pending retry then finds it by its shown URL, see `match`).
-            self.services.append(self._service(plugin, plugin.url()))
+            self._append(self._service(plugin, plugin.url()))
+
+    def _append(self, service: Service) -> None:
+        """One service per URL: the same URL in the config and the credential (or twice in a
+        file) is sent to once, routed by every tag it was given."""
+        for index, known in enumerate(self.services):
+            if known.service_id == service.service_id:
+                log.info("%s is configured twice (%s, %s): sent once", known.url, known.origin,
+                         service.origin)  # fmt: skip
+                self.services[index] = replace(known, tags=known.tags | service.tags)
+                return
+        self.services.append(service)
 
     def _service(self, plugin: Any, identity: str, origin: str = "notify.config") -> Service:
         # Named before the timeouts change its URL: the id must not move with [notify] timeout.
