@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -992,3 +993,17 @@ def test_a_url_in_both_the_config_and_the_credential_is_sent_to_once(
     )
     assert tested.returncode == 0, tested.stderr
     assert len(receiver.payloads) == 2  # the test message, once too
+
+
+def test_two_webhooks_on_one_host_and_port_never_print_alike(
+    scenario: Scenario, receiver: Receiver
+) -> None:
+    """Their paths (often tokens) are hidden, so json://h:p/a and json://h:p/b both read
+    json://h:p/…: each is told apart by the start of its id, and neither path is shown."""
+    base = receiver.url().removesuffix("/hook")
+    scenario.configure([f"{base}/alerts-ops", f"{base}/alerts-db"])
+    tested = run_cli("notify-test", "--config", str(scenario.config))
+    assert tested.returncode == 0, tested.stderr
+    shown = re.findall(r"json://127\.0\.0\.1:\d+/… #[0-9a-f]{6}", tested.stdout + tested.stderr)
+    assert len(set(shown)) == 2, tested.stdout + tested.stderr
+    assert "alerts-ops" not in tested.stdout + tested.stderr

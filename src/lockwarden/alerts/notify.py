@@ -296,6 +296,18 @@ def _segment_pattern(segment: str | tuple[str, str]) -> str:
     return rf"(?:{after}{STANDALONE_PATH}){re.escape(route)}(?=[/?#&\s'\"),;:]|$)"
 
 
+def told_apart(services: list[Service]) -> list[Service]:
+    """Services whose shown URLs would read alike (two webhooks on one host:port, their paths
+    hidden) get the start of their id after it, so a report never names two as one."""
+    shown = [service.url for service in services]
+    return [
+        replace(service, url=f"{service.url} #{service.service_id[:6]}")
+        if shown.count(service.url) > 1
+        else service
+        for service in services
+    ]
+
+
 def throttle_allowance(chosen: Sequence[Sequence[Service]]) -> float:
     """The time a service's own rate limit adds to the budget: apprise waits
     `request_rate_per_sec` between two messages to one service (5.5 s for mail), so three
@@ -404,7 +416,8 @@ class Notifier:
             self._add_config(settings.config)
         if not self.services and not self.invalid:
             raise NotifyConfigError(_no_url(settings, environ))
-        self._install_redaction()
+        self._install_redaction()  # by the shown URLs as apprise gives them, then:
+        self.services = told_apart(self.services)
 
     def _plugin(self, spec: UrlSpec) -> Any | None:
         from lockwarden.alerts.apprise_loader import direct_service
