@@ -22,6 +22,8 @@ from pathlib import Path
 import apprise
 import pytest
 
+from conftest import FLOCK_HOLDER
+
 from .helpers import Children, Receiver, Smtp, cli_env, run_cli, title_kind, wait_until
 
 TOKEN = "Tok3nSecretAbcdefXyz"
@@ -423,6 +425,20 @@ def test_unusable_state_dir_still_alerts_and_says_why(
     finally:
         if fault == "read-only":
             subprocess.run(["umount", "-l", str(state_dir)], check=False)
+
+
+def test_a_young_run_lock_holder_skips_the_run_at_notice_naming_it(
+    scenario: Scenario, receiver: Receiver, children: Children
+) -> None:
+    """A process that holds the run lock skips the run: exit 75, naming it (the kernel's
+    holder of the lock); past ten minutes it is an error of its own (alerts tests/unit)."""
+    scenario.configure([receiver.url(TOKEN)])
+    run_lock = scenario.state_dir / "run.lock"
+    wedged = children.python(FLOCK_HOLDER, str(run_lock))
+    skipped = scenario.once(0)
+    assert skipped.returncode == EXIT_BUSY, skipped.stderr
+    assert f"PID {wedged.pid}" in skipped.stderr and "error" not in skipped.stderr
+    assert receiver.payloads == []
 
 
 def test_overlapping_runs_send_no_duplicate_and_the_second_names_the_first(

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden.cli.once import AlertedRun, run_and_alert
 from lockwarden.config import Config
+from lockwarden.model import Holder
 from lockwarden.output.report import json_document, render_text
 from lockwarden.support.checkpoints import Checkpoint, skip
-from lockwarden.support.durations import stamp
+from lockwarden.support.durations import format_duration, stamp
 from lockwarden.support.exit_codes import EXIT_CONFIG, EXIT_NOTIFY_FAILED, EXIT_UNKNOWN
 
 if TYPE_CHECKING:
@@ -76,15 +77,38 @@ def _own_job_failed(alerted: AlertedRun) -> bool:
     return any(finding.name in own for finding in alerted.result.findings)
 
 
-def busy_message(busy: RunBusy, now: datetime) -> str:
+STUCK_AFTER_S = 600.0
+"""A run holding the run lock this long is stuck: twice the unit's TimeoutStartSec (5 min), and
+a run takes seconds. Every later run is skipped while it holds it."""
+
+
+def run_lock_holder(busy: RunBusy, now: datetime) -> Holder | None:
     """Who holds the run lock now, as the kernel says (its flock holder, found through
     /proc/*/fdinfo like any monitored lock): the PID written in the file may be a dead run's."""
     from lockwarden.pipeline import inspect_path
 
     try:
-        holder = inspect_path(busy.lock_path, now, lock_format="kernel").findings[0].holder
+        return inspect_path(busy.lock_path, now, lock_format="kernel").findings[0].holder
     except Exception:  # naming the holder is a courtesy: the run is busy either way
-        holder = None
+        return None
+
+
+def stuck_message(busy: RunBusy, holder: Holder | None, now: datetime) -> str | None:
+    """What to say when the run lock's holder has held it past STUCK_AFTER_S; None before."""
+    if holder is None or holder.pid is None or holder.started_at is None:
+        return None
+    held = (now - holder.started_at).total_seconds()
+    if held < STUCK_AFTER_S:
+        return None
+    return (
+        f"the run lock {busy.lock_path} has been held for {format_duration(held)} by "
+        f"{holder.describe()}: every run is skipped while it holds it, so no lock is checked "
+        f"and no alert is sent; stop it: kill {holder.pid}"
+    )
+
+
+def busy_message(busy: RunBusy, now: datetime, holder: Holder | None = None) -> str:
+    """Who holds the run lock now (run_lock_holder), or what the file recorded."""
     if holder is not None and holder.pid is not None:
         return (
             f"another lockwarden run is in progress (PID {holder.pid}, run lock "

@@ -545,9 +545,17 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
             config, now_of(arguments), arguments.dry_run, checkpoint, textfile
         )
     except RunBusy as busy:
-        message = alert_commands.busy_message(busy, now_of(arguments))
+        holder = alert_commands.run_lock_holder(busy, now_of(arguments))
+        journal = logs.writes_to_journal(sys.stderr, os.environ)
+        # Real time, not --now: a wedged run (a child stuck on a hung mount keeps the lock's
+        # descriptor) is stuck by the wall clock.
+        stuck = alert_commands.stuck_message(busy, holder, datetime.now(UTC))
+        if stuck is not None:  # a finding of its own: nothing is watched while it lasts
+            print(f"{'<3>' if journal else ''}lockwarden: error: {stuck}", file=sys.stderr)
+            return EXIT_UNKNOWN
+        message = alert_commands.busy_message(busy, now_of(arguments), holder)
         # At notice, not info: a run lock that stays held skips every run in silence else.
-        notice = "<5>" if logs.writes_to_journal(sys.stderr, os.environ) else ""
+        notice = "<5>" if journal else ""
         print(
             f"{notice}lockwarden: {message}; this run exits without doing anything", file=sys.stderr
         )

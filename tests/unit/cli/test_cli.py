@@ -404,3 +404,23 @@ def test_the_configured_role_of_a_store_reaches_the_report_json_and_textfile(
     _code, document = run_json("--once", "--config", config)
     assert document["locks"][0]["store"] == "WhatsApp session store"
     assert 'store="WhatsApp session store"' in textfile.read_text()
+
+
+@pytest.mark.parametrize(("minutes", "stuck"), [(1, False), (9, False), (11, True), (600, True)])
+def test_a_run_lock_held_past_ten_minutes_is_an_error_naming_what_to_stop(
+    minutes: int, stuck: bool
+) -> None:
+    """A run takes seconds and the unit ends one after 5 minutes: a holder of the run lock
+    past ten (a child stuck on a hung mount keeps its descriptor) skips every run, so it is
+    said as an error with the action, not a quiet skip."""
+    from lockwarden.cli.alert_commands import stuck_message
+    from lockwarden.model import Holder
+    from lockwarden.state.journal import RunBusy
+
+    now = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    holder = Holder(pid=4242, alive=True, name="lockwarden",
+                    started_at=now - timedelta(minutes=minutes))  # fmt: skip
+    said = stuck_message(RunBusy(4242, "/var/lib/lockwarden/run.lock"), holder, now)
+    assert (said is not None) is stuck
+    if said is not None:
+        assert "every run is skipped while it holds it" in said and "kill 4242" in said
