@@ -280,7 +280,7 @@ def test_alert_rules_pass_promtool_check() -> None:
         [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 5 rules found" in checked.stdout
+    assert "SUCCESS: 6 rules found" in checked.stdout
 
 
 def test_alert_rules_fire_on_the_right_series() -> None:
