@@ -194,3 +194,35 @@ def python() -> list[str]:
     import sys
 
     return [sys.executable, "-c"]
+
+
+RANGE_HOLDER = """
+import fcntl, os, sys, time
+handle = open(sys.argv[1], "r+")
+fcntl.lockf(handle, fcntl.LOCK_EX, 10, int(sys.argv[2]), os.SEEK_SET)
+print("ready", flush=True)
+if len(sys.argv) > 3:  # then wait for more bytes: a waiter of its own
+    fcntl.lockf(handle, fcntl.LOCK_EX, 10, int(sys.argv[3]), os.SEEK_SET)
+time.sleep(120)
+"""
+
+
+def test_a_posix_lock_on_other_bytes_is_not_what_the_writer_waits_for(
+    tmp_path: Path, children: Children
+) -> None:
+    """Two POSIX locks on different bytes of one file: the writer waiting for bytes 100-109 is
+    blocked by their holder alone, not by the holder of bytes 0-9 (SQLite's byte locks)."""
+    lock = tmp_path / "db"
+    lock.write_bytes(b"\0" * 200)
+    low = children.python(RANGE_HOLDER, str(lock), "0")
+    high = children.python(RANGE_HOLDER, str(lock), "100")
+    waiter = children.start([*python(), RANGE_HOLDER, str(lock), "50", "100"], ready="ready")
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    _code, document = why(str(waiter.pid))
+    [wait] = document["processes"][0]["waits"]
+    named = {holder["pid"] for holder in wait["lock"]["holders"]}
+    assert {low.pid, high.pid} <= named  # the file's holders, as inspect lists them
+    assert wait["blocked_by"] == [high.pid]  # bytes 0-9 block nobody waiting for 100-109
+    text = run_cli("why", str(waiter.pid)).stdout
+    assert f"by PID {high.pid} (" in text and f"PID {low.pid} (" not in text, text
+    assert wait["behind"] == []

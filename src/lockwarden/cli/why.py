@@ -15,14 +15,22 @@ Database waits (a client whose session waits on a server lock) are not followed 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lockwarden.model import Finding, Severity, command_text
+from lockwarden.model import Finding, Holder, KernelLock, Severity, command_text
 from lockwarden.output.report import finding_document
-from lockwarden.procfs.snapshot import BlockedCall, blocked_calls, index_proc_locks, parse_lock_line
+from lockwarden.procfs.snapshot import (
+    PROC_READ_TIMEOUT_S,
+    BlockedCall,
+    blocked_calls,
+    index_proc_locks,
+    parse_lock_line,
+    read_within,
+)
 
 MAX_CHAIN = 8
 """How many holders-that-wait a chain is followed through."""
@@ -50,6 +58,7 @@ class Wait:
     call: str
     finding: Finding | None
     behind: tuple[Answer, ...] = ()  # the holders that wait in turn
+    blockers: tuple[Holder, ...] = ()  # the holders whose lock the request conflicts with
 
 
 @dataclass(frozen=True)
@@ -104,13 +113,59 @@ def answer(pid: int, walk: Walk) -> Answer:
 def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     kind = "OFD fcntl" if call.ofd else call.call
     path = _fd_path(walk.proc, pid, call.fd)
+    inode = _fd_inode(walk.proc, pid, call.fd)
     if path is None:
         return Wait(pid, None, kind, None)
     finding = walk.inspect(path)
-    holders = [holder.pid for holder in finding.holders if holder.pid not in (None, pid)]
-    behind = tuple(answer(holder, walk) for holder in holders if holder is not None)
-    waiting = tuple(item for item in behind if item.waits or item.deadlock)
-    return Wait(pid, path, kind, finding, waiting)
+    if inode is None or finding.key is None or finding.key[1] != inode:
+        # unlinked and made again, or another mount namespace's path: not the waited-for file
+        return Wait(pid, None, kind, None)
+    request = _request(walk.proc, pid, inode)
+    blockers = tuple(
+        holder
+        for holder in finding.holders
+        if holder.pid not in (None, pid) and _conflicts(holder, request)
+    )
+    behind = tuple(answer(holder.pid, walk) for holder in blockers if holder.pid is not None)
+    waiting = tuple(item for item in behind if item.waits or item.deadlock or item.problem)
+    return Wait(pid, path, kind, finding, waiting, blockers)
+
+
+def _fd_inode(proc: str, pid: int, fd: int) -> int | None:
+    """The inode of a descriptor, from its fdinfo (no stat: a stat can hang on a dead mount)."""
+    try:
+        with open(f"{proc}/{pid}/fdinfo/{fd}") as handle:
+            for line in handle:
+                if line.startswith("ino:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _request(proc: str, pid: int, inode: int) -> KernelLock | None:
+    """The lock `pid` asks for on this inode, as /proc/locks lists its blocked request (flock
+    and POSIX; an OFD request shows no PID there)."""
+    try:
+        with open(f"{proc}/locks") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        lock = parse_lock_line(line)
+        if lock is not None and lock.waiting and lock.pid == pid and lock.key[1] == inode:
+            return lock
+    return None
+
+
+def _conflicts(holder: Holder, request: KernelLock | None) -> bool:
+    """Whether a holder's lock can be what the request waits for: byte ranges that overlap
+    (a POSIX lock on other bytes of the file blocks nobody here). Unknown either side: yes."""
+    if request is None or holder.lock_start is None:
+        return True
+    held_end = math.inf if holder.lock_end is None else holder.lock_end
+    request_end = math.inf if request.end is None else request.end
+    return holder.lock_start <= request_end and request.start <= held_end
 
 
 def _fd_path(proc: str, pid: int, fd: int) -> str | None:
@@ -122,16 +177,16 @@ def _fd_path(proc: str, pid: int, fd: int) -> str | None:
 
 
 def _command(proc: str, pid: int) -> str | None:
+    """Its command line, read on a helper thread (a stuck process's can hang: a page fault on
+    a hung mount holds its memory lock), else its kernel name; None when it is gone."""
     try:
-        with open(f"{proc}/{pid}/cmdline", "rb") as handle:
-            raw = handle.read(4096)
-        if raw:
-            parts = tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
-            return command_text(parts, 80)
         with open(f"{proc}/{pid}/comm") as handle:
-            return f"[{handle.read().strip()}]"
+            name = f"[{handle.read().strip()}]"
     except OSError:
         return None
+    raw = read_within(f"{proc}/{pid}/cmdline", PROC_READ_TIMEOUT_S)
+    parts = tuple(part for part in (raw or "").split("\0") if part)
+    return command_text(parts, 80) if parts else name
 
 
 def _doing(proc: str, pid: int) -> str:
@@ -194,11 +249,10 @@ def _what(wait: Wait) -> str:
     finding = wait.finding
     if wait.path is None or finding is None:
         return "a lock on a file lockwarden cannot name"
-    holders = [holder for holder in finding.holders if holder.pid != wait.pid]
     action = f" — {finding.action}" if finding.action else ""
-    if not holders:
+    if not wait.blockers:
         return f"a lock on {wait.path}: {finding.reason}"
-    names = ", ".join(holder.describe() for holder in holders)
+    names = ", ".join(holder.describe() for holder in wait.blockers)
     held = f" {_held(finding)}" if finding.held_for_s is not None else ""
     return f"a lock on {wait.path}, held{held} by {names}{action}"
 
@@ -230,6 +284,7 @@ def _doc(item: Answer) -> dict[str, object]:
                 "call": wait.call,
                 "path": wait.path,
                 "lock": finding_document(wait.finding) if wait.finding else None,
+                "blocked_by": [holder.pid for holder in wait.blockers],
                 "behind": [_doc(behind) for behind in wait.behind],
             }
             for wait in item.waits
