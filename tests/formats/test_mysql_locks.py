@@ -294,7 +294,11 @@ def test_a_tools_lock_of_another_database_on_the_server_is_not_this_ones(
     other.run(f"SELECT GET_LOCK('{blog_lock}', 0);")
 
     code, finding = check(tmp_path, server, f'advisory_key = "{tool}"')
-    assert (code, finding["state"]) == (0, "free"), finding
+    if tool == "flyway":  # Flyway's name hides its table: another table here is possible
+        assert (code, finding["state"]) == (3, "unknown"), finding
+        assert blog_lock in finding["reason"] and "lock_name" in finding["reason"]
+    else:
+        assert (code, finding["state"]) == (0, "free"), finding
 
     ours = client(server, clients)
     ours.run(f"SELECT GET_LOCK('{app_lock}', 0);")

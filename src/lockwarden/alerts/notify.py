@@ -308,6 +308,11 @@ def told_apart(services: list[Service]) -> list[Service]:
     ]
 
 
+MAX_THROTTLE_ALLOWANCE_S = 60.0
+"""At most this long added for services' own rate limits: the unit ends a run after 5 min, and
+a run killed mid-send writes no journal (the next run would send everything again)."""
+
+
 def throttle_allowance(chosen: Sequence[Sequence[Service]]) -> float:
     """The time a service's own rate limit adds to the budget: apprise waits
     `request_rate_per_sec` between two messages to one service (5.5 s for mail), so three
@@ -402,6 +407,7 @@ class Notifier:
         # The budget is for waiting on the network, so it starts at the first send: loading
         # apprise's plugins (seconds on a loaded host) must not use it up before anything is sent.
         self.deadline: float | None = None
+        self._throttle_allowed = False
         self._asset = apprise.AppriseAsset(app_id="lockwarden", app_desc="lockwarden lock alerts")
         self.services: list[Service] = []
         self.invalid: list[InvalidService] = []
@@ -559,7 +565,9 @@ class Notifier:
                 [Delivery(s.service_id, s.url, False, "out of time budget") for s in services]
                 for services in chosen
             ]
-        self.deadline += throttle_allowance(chosen)
+        if not self._throttle_allowed:  # once a run, and never past what a unit allows
+            self._throttle_allowed = True
+            self.deadline += min(throttle_allowance(chosen), MAX_THROTTLE_ALLOWANCE_S)
         finished = self._wait_for(self._start_sends(batch, chosen), count)
         return [
             [

@@ -100,11 +100,28 @@ def stuck_message(busy: RunBusy, holder: Holder | None, now: datetime) -> str | 
     held = (now - holder.started_at).total_seconds()
     if held < STUCK_AFTER_S:
         return None
-    return (
+    skipped = (
         f"the run lock {busy.lock_path} has been held for {format_duration(held)} by "
         f"{holder.describe()}: every run is skipped while it holds it, so no lock is checked "
-        f"and no alert is sent; stop it: kill {holder.pid}"
+        "and no alert is sent"
     )
+    if _hung(holder.pid):  # a reader stuck on a hung mount: no signal ends it
+        return (
+            f"{skipped}; it is in uninterruptible sleep (a file system that stopped answering): "
+            "kill cannot end it; make the mount answer again or detach it (umount -l MOUNT), "
+            "and see which mount in the report of the run before it"
+        )
+    return f"{skipped}; stop it: kill {holder.pid}"
+
+
+def _hung(pid: int) -> bool:
+    """In uninterruptible sleep (state D), as a read on a dead mount leaves a process."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].startswith("D")
 
 
 def busy_message(busy: RunBusy, now: datetime, holder: Holder | None = None) -> str:

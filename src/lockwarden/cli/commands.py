@@ -842,9 +842,13 @@ def _configured_lock(
 
 
 def _same_lock(configured: str, path: str) -> bool:
-    """A configured path names the inspected lock: the same path, or its store directory."""
+    """A configured path names the inspected lock: the same path, or the store directory of a
+    `STORE/LOCK` (never just any file's directory: /var/lock is not /var/lock/backup.lock)."""
+    from lockwarden.formats import STORE_LOCK_NAMES
+
     wanted = os.path.abspath(configured)
-    return path in (wanted, os.path.dirname(wanted))
+    store = os.path.basename(wanted) in STORE_LOCK_NAMES and path == os.path.dirname(wanted)
+    return path == wanted or store
 
 
 def _inspected_lock(

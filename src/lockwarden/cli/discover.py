@@ -135,7 +135,7 @@ def kernel_lock_candidates(
     hung: dict[str, str] = {}
     for key, outcome in naming.run([key for key in keys if targets[key]]):
         if isinstance(outcome, Candidate):
-            lifetime = _daemon_lifetime(outcome.first_word, key, snapshot, host)
+            lifetime = _daemon_lifetime(outcome.path, outcome.first_word, key, snapshot, host)
             candidates.append(replace(outcome, lifetime=lifetime))
         elif isinstance(outcome, Unanswered):
             hung.setdefault(outcome.mount.describe() if outcome.mount else "", str(outcome))
@@ -198,7 +198,7 @@ SINCE_BOOT_S = 300
 
 
 def _daemon_lifetime(
-    first_word: str | None, key: InodeKey, snapshot: Snapshot, host: HostReader
+    path: str, first_word: str | None, key: InodeKey, snapshot: Snapshot, host: HostReader
 ) -> str | None:
     """Why this lock is held for its holder's whole life, or None: a pidfile its own PID
     holds (`first_word`: the file's), or a lock whose every holder started with the boot."""
@@ -210,12 +210,20 @@ def _daemon_lifetime(
     if not holders:
         return None
     first = min(holders, key=lambda process: process.start_ticks)
-    if str(first.pid) == first_word:
+    if str(first.pid) == first_word and _pidfile_place(path):
         return f"the pidfile of PID {first.pid} ({first.name}), held by that process for its life"
     booted = (first.started_at - snapshot.booted_at).total_seconds()
-    if all((p.started_at - snapshot.booted_at).total_seconds() < SINCE_BOOT_S for p in holders):
+    up = (snapshot.captured_at - snapshot.booted_at).total_seconds()
+    early = all((p.started_at - snapshot.booted_at).total_seconds() < SINCE_BOOT_S for p in holders)
+    if early and up > 4 * SINCE_BOOT_S:  # right after boot, every holder started with it
         return f"held since boot by PID {first.pid} ({first.name}), {booted:.0f} s after it"
     return None
+
+
+def _pidfile_place(path: str) -> bool:
+    """A pidfile by its name or place (`*.pid`, under /run): a job's lock that writes its own
+    PID (`flock -n 9; echo $$ >&9`) is not a daemon's pidfile."""
+    return path.endswith(".pid") or path.startswith(("/run/", "/var/run/"))
 
 
 def _first_word(path: str) -> str:

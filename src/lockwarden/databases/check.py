@@ -127,8 +127,8 @@ def work_under(
     holder: Backend, clients: Mapping[int, Client], others: Sequence[Backend], host: HostReader
 ) -> Tree:
     """What works under a hold besides its session: the holder's client's descendants (a
-    migration tool runs each change in a child, a psql of its own), and the sessions that
-    they, or the client on another connection, have on the server. Stopping the client alone
+    migration tool runs each change in a child, a psql of its own), and the sessions they
+    have on the server. Stopping the client alone
     leaves those running the change: the next migrator would start it again beside them."""
     client = clients.get(holder.pid, Client(None)).holder
     if client is None or client.pid is None:
@@ -139,8 +139,10 @@ def work_under(
         for found in map(host.process, below)
         if found is not None and found.alive
     )
-    family = {client.pid, *below}
-    theirs = find_clients(others, host, "works under the lock") if others else {}
+    # The descendants' sessions only: the client's own other connections may be a pool's
+    # (pgbouncer, an application server), unrelated to the lock.
+    family = set(below)
+    theirs = find_clients(others, host, "works under the lock") if others and family else {}
     sessions = tuple(
         backend
         for backend in others

@@ -133,12 +133,24 @@ def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
         _check_preset(str(watch.target), database)
     holders: dict[str, list[Backend]] = {}
     waiters: dict[str, list[Backend]] = {}
+    other_flyway: set[str] = set()
     for name, status, *session_row in _rows(session, LOCKS):
         tool = tools.get(name)
         wanted = tool == watch.target if watch.watch == "advisory_key" else name == watch.target
         if wanted:
             granted = status == "GRANTED"
             (holders if granted else waiters).setdefault(name, []).append(_backend(session_row))
+        elif name.startswith("Flyway-") and status == "GRANTED":
+            other_flyway.add(name)
+    if watch.watch == "advisory_key" and watch.target == "flyway" and not holders and other_flyway:
+        # Another database's migration, or this one's with a renamed history table: no
+        # guess either way (free would let a second migration start beside it).
+        shown = ", ".join(sorted(other_flyway))
+        raise CheckProblem(
+            f"a Flyway lock is held on the server ({shown}) that is not this database's "
+            "default one: another database's migration, or this database's with another "
+            f"history table (then watch it with lock_name = {sorted(other_flyway)[0]!r})"
+        )
     return tuple(
         Hold(
             what=f"user lock {name!r}" + (f" ({tools[name]})" if name in tools else ""),

@@ -424,3 +424,21 @@ def test_a_run_lock_held_past_ten_minutes_is_an_error_naming_what_to_stop(
     assert (said is not None) is stuck
     if said is not None:
         assert "every run is skipped while it holds it" in said and "kill 4242" in said
+
+
+def test_inspect_of_a_directory_is_not_judged_as_a_file_configured_in_it(tmp_path: Path) -> None:
+    """`[[lock]] path = DIR/backup.lock` is that file's; `inspect DIR` is about the directory
+    (its STORE/LOCK), never judged with the file's budgets. A configured STORE/LOCK is its
+    store directory's."""
+    directory = tmp_path / "var-lock"
+    directory.mkdir()
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[[lock]]\nname = "backup"\npath = "{directory / "backup.lock"}"\n'
+        f'[[lock]]\nname = "store"\npath = "{tmp_path / "store" / "LOCK"}"\n',
+    )
+    (tmp_path / "store").mkdir()
+    unrelated = run_cli("inspect", str(directory), "--config", config)
+    assert "judged as [[lock]]" not in unrelated.stdout, unrelated.stdout
+    store = run_cli("inspect", str(tmp_path / "store"), "--config", config)
+    assert "judged as [[lock]] 'store'" in store.stdout, store.stdout
