@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -164,7 +165,9 @@ def test_a_holder_that_dies_while_paged_is_one_incident_never_a_recovery() -> No
     blocked, naming it. Once the lock is gone, that incident resolves."""
     journal = Journal()
     assert kinds(journal.run(0, finding())) == ["alert"]
-    died = journal.run(5, finding(State.STALE, Severity.CRITICAL))
+    proof = "PID 64969 is not running on this host and no process holds a kernel lock on it"
+    stale = replace(finding(State.STALE, Severity.CRITICAL), proof=proof)
+    died = journal.run(5, stale)
     assert kinds(died) == ["alert"]
     title = died.outgoing[0].message.title
     assert "still blocked" in title and "PID 64969" in title and "died" in title, title
@@ -174,6 +177,15 @@ def test_a_holder_that_dies_while_paged_is_one_incident_never_a_recovery() -> No
         "holder died"
     ]
     assert kinds(journal.run(10, FREE)) == ["resolved"]
+
+
+def test_another_processs_leftover_after_a_page_is_another_incident() -> None:
+    """The stale lock's proof names another PID: not the paged holder's death."""
+    journal = Journal()
+    journal.run(0, finding())
+    proof = "PID 777 is not running on this host and no process holds a kernel lock on it"
+    other = journal.run(5, replace(finding(State.STALE, Severity.CRITICAL), proof=proof))
+    assert kinds(other) == ["resolved", "alert"]
 
 
 def test_new_holder_after_resolution_alerts_again() -> None:

@@ -13,6 +13,7 @@ lock's inode and record). A new key for a lock is a new incident; the old one is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -164,7 +165,7 @@ def _decide_lock(
         history.streak(finding.name, klass) + 1 < policy.alerts.unknown_after
     ):
         return  # a transient permission error pages nobody
-    if current is not None and _holder_died(current, klass):
+    if current is not None and _holder_died(current, klass, finding):
         # Not a recovery: the holder's death left the lock, writes are still blocked. No
         # RESOLVED (shown green) between the page and the stale alert, which says who it was.
         plan.records.append(
@@ -181,8 +182,14 @@ DIED = "holder died"
 """Why an incident held too long ended: its holder died and left the lock (now stale)."""
 
 
-def _holder_died(incident: Incident, klass: str) -> bool:
-    return incident.state_class == State.HELD_TOO_LONG.value and klass == State.STALE.value
+def _holder_died(incident: Incident, klass: str, finding: Finding) -> bool:
+    """Held too long, now stale, and the stale lock's proof names the PID that was paged
+    about (another process's leftover is another incident)."""
+    if incident.state_class != State.HELD_TOO_LONG.value or klass != State.STALE.value:
+        return False
+    paged = re.match(r"PID (\d+)\b", incident.holder or "")
+    said = f"{finding.reason} {finding.proof or ''}"
+    return paged is not None and re.search(rf"\bPID {paged.group(1)}\b", said) is not None
 
 
 def _alert_interrupted(
