@@ -108,6 +108,8 @@ def run_cli(*args: str, timeout: float = 30, **env: str) -> subprocess.Completed
     command = args[: args.index("--")] if "--" in args else args
     if "--json" in command and REPORT_COMMANDS & set(command) and completed.stdout.strip():
         validate_report(json.loads(completed.stdout))
+    if "--json" in command and "why" in command and completed.stdout.strip():
+        validate_why(json.loads(completed.stdout))
     return completed
 
 
@@ -118,6 +120,23 @@ def _report_validator() -> Any:
     schema = json.loads(REPORT_SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
+
+
+@functools.cache
+def _why_validator() -> Any:
+    import jsonschema
+
+    schema = json.loads(REPORT_SCHEMA.read_text())
+    return jsonschema.Draft202012Validator({"$ref": "#/$defs/why", "$defs": schema["$defs"]})
+
+
+def validate_why(document: dict[str, Any]) -> dict[str, Any]:
+    """Fail unless `document` is what schema/report-v2.schema.json's `why` says."""
+    errors = sorted(_why_validator().iter_errors(document), key=lambda e: list(e.path))
+    assert not errors, "\n".join(
+        f"{'/'.join(map(str, error.path))}: {error.message}" for error in errors[:10]
+    )
+    return document
 
 
 def validate_report(document: dict[str, Any]) -> dict[str, Any]:
