@@ -269,6 +269,15 @@ print("ready", flush=True)
 time.sleep(120)
 """
 
+OFD_HOLDER = """
+import fcntl, os, struct, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
 POSIX_HOLDER = """
 import fcntl, sys, time
 handle = open(sys.argv[1], "a")

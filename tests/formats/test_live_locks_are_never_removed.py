@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from test_chromium_profile import CHROMIUM_FLAGS
 from test_emacs import edit_in_emacs
 from test_filelock_soft import hold_soft_lock
 from test_git import make_bare_dotfiles, start_commit_waiting_for_its_editor
@@ -34,15 +35,6 @@ with open(sys.argv[1], "w") as handle:
 print("ready", flush=True)
 time.sleep(120)
 """
-CHROMIUM = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
 
 Started = tuple[Path, subprocess.Popen[str]]
 
@@ -67,7 +59,7 @@ def filelock_soft(children: Children, tmp_path: Path) -> Started:
 def chromium_profile(children: Children, tmp_path: Path) -> Started:
     profile = tmp_path / "profile"
     browser = children.start(
-        [require_tool("chromium"), *CHROMIUM, f"--user-data-dir={profile}", "about:blank"],
+        [require_tool("chromium"), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conftest import (
     MKDIR_HOLDER,
+    OFD_HOLDER,
     POSIX_HOLDER,
     Children,
     require_tool,
@@ -181,15 +182,6 @@ def _proc_locks_pid(path: Path) -> int:
         if parts[-3] == suffix and parts[1] != "->":
             return int(parts[4])
     raise AssertionError("no lock line")
-
-
-OFD_HOLDER = """
-import fcntl, os, struct, sys, time
-fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
-print("ready", flush=True)
-time.sleep(120)
-"""
 
 
 def test_ofd_lock_holder_is_found_although_proc_locks_prints_minus_one(

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from conftest import FLOCK_HOLDER, Children, require_tool, run_cli, wait_until
+from conftest import (
+    FLOCK_HOLDER,
+    OFD_HOLDER,
+    POSIX_HOLDER,
+    Children,
+    require_tool,
+    run_cli,
+    wait_until,
+)
 
 # Take a lock of one style on argv[1] and wait for it: flock, POSIX (lockf) or OFD.
 WAITER = """
@@ -27,6 +35,9 @@ else:
     fcntl.fcntl(handle, fcntl.F_OFD_SETLKW, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
 import time; time.sleep(120)
 """
+# A holder of each style (tests/conftest.py).
+HOLDERS = {"flock": FLOCK_HOLDER, "posix": POSIX_HOLDER, "ofd": OFD_HOLDER}
+
 # Hold argv[1] (flock), then wait for argv[2] (flock): one link of a chain or a deadlock.
 HOLD_THEN_WAIT = """
 import fcntl, sys, time
@@ -66,7 +77,7 @@ def test_a_writer_blocked_on_a_kernel_lock_is_followed_to_its_holder(
 ) -> None:
     lock = tmp_path / "store.lock"
     lock.touch()
-    holder = children.python(FLOCK_HOLDER if style == "flock" else HOLDERS[style], str(lock))
+    holder = children.python(HOLDERS[style], str(lock))
     waiter = children.python(WAITER, str(lock), style)
     assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
 
@@ -82,24 +93,6 @@ def test_a_writer_blocked_on_a_kernel_lock_is_followed_to_its_holder(
     assert text.returncode == 2, text.stdout  # a budget of 0: any hold is past it
     assert f"PID {waiter.pid} (" in text.stdout and f"by PID {holder.pid} (" in text.stdout
     assert str(lock) in text.stdout and f"kill {holder.pid}" in text.stdout
-
-
-HOLDERS = {
-    "posix": """
-import fcntl, sys, time
-handle = open(sys.argv[1], "r+")
-fcntl.lockf(handle, fcntl.LOCK_EX)
-print("ready", flush=True)
-time.sleep(120)
-""",
-    "ofd": """
-import fcntl, struct, sys, time
-handle = open(sys.argv[1], "r+")
-fcntl.fcntl(handle, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
-print("ready", flush=True)
-time.sleep(120)
-""",
-}
 
 
 def go_on(process: subprocess.Popen[str]) -> None:

@@ -68,6 +68,15 @@ def test_a_build_gets_the_hosts_settings_and_none_of_the_test_sessions_variables
     assert build_environment(pip=True, host=session)["PIP_FIND_LINKS"] == "/opt/wheels"
 
 
+def require_mmdebstrap_as_root() -> None:
+    """mmdebstrap in its root mode: a failure under CI=true, a skip elsewhere."""
+    require_tool("mmdebstrap")
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("mmdebstrap's root mode needs root")
+        pytest.skip("mmdebstrap's root mode needs root")
+
+
 def installed_packages(root: Path) -> set[str]:
     """The packages dpkg inside a root file system says are installed."""
     installed, name = set(), ""
@@ -88,11 +97,7 @@ def test_the_root_file_system_builds_from_nothing_in_the_test_sessions_environme
     $CREDENTIALS_DIRECTORY that once broke systemd's postinst, named here so the test keeps its
     teeth if conftest changes): a build that lets them through fails here on every machine,
     cached or not."""
-    require_tool("mmdebstrap")
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("mmdebstrap's root mode needs root")
-        pytest.skip("mmdebstrap's root mode needs root")
+    require_mmdebstrap_as_root()
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", "")
     monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path / "runtime"))
     wanted = tmp_path / "bookworm"
@@ -108,11 +113,7 @@ def test_a_failed_build_says_why_from_its_log(
 ) -> None:
     """A build that fails quotes the tail of mmdebstrap's verbose log, kept beside the tree: here
     a mirror on 127.0.0.1 that refuses every connection, so apt's own error is named."""
-    require_tool("mmdebstrap")
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("mmdebstrap's root mode needs root")
-        pytest.skip("mmdebstrap's root mode needs root")
+    require_mmdebstrap_as_root()
     monkeypatch.setenv("LOCKWARDEN_TEST_MIRROR", "http://127.0.0.1:9/debian")
     with pytest.raises(RuntimeError) as failed:
         machine.build("bookworm", tmp_path / "bookworm")

@@ -27,6 +27,7 @@ from lockwarden.procfs.snapshot import (
     PROC_READ_TIMEOUT_S,
     BlockedCall,
     blocked_calls,
+    descriptor_inode,
     index_proc_locks,
     parse_lock_line,
     read_within,
@@ -113,7 +114,7 @@ def answer(pid: int, walk: Walk) -> Answer:
 def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     kind = "OFD fcntl" if call.ofd else call.call
     path = _fd_path(walk.proc, pid, call.fd)
-    inode = _fd_inode(walk.proc, pid, call.fd)
+    inode = descriptor_inode(walk.proc, pid, call.fd)
     if path is None:
         return Wait(pid, None, kind, None)
     finding = walk.inspect(path)
@@ -129,18 +130,6 @@ def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     behind = tuple(answer(holder.pid, walk) for holder in blockers if holder.pid is not None)
     waiting = tuple(item for item in behind if item.waits or item.deadlock or item.problem)
     return Wait(pid, path, kind, finding, waiting, blockers)
-
-
-def _fd_inode(proc: str, pid: int, fd: int) -> int | None:
-    """The inode of a descriptor, from its fdinfo (no stat: a stat can hang on a dead mount)."""
-    try:
-        with open(f"{proc}/{pid}/fdinfo/{fd}") as handle:
-            for line in handle:
-                if line.startswith("ino:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def _request(proc: str, pid: int, inode: int) -> KernelLock | None:

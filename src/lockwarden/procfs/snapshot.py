@@ -60,6 +60,11 @@ class DescriptorScan:
     unreadable_pids: int = 0
     hidden: list[int] = field(default_factory=list)  # the PIDs behind unreadable_pids
 
+    def hide(self, entry: str) -> None:
+        """A process whose descriptors could not be read (no ptrace right)."""
+        self.unreadable_pids += 1
+        self.hidden.append(int(entry))
+
 
 def index_proc_locks(text: str) -> dict[int, list[str]]:
     """The raw /proc/locks lines grouped by inode number, without parsing them.
@@ -669,8 +674,7 @@ def _scan_part(
         try:
             fd_names = os.listdir(f"{base}/fd")
         except PermissionError:
-            scan.unreadable_pids += 1
-            scan.hidden.append(int(entry))
+            scan.hide(entry)
             continue
         except OSError:
             continue
@@ -678,8 +682,7 @@ def _scan_part(
         for key, descriptor in found:
             scan.by_key.setdefault(key, []).append(descriptor)
         if not readable:  # its fd list is visible, its fdinfo is not (no ptrace right)
-            scan.unreadable_pids += 1
-            scan.hidden.append(int(entry))
+            scan.hide(entry)
     return scan
 
 
@@ -738,15 +741,16 @@ def _table_descriptors(
 
 
 def _descriptor(
-    link: str, pid: int, fd: int, raw: bytes, keys: frozenset[InodeKey]
+    link: str, pid: int, fd: int, raw: bytes, keys: frozenset[InodeKey] | None
 ) -> tuple[InodeKey, Descriptor] | None:
-    """A descriptor whose fdinfo inode matched: stat its fd link for the device too."""
+    """A descriptor whose fdinfo inode matched (`keys` None: any): stat its fd link for the
+    device too."""
     try:
         status = os.stat(link)
     except OSError:
         return None
     key = (status.st_dev, status.st_ino)
-    if key not in keys:
+    if keys is not None and key not in keys:
         return None
     flags, lock_lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))
     locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
@@ -764,8 +768,7 @@ def _scan_locked_descriptors(proc: str, entries: tuple[str, ...]) -> DescriptorS
         try:
             fd_names = os.listdir(f"{base}/fdinfo")
         except PermissionError:
-            scan.unreadable_pids += 1
-            scan.hidden.append(int(entry))
+            scan.hide(entry)
             continue
         except OSError:
             continue
@@ -773,26 +776,13 @@ def _scan_locked_descriptors(proc: str, entries: tuple[str, ...]) -> DescriptorS
             try:
                 raw = _read_small(f"{base}/fdinfo/{fd_name}", read_on=lambda _: True)
             except PermissionError:
-                scan.unreadable_pids += 1
-                scan.hidden.append(int(entry))
+                scan.hide(entry)
                 break
             if raw is None or b"\nlock:" not in raw:
                 continue
-            try:
-                status = os.stat(f"{base}/fd/{fd_name}")
-            except OSError:
-                continue
-            key = (status.st_dev, status.st_ino)
-            flags, lock_lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))
-            locks = tuple(
-                lock._replace(key=key)
-                for lock in map(parse_lock_line, lock_lines)
-                if lock is not None
-            )
-            write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
-            scan.by_key.setdefault(key, []).append(
-                Descriptor(int(entry), int(fd_name), locks, write)
-            )
+            found = _descriptor(f"{base}/fd/{fd_name}", int(entry), int(fd_name), raw, None)
+            if found is not None:
+                scan.by_key.setdefault(found[0], []).append(found[1])
     return scan
 
 
@@ -801,6 +791,17 @@ def _watched(raw: bytes, inodes: frozenset[bytes]) -> bool:
     Linux 5.14, may be)."""
     inode = _fdinfo_identity(raw)[1]
     return inode is None or inode in inodes
+
+
+def descriptor_inode(proc: str, pid: int, fd: int) -> int | None:
+    """The inode of one descriptor, from its fdinfo (no stat: a stat can hang on a dead mount);
+    None when it is gone, not ours to read, or the kernel prints no `ino:` (before 5.14)."""
+    try:
+        raw = _read_small(f"{proc}/{pid}/fdinfo/{fd}")
+    except PermissionError:
+        return None
+    inode = _fdinfo_identity(raw)[1] if raw is not None else None
+    return int(inode) if inode is not None else None
 
 
 def _fdinfo_identity(raw: bytes) -> tuple[bytes | None, bytes | None]:
