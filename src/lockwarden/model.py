@@ -351,6 +351,9 @@ class Finding:
     """Why the state is unknown; None for every other state (and for lockwarden's own
     `lockwarden:state`, `lockwarden:notify` and `lockwarden:prometheus` findings, whose names
     say it)."""
+    gone_pids: tuple[int, ...] = ()
+    """For a stale lock: the PIDs its record names as holders, each proven gone (dead, or now
+    another process: never a PID to kill), as the proof says."""
 
     @property
     def holders(self) -> tuple[Holder, ...]:

@@ -66,6 +66,8 @@ class Verdict:
     readers: tuple[Holder, ...] = ()
     cause: UnknownCause | None = None
     """Why, for an unknown one."""
+    gone: tuple[int, ...] = ()
+    """For a stale one: the recorded holder PIDs proven gone (dead, or now another process)."""
 
 
 def classify(
@@ -124,6 +126,7 @@ def classify(
         key=claim.keys[0] if claim.keys else None,
         unattributed=evidence.unattributed,
         unknown_cause=verdict.cause if state is State.UNKNOWN else None,
+        gone_pids=verdict.gone if state is State.STALE else (),
     )
 
 
@@ -218,7 +221,8 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: da
         return Verdict(State.UNKNOWN, foreign_host, cause=UnknownCause.OTHER_HOST)
     other_boot = _other_boot_proof(claim, evidence)
     if other_boot:
-        return Verdict(State.STALE, "stale: its holder is gone", proof=other_boot)
+        gone = () if claim.pid is None else (claim.pid,)
+        return Verdict(State.STALE, "stale: its holder is gone", proof=other_boot, gone=gone)
     if claim.stale_proof is StaleProof.NO_KERNEL_LOCK:
         return _leftover_record_verdict(claim, evidence, policy)
     if claim.stale_proof is StaleProof.NO_WORKER:
@@ -256,11 +260,13 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
         gone = "an exited zombie" if process is not None else "not running on this host"
         proof = f"PID {pid} is {gone} and no process holds a kernel lock on {claim.path}"
         reason = f"stale: its holder PID {pid} is gone"
-        return _unless_workers_remain(claim, evidence, Verdict(State.STALE, reason, proof=proof))
+        stale = Verdict(State.STALE, reason, proof=proof, gone=(pid,))
+        return _unless_workers_remain(claim, evidence, stale)
     reused = _reuse_proof(claim, process)
     if reused:
         reason = f"stale: PID {pid} now belongs to another process"
-        return _unless_workers_remain(claim, evidence, Verdict(State.STALE, reason, proof=reused))
+        stale = Verdict(State.STALE, reason, proof=reused, gone=(pid,))
+        return _unless_workers_remain(claim, evidence, stale)
     suspect = _reuse_suspicion(claim, process.started_at)
     if suspect:
         return Verdict(State.UNKNOWN, suspect, cause=UnknownCause.PID_REUSE_SUSPECTED)
@@ -287,7 +293,8 @@ def _combine(by_pid: dict[int, Verdict]) -> Verdict:
         return unknown or verdicts[0]
     proofs = "; ".join(verdict.proof for verdict in verdicts if verdict.proof)
     pids = ", ".join(str(pid) for pid in by_pid)
-    return Verdict(State.STALE, f"stale: all its holders (PIDs {pids}) are gone", proof=proofs)
+    reason = f"stale: all its holders (PIDs {pids}) are gone"
+    return Verdict(State.STALE, reason, proof=proofs, gone=tuple(by_pid))
 
 
 def _other_boot_proof(claim: Claim, evidence: Evidence) -> str | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden import __version__
-from lockwarden.model import Bound, Finding, State, own_finding
+from lockwarden.model import Bound, Finding, Severity, State, own_finding
 from lockwarden.support.atomic import write_atomically
 
 
@@ -40,14 +40,15 @@ LOCK_STATE = Metric(
     "1 for the lock's current state (the state label), 0 for the others",
 )
 LOCK_SEVERITY = Metric(
-    "lockwarden_lock_severity", "Severity of the lock (0 ok, 1 warning, 2 critical, 3 unknown)"
-)
-LOCK_HOLDER_PID = Metric(
-    "lockwarden_lock_holder_pid", "PID of the process holding the lock (absent when none is named)"
+    "lockwarden_lock_severity",
+    "1 for the lock's current severity (the severity label: ok, warning, critical, unknown), "
+    "0 for the others",
 )
 LOCK_HOLDER_INFO = Metric(
     "lockwarden_lock_holder_info",
-    "Always 1; the labels name the holder (empty when the lock has none or it cannot be named)",
+    "Always 1; the labels name the holder and the action (a lock with no holder to name has "
+    "none; a stale one names the gone holder in gone_pids, with the proof); a label without a "
+    "value is left out",
 )
 LOCK_HELD_SECONDS = Metric(
     "lockwarden_lock_held_seconds",
@@ -86,7 +87,6 @@ BUILD_INFO = Metric("lockwarden_build_info", "Always 1; the version label is loc
 METRICS = (
     LOCK_STATE,
     LOCK_SEVERITY,
-    LOCK_HOLDER_PID,
     LOCK_HOLDER_INFO,
     LOCK_HELD_SECONDS,
     LOCK_HOLD_STARTED,
@@ -160,24 +160,51 @@ def lock_labels(finding: Finding, **extra: str) -> dict[str, str]:
     return {"lock": finding.name, "path": finding.path, **extra}
 
 
+HOLDER_LABELS = (
+    "holder_pid",
+    "holder_pids",
+    "holder_role",
+    "holder_unit",
+    "holder_user",
+    "gone_pids",
+    "proof",
+    "action",
+    "store",
+)
+"""Every label the info series may carry, in order; the rules join them all."""
+
+
 def holder_labels(finding: Finding) -> dict[str, str]:
-    """The holder as the alert rules carry it into a notification (empty when none): every
-    process that holds the lock (`holder_pids`: `flock FILE cmd` is flock and its command),
-    and the action that frees it, the same as the report's and the alert's."""
+    """The holder as the alert rules carry it into a notification, only the labels that have
+    a value (Prometheus drops an empty one, and an info series with empty labels is noise):
+    every process that holds the lock (`holder_pids`: `flock FILE cmd` is flock and its
+    command), and the action that frees it, the same as the report's and the alert's. A stale
+    lock names the holder its record gave and the proof that it is gone (`gone_pids`: never
+    `holder_pid`, as a reused PID now belongs to another process)."""
     holder = finding.holder
-    action = {"action": finding.action or "", "store": finding.store or ""}
-    if holder is None:
-        empty = ("holder_pid", "holder_pids", "holder_role", "holder_unit", "holder_user")
-        return {**dict.fromkeys(empty, ""), **action}
-    pids = [process.pid for process in (holder, *finding.sharers) if process.pid is not None]
-    return {
-        "holder_pid": "" if holder.pid is None else str(holder.pid),
+    pids = [process.pid for process in finding.holders if process.pid is not None]
+    stale = finding.state is State.STALE
+    labels = {
+        "holder_pid": "" if holder is None or holder.pid is None else str(holder.pid),
         "holder_pids": " ".join(str(pid) for pid in pids),
-        "holder_role": holder.role or holder.name or "",
-        "holder_unit": holder.unit or "",
-        "holder_user": holder.user or "",
-        **action,
+        "holder_role": "" if holder is None else holder.role or holder.name or "",
+        "holder_unit": "" if holder is None else holder.unit or "",
+        "holder_user": "" if holder is None else holder.user or "",
+        "gone_pids": " ".join(str(pid) for pid in finding.gone_pids),
+        "proof": (finding.proof or "") if stale else "",
+        "action": finding.action or "",
+        "store": finding.store or "",
     }
+    return {name: value for name, value in labels.items() if value}
+
+
+def holder_info_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
+    """One series for each lock with something to say of its holder or its action; none for
+    a free lock or one nobody can be named for."""
+    for finding in findings:
+        labels = holder_labels(finding)
+        if labels:
+            yield lock_labels(finding, **labels), 1.0
 
 
 def held_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
@@ -196,10 +223,12 @@ def state_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
             yield lock_labels(finding, state=state.value), float(finding.state is state)
 
 
-def holder_pid_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
+def severity_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
+    """One-hot, like the state: a numeric enum would rank unknown above critical under `max`."""
     for finding in findings:
-        if finding.holder is not None and finding.holder.pid is not None:
-            yield lock_labels(finding), float(finding.holder.pid)
+        for severity in Severity:
+            labels = lock_labels(finding, severity=severity.label)
+            yield labels, float(finding.severity is severity)
 
 
 def hold_start_samples(findings: Sequence[Finding], checked_at: float) -> Iterable[Sample]:
@@ -223,9 +252,8 @@ def held_bound_samples(findings: Sequence[Finding], checked_at: float) -> Iterab
 def per_lock(findings: Sequence[Finding], checked_at: float) -> list[str]:
     return [
         *family(LOCK_STATE, state_samples(findings)),
-        *family(LOCK_SEVERITY, ((lock_labels(f), float(f.severity)) for f in findings)),
-        *family(LOCK_HOLDER_PID, holder_pid_samples(findings)),
-        *family(LOCK_HOLDER_INFO, ((lock_labels(f, **holder_labels(f)), 1.0) for f in findings)),
+        *family(LOCK_SEVERITY, severity_samples(findings)),
+        *family(LOCK_HOLDER_INFO, holder_info_samples(findings)),
         *family(LOCK_HELD_SECONDS, held_samples(findings)),
         *family(LOCK_HOLD_STARTED, hold_start_samples(findings, checked_at)),
         *family(LOCK_HELD_BOUND, held_bound_samples(findings, checked_at)),
