@@ -55,6 +55,7 @@ install_file 0644 schema/report-v2.schema.json "$doc/schema/report-v2.schema.jso
 install_file 0644 packaging/cron.d/lockwarden "$doc/examples/cron.d/lockwarden"
 install_file 0644 packaging/prometheus/lockwarden.rules.yml "$doc/examples/lockwarden.rules.yml"
 install_file 0644 packaging/prometheus/lockwarden.tmpl "$doc/examples/lockwarden.tmpl"
+install_file 0644 packaging/prometheus/lockwarden.inhibit.yml "$doc/examples/lockwarden.inhibit.yml"
 cat > "$stage$doc/copyright" <<'COPYRIGHT'
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: lockwarden

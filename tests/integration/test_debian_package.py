@@ -46,6 +46,8 @@ EXPECTED = {
     "./usr/share/doc/lockwarden/examples/cron.d/lockwarden": "-rw-r--r--",
     "./usr/share/doc/lockwarden/examples/lockwarden.rules.yml": "-rw-r--r--",
     "./usr/share/doc/lockwarden/examples/lockwarden.tmpl": "-rw-r--r--",
+    "./usr/share/doc/lockwarden/examples/lockwarden.inhibit.yml": "-rw-r--r--",
+    "./usr/share/doc/lockwarden/docs/runbook.md": "-rw-r--r--",
     "./usr/share/man/man1/lockwarden.1.gz": "-rw-r--r--",
 }
 

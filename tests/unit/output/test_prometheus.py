@@ -27,7 +27,7 @@ from conftest import (
 from factories import make_finding
 from lockwarden import __version__
 from lockwarden.model import Bound, Finding, Holder, Severity, State
-from lockwarden.output.prometheus import METRICS, RunFacts, render_metrics
+from lockwarden.output.prometheus import HOLDER_LABELS, METRICS, RunFacts, render_metrics
 from lockwarden.support.atomic import write_atomically
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -98,12 +98,14 @@ def test_metrics_parse_and_carry_every_label_escaped() -> None:
         "/srv/held-one/LOCK",
         "/srv/unknown-one/LOCK",
     }
-    assert by_lock(parsed, "lockwarden_lock_severity") == {
-        "free-one": 0,
-        "held-one": 2,
-        "unknown-one": 3,
-    }
-    assert by_lock(parsed, "lockwarden_lock_holder_pid") == {"held-one": 42}
+    severities = {
+        labels["lock"]: labels["severity"]
+        for labels, value in parsed["lockwarden_lock_severity"]
+        if value == 1
+    }  # one-hot: a numeric enum ranks unknown above critical under `max`
+    assert severities == {"free-one": "ok", "held-one": "critical", "unknown-one": "unknown"}
+    assert len(parsed["lockwarden_lock_severity"]) == 3 * 4
+    assert "lockwarden_lock_holder_pid" not in parsed  # a PID is no sample value
     info = {labels["lock"]: labels for labels, _ in parsed["lockwarden_lock_holder_info"]}
     assert info["held-one"] == {
         "lock": "held-one",
@@ -114,9 +116,9 @@ def test_metrics_parse_and_carry_every_label_escaped() -> None:
         "holder_unit": "wa-resync.service",
         "holder_user": "wa",
         "action": "kill 42 43",
-        "store": "",
-    }
-    assert info["free-one"]["holder_pid"] == ""  # every lock has one, so the rules' join works
+    }  # no store configured: no empty store label
+    assert set(info) == {"held-one"}  # nothing to say of a free or unknown one's holder
+    assert all(all(labels.values()) for labels in info.values())
     held = by_lock(parsed, "lockwarden_lock_held_seconds")
     assert held["held-one"] == 7260.5 and held["free-one"] == 0
     assert "unknown-one" not in held  # not known: no sample (a NaN poisons sum and max)
@@ -180,10 +182,11 @@ def test_a_run_writes_the_textfile_for_a_real_held_lock(tmp_path: Path, children
     assert completed.returncode == 0, completed.stdout
     parsed = samples(textfile.read_text())
     assert one_hot(parsed, "store")["held"] == 1
-    assert parsed["lockwarden_lock_severity"] == [({"lock": "store", "path": str(lock)}, 0)]
+    assert ({"lock": "store", "path": str(lock), "severity": "ok"}, 1) in parsed[
+        "lockwarden_lock_severity"
+    ]
     [(labels, _)] = parsed["lockwarden_lock_holder_info"]
     assert labels["holder_role"] == QUOTED and labels["holder_pid"] == str(holder.pid)
-    assert parsed["lockwarden_lock_holder_pid"][0][1] == holder.pid
     assert parsed["lockwarden_alerts_undelivered"] == [({}, 0)]
     # Held since the record's time or the holder's start, whichever is later: about 300 s.
     assert 290 <= parsed["lockwarden_lock_held_seconds"][0][1] <= 300
@@ -280,7 +283,7 @@ def test_alert_rules_pass_promtool_check() -> None:
         [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 6 rules found" in checked.stdout
+    assert "SUCCESS: 7 rules found" in checked.stdout
 
 
 def test_alert_rules_fire_on_the_right_series() -> None:
@@ -346,3 +349,189 @@ def test_flock_file_command_names_both_holders_and_an_action_that_stops_both(
     assert labels["action"] == finding["action"]["line"]
     assert finding["action"]["argv"][0] == "kill"
     assert sorted(map(int, finding["action"]["argv"][1:])) == sorted([flock.pid, command])
+
+
+def lock_series_shapes(text: str) -> set[tuple[str, frozenset[str]]]:
+    """(metric, label names) of every per-lock sample a textfile has."""
+    return {
+        (name, frozenset(labels))
+        for name, found in samples(text).items()
+        for labels, _ in found
+        if "lock" in labels
+    }
+
+
+def shipped_test_shapes() -> set[tuple[str, frozenset[str]]]:
+    import yaml
+
+    shapes = set()
+    for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        for entry in case["input_series"]:
+            [(labels, _)] = [
+                (dict(s.labels), s.value)
+                for f in text_string_to_metric_families(f"{entry['series']} 1\n")
+                for s in f.samples
+            ]
+            if "lock" in labels:
+                name = entry["series"].split("{", 1)[0]
+                shapes.add((name, frozenset(labels) - {"instance", "job", "host"}))
+    return shapes
+
+
+def real_run_textfile(tmp_path: Path, children: Children) -> tuple[str, dict[str, object]]:
+    """One real run over four real locks, five minutes after they were taken: one held past
+    its critical budget, one past its warning budget, one within it, and one whose holder was
+    killed (stale); the textfile and the JSON report."""
+    taken = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    budgets = {"critical": ("1m", "2m"), "warning": ("1m", "1h"), "within": ("1h", "2h")}
+    holders = {
+        name: children.python(MKDIR_HOLDER, str(tmp_path / name), f"job-{name}", taken.isoformat())
+        for name in (*budgets, "stale")
+    }
+    holders["stale"].kill()
+    holders["stale"].wait(timeout=10)
+    textfile = tmp_path / "lockwarden.prom"
+    locks = "".join(
+        f'[[lock]]\nname = "{name}"\npath = "{tmp_path / name}"\nformat = "owner-record"\n'
+        + (f'warn_after = "{budgets[name][0]}"\ncritical_after = "{budgets[name][1]}"\n'
+           if name in budgets else "")
+        for name in holders
+    )  # fmt: skip
+    config = write_config(
+        tmp_path / "config.toml", f'[prometheus]\ntextfile = "{textfile}"\n{locks}'
+    )
+    later = (taken + timedelta(minutes=5)).isoformat()
+    report = run_cli("--once", "--json", "--config", config, "--now", later)
+    assert report.returncode == 2, report.stdout + report.stderr
+    document = json.loads(report.stdout)
+    document["pids"] = {name: process.pid for name, process in holders.items()}
+    return textfile.read_text(), document
+
+
+def test_the_shipped_rule_tests_feed_only_series_the_exporter_writes(
+    tmp_path: Path, children: Children
+) -> None:
+    """Every per-lock series of packaging/prometheus/lockwarden.rules.test.yml has a name and
+    label set a real run's textfile has (a stale lock's info series included)."""
+    text, _ = real_run_textfile(tmp_path, children)
+    written = lock_series_shapes(text)
+    info = "lockwarden_lock_holder_info"
+    shipped = shipped_test_shapes()
+    assert {shape for shape in shipped if shape[0] != info} - written == set()
+    # The info series has the labels that have a value: any of the exporter's, no other.
+    allowed = {"lock", "path", *HOLDER_LABELS}
+    assert [labels - allowed for name, labels in shipped if name == info if labels - allowed] == []
+    assert [labels - allowed for name, labels in written if name == info if labels - allowed] == []
+    names = {name for name, _ in written}
+    assert names >= {"lockwarden_lock_state", "lockwarden_lock_severity", info}
+
+
+def test_the_rules_fire_on_the_series_a_real_run_wrote(tmp_path: Path, children: Children) -> None:
+    """The textfile of a real run, fed to promtool as it is (plus the labels a scrape adds):
+    the alerts that fire, with their labels, are the ones the test's own holders call for
+    (ALERTS, the series Prometheus keeps of its alerts)."""
+    import yaml
+
+    promtool = require_tool("promtool")
+    text, report = real_run_textfile(tmp_path, children)
+    pids = report["pids"]
+    assert isinstance(pids, dict)
+    scraped = {"instance": "host1:9100", "job": "node"}
+    series = [
+        {
+            "series": "{}{{{}}}".format(
+                name, ",".join(f'{k}="{escape(v)}"' for k, v in {**labels, **scraped}.items())
+            ),
+            "values": f"{value:g}x10",
+        }
+        for name, found in samples(text).items()
+        for labels, value in found
+    ]
+    locks = {lock["name"]: lock for lock in report["locks"]}  # type: ignore[attr-defined]
+
+    def expected(name: str, severity: str, alertname: str) -> str:
+        lock = locks[name]
+        labels = {
+            "alertname": alertname,
+            "alertstate": "firing",
+            "severity": severity,
+            **scraped,
+            "lock": name,
+            "path": str(tmp_path / name),
+            "action": lock["action"]["line"],
+        }
+        if name == "stale":
+            labels["gone_pids"] = str(pids["stale"])
+            labels["proof"] = lock["proof"]
+        else:
+            [holder] = lock["holders"]
+            assert holder["pid"] == pids[name]
+            labels |= {
+                "holder_pid": str(pids[name]),
+                "holder_pids": str(pids[name]),
+                "holder_role": f"job-{name}",
+                **({"holder_user": holder["user"]} if holder.get("user") else {}),
+                **({"holder_unit": holder["unit"]} if holder.get("unit") else {}),
+            }
+        body = ",".join(f'{k}="{escape(v)}"' for k, v in sorted(labels.items()))
+        return f"ALERTS{{{body}}}"
+
+    firing = [
+        expected("critical", "warning", "LockwardenLockHeldTooLong"),
+        expected("critical", "critical", "LockwardenLockHeldTooLong"),
+        expected("warning", "warning", "LockwardenLockHeldTooLong"),
+        expected("stale", "critical", "LockwardenLockStale"),
+    ]
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": 'ALERTS{alertstate="firing"}',
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": labels, "value": 1} for labels in firing],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "generated.test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    tested = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def escape(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def test_every_rule_links_a_section_of_the_runbook_the_package_installs() -> None:
+    """runbook_url on every rule, each naming a heading of docs/runbook.md (installed under
+    /usr/share/doc/lockwarden/docs/ by the .deb), and the direct path's the same."""
+    import re
+
+    import yaml
+
+    from lockwarden.alerts.alertmanager import ALERT_NAMES, RUNBOOK
+
+    headings = {
+        line[3:].strip().lower()
+        for line in (ROOT / "docs" / "runbook.md").read_text().splitlines()
+        if line.startswith("## ")
+    }
+    rules = [
+        rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]
+    ]
+    links = {rule["alert"]: rule["annotations"]["runbook_url"] for rule in rules}
+    assert len(links) == len({rule["alert"] for rule in rules}) >= 6
+    for alert, link in links.items():
+        base, _, anchor = link.partition("#")
+        assert base == RUNBOOK and anchor == alert.lower() and anchor in headings, link
+    assert {name.lower() for name in ALERT_NAMES.values()} <= headings
+    assert re.fullmatch(r"file:///usr/share/doc/lockwarden/docs/runbook\.md", RUNBOOK)
