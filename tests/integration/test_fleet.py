@@ -31,6 +31,7 @@ from conftest import FLOCK_HOLDER, Children, require_tool, run_cli, wait_until, 
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "packaging" / "prometheus" / "lockwarden.rules.yml"
+INHIBIT = ROOT / "packaging" / "prometheus" / "lockwarden.inhibit.yml"
 HOSTS = ("host1", "host2", "host3")
 # The second peer waits this long for the first one's notification log to reach it by gossip
 # before it notifies itself.
@@ -124,12 +125,21 @@ class Alertmanagers:
     procs: list[subprocess.Popen[str]]
 
 
+def shipped_inhibit_rules() -> list[dict[str, Any]]:
+    """The inhibit_rules of packaging/prometheus/lockwarden.inhibit.yml, as a user pastes them."""
+    import yaml
+
+    rules: list[dict[str, Any]] = yaml.safe_load(INHIBIT.read_text())["inhibit_rules"]
+    return rules
+
+
 def alertmanager_cluster(children: Children, tmp_path: Path, receiver: Receiver) -> Alertmanagers:
     alertmanager = require_tool("prometheus-alertmanager")
     config = tmp_path / "alertmanager.yml"
     config.write_text(
         json.dumps(
             {
+                "inhibit_rules": shipped_inhibit_rules(),
                 "route": {
                     "receiver": "webhook",
                     "group_by": ["alertname", "lock"],
@@ -491,6 +501,7 @@ def test_the_shipped_slack_and_email_templates_name_severity_hosts_holders_and_a
             json.dumps(
                 {
                     "templates": [str(TEMPLATES)],
+                    "inhibit_rules": shipped_inhibit_rules(),
                     "route": {
                         "receiver": "oncall",
                         "group_by": ["alertname", "lock"],
@@ -555,3 +566,71 @@ def test_the_shipped_slack_and_email_templates_name_severity_hosts_holders_and_a
         assert smtp.bodies()[0].count(f"action: kill {holder.pid}") == 2, smtp.bodies()
     finally:
         smtp.controller.stop()
+
+
+def test_an_escalation_never_tells_the_warning_channel_resolved(
+    tmp_path: Path, children: Children, receiver: Receiver
+) -> None:
+    """Routing by severity, as most setups do, with the shipped inhibit_rules: a lock held
+    past warn_after pages the warning channel; past critical_after the critical channel; the
+    warning channel hears nothing more until the lock is free, then one "resolved" (before,
+    the escalation resolved the warning alert while the lock got worse)."""
+    alertmanager = require_tool("prometheus-alertmanager")
+    config = tmp_path / "alertmanager.yml"
+    webhook = [{"url": receiver.url, "send_resolved": True}]
+    config.write_text(
+        json.dumps(
+            {
+                "inhibit_rules": shipped_inhibit_rules(),
+                "route": {
+                    "receiver": "warning",
+                    "group_by": ["alertname", "lock"],
+                    "group_wait": "1s",
+                    "group_interval": "2s",
+                    "repeat_interval": "1h",
+                    "routes": [{"matchers": ['severity="critical"'], "receiver": "critical"}],
+                },
+                "receivers": [
+                    {"name": "warning", "webhook_configs": webhook},
+                    {"name": "critical", "webhook_configs": webhook},
+                ],
+            }
+        )
+    )
+    port = free_port()
+    log = tmp_path / "alertmanager.log"
+    argv = [
+        alertmanager,
+        f"--config.file={config}",
+        f"--storage.path={tmp_path / 'alertmanager-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+        "--log.level=warn",
+    ]
+    proc = start(children, argv, log)
+    url = f"http://127.0.0.1:{port}"
+    ready(f"{url}/-/ready", proc, log)
+    lock = tmp_path / "store.lock"
+    lockwarden = write_config(
+        tmp_path / "config.toml",
+        f'[state]\npath = "{tmp_path}/state/state.jsonl"\n'
+        f'[alertmanager]\nurls = ["{url}"]\nhost = "db1"\n'
+        f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
+        'warn_after = "0"\ncritical_after = "4s"\n',
+    )
+    holder = hold(children, lock)
+
+    def channel(name: str) -> list[str]:
+        return [p["status"] for p in list(receiver.received) if p["receiver"] == name]
+
+    assert run_cli("--once", "--config", lockwarden).returncode == 1
+    arrives(lambda: channel("warning") == ["firing"], "the warning page", receiver)
+    time.sleep(4)
+    assert run_cli("--once", "--config", lockwarden).returncode == 2
+    arrives(lambda: channel("critical") == ["firing"], "the critical page", receiver)
+    time.sleep(SETTLE_S)  # several group intervals: a "resolved" would have come by now
+    assert channel("warning") == ["firing"], summary(receiver.received)
+    release(holder)
+    assert run_cli("--once", "--config", lockwarden).returncode == 0
+    arrives(lambda: channel("critical") == ["firing", "resolved"], "critical resolved", receiver)
+    arrives(lambda: channel("warning") == ["firing", "resolved"], "warning resolved", receiver)

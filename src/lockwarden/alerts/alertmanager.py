@@ -40,6 +40,16 @@ ALERT_NAMES = {
 }
 
 Labels = dict[str, str]
+RUNBOOK = "file:///usr/share/doc/lockwarden/docs/runbook.md"
+"""The runbook, as the Debian package installs it; the shipped rules link the same."""
+
+WATCHDOG: dict[str, str] = {"alertname": "LockwardenWatchdog", "severity": "none"}
+WATCHDOG_ENDS_S = 300.0
+"""The watchdog alert ends this long after the last run that posted it (five minutely runs)."""
+WATCHDOG_TEXT = (
+    "Always firing while lockwarden runs on this host: route it to a dead man's switch, whose "
+    "silence says the agent stopped (its lock alerts then stay as the last run left them)."
+)
 
 
 @dataclass(frozen=True)
@@ -108,14 +118,23 @@ def holder_labels(finding: Finding) -> Labels:
     return {name: value for name, value in textfile_holder_labels(finding).items() if value}
 
 
-def alert_labels(finding: Finding, host: str) -> Labels | None:
-    """The labels the shipped rules would give this finding's alert; None when none fires."""
+def alert_labels(finding: Finding, host: str) -> list[Labels]:
+    """The labels of the alerts the shipped rules would fire for this finding: a lock held
+    too long fires at severity warning, and past its critical budget at critical as well,
+    beside it (so an escalation never resolves the warning; Alertmanager's inhibit_rules mute
+    it); a stale lock at critical. `instance` is the host, as silences and inhibitions written
+    for the Prometheus path match on it; `host` too, as the rules' relabelling gives it."""
     name = ALERT_NAMES.get(finding.state)
     if name is None:
-        return None
-    severity = "critical" if finding.severity is Severity.CRITICAL else "warning"
-    base = {"alertname": name, "lock": finding.name, "path": finding.path, "host": host}
-    return {**base, "severity": severity, **holder_labels(finding)}
+        return []
+    base = {"alertname": name, "lock": finding.name, "path": finding.path}
+    where = {"instance": host, "host": host}
+    severities = ["critical"] if finding.state is State.STALE else ["warning"]
+    if finding.state is State.HELD_TOO_LONG and finding.severity is Severity.CRITICAL:
+        severities.append("critical")
+    return [
+        {**base, **where, "severity": severity, **holder_labels(finding)} for severity in severities
+    ]
 
 
 def alert_annotations(finding: Finding, host: str) -> Labels:
@@ -126,6 +145,7 @@ def alert_annotations(finding: Finding, host: str) -> Labels:
         "store": finding.store or "",
         "action": finding.action or "",
         "proof": finding.proof or "",
+        "runbook_url": f"{RUNBOOK}#{ALERT_NAMES.get(finding.state, '').lower()}",
     }
     return {key: value for key, value in notes.items() if value}
 
@@ -149,13 +169,18 @@ def plan(
     firing: dict[str, Alert] = {}
     until = timestamp(now + timedelta(seconds=settings.ends_after))
     for finding in findings:
-        labels = alert_labels(finding, host)
-        if labels is None:
-            continue
-        key = alert_key(labels)
-        known = before.firing.get(key)
-        started = known.starts_at if known is not None else timestamp(now)
-        firing[key] = Alert(labels, alert_annotations(finding, host), started, until)
+        for labels in alert_labels(finding, host):
+            key = alert_key(labels)
+            known = before.firing.get(key)
+            started = known.starts_at if known is not None else timestamp(now)
+            firing[key] = Alert(labels, alert_annotations(finding, host), started, until)
+    if settings.watchdog:
+        firing[alert_key(WATCHDOG)] = Alert(
+            WATCHDOG | {"instance": host, "host": host},
+            {"summary": f"lockwarden runs on {host}", "description": WATCHDOG_TEXT},
+            timestamp(now),
+            timestamp(now + timedelta(seconds=WATCHDOG_ENDS_S)),
+        )
     unseen = {finding.name for finding in findings if finding.unseen}
     kept = {  # a lock this run could not see: not over, nor renewed (it ends by itself)
         key: alert

@@ -498,10 +498,18 @@ ALERTMANAGER_OPTIONS = (
     Option(
         "ends_after",
         _duration,
-        "5m",
-        "a firing alert not re-posted within this long ends in Alertmanager by itself (if "
-        "lockwarden stops running); keep it a few times the timer's interval",
-        "5m",
+        "7d",
+        "a lock's firing alert that no run renews (lockwarden stopped running) stays firing "
+        "this long, then ends by itself; a run that sees the lock free resolves it at once",
+        "7d",
+    ),
+    Option(
+        "watchdog",
+        _boolean,
+        False,
+        "also post LockwardenWatchdog every run, ending 5 minutes after the last one: route it "
+        "to a dead man's switch to learn that the agent stopped",
+        True,
     ),
     Option("timeout", _duration, "5s", "the longest one post to one Alertmanager may take", "5s"),
 )

@@ -85,6 +85,7 @@ class AlertmanagerSettings:
     urls: tuple[str, ...] = ()
     host: str | None = None
     ends_after: float = schema_default(ALERTMANAGER_OPTIONS, "ends_after")
+    watchdog: bool = schema_default(ALERTMANAGER_OPTIONS, "watchdog")
     timeout: float = schema_default(ALERTMANAGER_OPTIONS, "timeout")
 
     @property

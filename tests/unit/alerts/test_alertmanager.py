@@ -19,7 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FLOCK_HOLDER, Children, run_cli, write_config
 from factories import make_finding, make_holder
-from lockwarden.alerts.alertmanager import Alert, Posted, alert_annotations, alert_labels, plan
+from lockwarden.alerts.alertmanager import (
+    Alert,
+    Posted,
+    alert_annotations,
+    alert_labels,
+    plan,
+    timestamp,
+)
 from lockwarden.config import AlertmanagerSettings, ConfigError, effective, parse
 from lockwarden.model import Finding, Severity, State
 
@@ -55,14 +62,15 @@ def gauge(textfile: Path, name: str) -> float:
 
 
 def test_a_held_too_long_lock_fires_with_the_rules_labels() -> None:
-    posted = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
+    posted = plan([finding(State.HELD_TOO_LONG, Severity.WARNING)], Posted(), "db1", NOW, SETTINGS)
     [alert] = posted.firing.values()
     assert alert.labels == {
         "alertname": "LockwardenLockHeldTooLong",
         "lock": "wa-store",
         "path": "/srv/wa/LOCK",
+        "instance": "db1",  # as silences and inhibitions written for Prometheus's alerts match
         "host": "db1",
-        "severity": "critical",
+        "severity": "warning",
         "holder_pid": "42",
         "holder_pids": "42",
         "holder_role": "re-sync",
@@ -71,6 +79,7 @@ def test_a_held_too_long_lock_fires_with_the_rules_labels() -> None:
     }
     assert alert.annotations["summary"] == "wa-store on db1 held too long"
     assert alert.annotations["action"] == "systemctl stop wa-resync.service"
+    assert alert.annotations["runbook_url"].endswith("/runbook.md#lockwardenlockheldtoolong")
     assert alert.starts_at == "2026-12-02T12:00:00Z" and alert.ends_at == "2026-12-02T12:05:00Z"
     assert posted.resolving == {}
 
@@ -87,11 +96,57 @@ def test_a_held_too_long_lock_fires_with_the_rules_labels() -> None:
 )
 def test_which_states_fire(state: State, severity: Severity, fires: str | None) -> None:
     labels = alert_labels(finding(state, severity), "db1")
-    assert (labels or {}).get("severity") == fires
+    assert [alert["severity"] for alert in labels] == ([fires] if fires else [])
+
+
+def test_an_escalation_fires_critical_beside_the_warning_and_never_resolves_it() -> None:
+    """Routing by severity would tell the warning channel "resolved" while the lock got
+    worse: the warning alert keeps firing (Alertmanager's inhibit_rules mute it), and both
+    end when the lock is free."""
+    warned = plan([finding(State.HELD_TOO_LONG, Severity.WARNING)], Posted(), "db1", NOW, SETTINGS)
+    worse = [finding(State.HELD_TOO_LONG, Severity.CRITICAL)]
+    escalated = plan(worse, warned, "db1", later(60), SETTINGS)
+    assert escalated.resolving == {}
+    assert sorted(a.labels["severity"] for a in escalated.firing.values()) == [
+        "critical",
+        "warning",
+    ]
+    [kept] = [a for a in escalated.firing.values() if a.labels["severity"] == "warning"]
+    assert kept.starts_at == "2026-12-02T12:00:00Z"  # the same alert, renewed
+    freed = plan([finding(State.FREE, Severity.OK)], escalated, "db1", later(120), SETTINGS)
+    assert freed.firing == {} and len(freed.resolving) == 2
+
+
+def test_the_watchdog_fires_every_run_and_ends_soon_after_the_last() -> None:
+    """An agent that stops leaves its lock alerts firing (nothing said the locks are free);
+    its watchdog, re-posted every run, ends five minutes after the last one, which a dead
+    man's switch receiver turns into a page."""
+    watched = replace(SETTINGS, watchdog=True)
+    posted = plan([], Posted(), "db1", NOW, watched)
+    [dog] = posted.firing.values()
+    assert dog.labels == {
+        "alertname": "LockwardenWatchdog",
+        "severity": "none",
+        "instance": "db1",
+        "host": "db1",
+    }
+    assert dog.ends_at == "2026-12-02T12:05:00Z"
+    again = plan([], posted, "db1", later(60), watched)
+    assert [a.ends_at for a in again.firing.values()] == ["2026-12-02T12:06:00Z"]
+    assert plan([], Posted(), "db1", NOW, SETTINGS).firing == {}  # off by default
+
+
+def test_a_lock_alert_outlives_a_silent_agent_by_default() -> None:
+    """The default ends_after: a lock no run saw free is not resolved by Alertmanager because
+    the agent stopped posting (the Prometheus path keeps firing from the last textfile too)."""
+    default = AlertmanagerSettings(urls=("http://127.0.0.1:1",))
+    posted = plan([finding(State.HELD_TOO_LONG, Severity.WARNING)], Posted(), "db1", NOW, default)
+    [alert] = posted.firing.values()
+    assert alert.ends_at == timestamp(NOW + timedelta(days=7))
 
 
 def test_a_firing_alert_is_renewed_each_run_and_keeps_its_start() -> None:
-    held = [finding(State.HELD_TOO_LONG, Severity.CRITICAL)]
+    held = [finding(State.HELD_TOO_LONG, Severity.WARNING)]
     first = plan(held, Posted(), "db1", NOW, SETTINGS)
     second = plan(held, first, "db1", later(60), SETTINGS)
     [alert] = second.firing.values()
@@ -99,7 +154,7 @@ def test_a_firing_alert_is_renewed_each_run_and_keeps_its_start() -> None:
 
 
 def test_released_is_posted_once_more_with_ends_at_now() -> None:
-    first = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
+    first = plan([finding(State.HELD_TOO_LONG, Severity.WARNING)], Posted(), "db1", NOW, SETTINGS)
     released = plan([finding(State.FREE, Severity.OK)], first, "db1", later(60), SETTINGS)
     assert released.firing == {}
     [alert] = released.resolving.values()
@@ -111,7 +166,7 @@ def test_a_run_that_could_not_see_the_lock_neither_resolves_nor_renews_its_alert
     """A database that did not answer once, a hung mount: nothing says the hold is over, so
     its alert is not resolved (to fire again a minute later); nor is it renewed, so an outage
     that lasts ends it ends_after after the last run that saw the lock."""
-    first = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
+    first = plan([finding(State.HELD_TOO_LONG, Severity.WARNING)], Posted(), "db1", NOW, SETTINGS)
     blind = make_finding(
         name="wa-store", state=State.UNKNOWN, severity=Severity.UNKNOWN, reason="no answer"
     )
@@ -120,7 +175,7 @@ def test_a_run_that_could_not_see_the_lock_neither_resolves_nor_renews_its_alert
     assert second.firing == first.firing and second.resolving == {}  # kept as it was
     [alert] = second.firing.values()
     assert alert.ends_at == "2026-12-02T12:05:00Z"  # not renewed
-    held = [finding(State.HELD_TOO_LONG, Severity.CRITICAL)]
+    held = [finding(State.HELD_TOO_LONG, Severity.WARNING)]
     [renewed] = plan(held, second, "db1", later(120), SETTINGS).firing.values()
     assert renewed.starts_at == "2026-12-02T12:00:00Z" and renewed.ends_at == "2026-12-02T12:07:00Z"
     lasting = plan([blind], second, "db1", later(300), SETTINGS)  # its endsAt has come
@@ -130,8 +185,8 @@ def test_a_run_that_could_not_see_the_lock_neither_resolves_nor_renews_its_alert
 
 
 def test_a_new_holder_resolves_the_old_alert_and_fires_a_new_one() -> None:
-    first = plan([finding(State.HELD_TOO_LONG, Severity.CRITICAL)], Posted(), "db1", NOW, SETTINGS)
-    other = [finding(State.HELD_TOO_LONG, Severity.CRITICAL, pid=43)]
+    first = plan([finding(State.HELD_TOO_LONG, Severity.WARNING)], Posted(), "db1", NOW, SETTINGS)
+    other = [finding(State.HELD_TOO_LONG, Severity.WARNING, pid=43)]
     second = plan(other, first, "db1", later(60), SETTINGS)
     [new] = second.firing.values()
     [old] = second.resolving.values()
@@ -217,14 +272,14 @@ def test_an_outage_costs_one_post_per_run_and_the_resolve_is_delivered_after(
         path = "{lock}"
         format = "kernel"
         warn_after = "0"
-        critical_after = "0"
+        critical_after = "1h"
         """,
     )
     holder = children.python(FLOCK_HOLDER, str(lock))
     alertmanager.status = 503
     for _ in range(3):
         completed = run_cli("--once", "--config", config)
-        assert completed.returncode == 2, completed.stderr  # the lock's verdict, not the outage
+        assert completed.returncode == 1, completed.stderr  # the lock's verdict, not the outage
         assert "alertmanager: NOT delivered to http://127.0.0.1" in completed.stdout
         assert "warning: alertmanager: NOT delivered" in completed.stderr
         assert gauge(textfile, "lockwarden_alerts_undelivered") == 1
@@ -258,11 +313,11 @@ def test_a_damaged_memory_of_what_was_posted_is_said_and_posting_goes_on(
         f'[state]\npath = "{state}/state.jsonl"\n'
         f'[alertmanager]\nurls = ["{alertmanager.url}"]\n'
         f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
-        'warn_after = "0"\ncritical_after = "0"\n',
+        'warn_after = "0"\ncritical_after = "1h"\n',
     )
     children.python(FLOCK_HOLDER, str(lock))
     completed = run_cli("--once", "--config", config)
-    assert completed.returncode == 2
+    assert completed.returncode == 1
     assert "alertmanager.json unreadable (JSONDecodeError); starting afresh" in completed.stderr
     [[alert]] = alertmanager.posts
     assert alert["labels"]["lock"] == "store"
