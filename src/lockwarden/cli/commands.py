@@ -486,7 +486,7 @@ def dispatch(
 
         config = load_config(arguments.config)
         if arguments.command == "notify-test":
-            config = replace(config, notify=the_units_credential(config.notify, os.environ))
+            config = as_the_unit(config)
             output = alert_commands.notify_test(
                 config, arguments.tag, now_of(arguments), arguments.json
             )
@@ -526,7 +526,7 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
     from lockwarden.cli import alert_commands
     from lockwarden.state.journal import RunBusy
 
-    config = load_config(arguments.config)
+    config = as_the_unit(load_config(arguments.config))
     started = time.monotonic()
 
     def textfile(alerted: AlertedRun) -> AlertedRun:
@@ -605,18 +605,19 @@ SYSTEM_CREDSTORES = ("/etc/credstore", "/run/credstore", "/usr/lib/credstore")
 def the_units_credential(
     settings: config_module.NotifySettings,
     environ: Mapping[str, str],
-    stores: Sequence[str] = SYSTEM_CREDSTORES,
+    stores: Sequence[str] | None = None,
 ) -> config_module.NotifySettings:
-    """check-config and notify-test, run by root in a shell, read the notify credential where
-    LoadCredential= finds it for lockwarden.service (systemd passes $CREDENTIALS_DIRECTORY to
-    the service alone), as the service would: when the config sets no urls_file. Only that
-    credential, which the shipped unit loads; the line printed says which file. Unchanged with
-    a $CREDENTIALS_DIRECTORY given (even empty), for another user, or with none found."""
+    """`--once`, check-config and notify-test, run by root in a shell, read the notify
+    credential where LoadCredential= finds it for lockwarden.service (systemd passes
+    $CREDENTIALS_DIRECTORY to the service alone), as the service would: when the config sets no
+    urls_file. Only that credential, which the shipped unit loads; the line printed says which
+    file. Unchanged with a $CREDENTIALS_DIRECTORY given (even empty), for another user, or with
+    none found. `stores`: where to look (default SYSTEM_CREDSTORES, read at each call)."""
     if settings.urls_file is not None or "CREDENTIALS_DIRECTORY" in environ:
         return settings
     if os.geteuid() != 0:
         return settings
-    for store in stores:
+    for store in SYSTEM_CREDSTORES if stores is None else stores:
         path = os.path.join(store, config_module.NOTIFY_CREDENTIAL)
         if os.path.isfile(path):
             print(
@@ -627,6 +628,13 @@ def the_units_credential(
     return settings
 
 
+def as_the_unit(config: config_module.Config) -> config_module.Config:
+    """The config as a run under lockwarden.service sees it: with the unit's notify credential
+    when run by hand (the_units_credential). Every command that alerts or says where alerts go
+    (`--once`, check-config, notify-test) takes its services from here, so they agree."""
+    return replace(config, notify=the_units_credential(config.notify, os.environ))
+
+
 def command_check_config(arguments: argparse.Namespace) -> int:
     try:
         config = load_config(arguments.config)
@@ -635,8 +643,7 @@ def command_check_config(arguments: argparse.Namespace) -> int:
         notify = None if error.notify is None else the_units_credential(error.notify, os.environ)
         urls = [] if notify is None else _notify_problems(notify, error.locks, where)
         raise config_module.ConfigError(error.problems + urls) from None
-    as_the_unit = replace(config, notify=the_units_credential(config.notify, os.environ))
-    problems = runtime_problems(as_the_unit)
+    problems = runtime_problems(as_the_unit(config))
     if problems:  # the same form as a config error: FILE: key: message, exit 78
         raise config_module.ConfigError(problems)
     source = config.source or "built-in defaults (no config file)"
