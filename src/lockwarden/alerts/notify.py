@@ -457,12 +457,13 @@ class Notifier:
 
     def _append(self, service: Service) -> None:
         """One service per URL: the same URL in the config and the credential (or twice in a
-        file) is sent to once, routed by every tag it was given."""
+        file) is sent to once, routed by every tag it was given, and named by every origin."""
         for index, known in enumerate(self.services):
             if known.service_id == service.service_id:
                 log.info("%s is configured twice (%s, %s): sent once", known.url, known.origin,
                          service.origin)  # fmt: skip
-                self.services[index] = replace(known, tags=known.tags | service.tags)
+                origin = f"{known.origin} and {service.origin}"  # each place it is named
+                self.services[index] = replace(known, tags=known.tags | service.tags, origin=origin)
                 return
         self.services.append(service)
 
