@@ -74,6 +74,7 @@ class Delivery:
     url: str
     ok: bool
     status: str
+    origin: str = ""  # where the service was configured, as Service.origin
 
 
 def split_tags(entry: str, origin: str = "notify.urls") -> UrlSpec:
@@ -457,12 +458,13 @@ class Notifier:
 
     def _append(self, service: Service) -> None:
         """One service per URL: the same URL in the config and the credential (or twice in a
-        file) is sent to once, routed by every tag it was given."""
+        file) is sent to once, routed by every tag it was given, and named by every origin."""
         for index, known in enumerate(self.services):
             if known.service_id == service.service_id:
                 log.info("%s is configured twice (%s, %s): sent once", known.url, known.origin,
                          service.origin)  # fmt: skip
-                self.services[index] = replace(known, tags=known.tags | service.tags)
+                origin = f"{known.origin} and {service.origin}"  # each place it is named
+                self.services[index] = replace(known, tags=known.tags | service.tags, origin=origin)
                 return
         self.services.append(service)
 
@@ -562,7 +564,10 @@ class Notifier:
             self.deadline = time.monotonic() + self.budget
         if self.deadline - time.monotonic() <= 0.05:
             return [
-                [Delivery(s.service_id, s.url, False, "out of time budget") for s in services]
+                [
+                    Delivery(s.service_id, s.url, False, "out of time budget", s.origin)
+                    for s in services
+                ]
                 for services in chosen
             ]
         if not self._throttle_allowed:  # once a run, and never past what a unit allows
@@ -572,7 +577,7 @@ class Notifier:
         return [
             [
                 finished.get((index, s.service_id))
-                or Delivery(s.service_id, s.url, False, "timed out")
+                or Delivery(s.service_id, s.url, False, "timed out", s.origin)
                 for s in services
             ]
             for index, services in enumerate(chosen)
@@ -639,12 +644,12 @@ class Notifier:
             )
         except Exception as error:  # a plugin bug is one failed delivery, not a failed run
             log.debug("sending to %s raised %s", service.url, type(error).__name__)
-            return Delivery(service.service_id, service.url, False, "error")
+            return Delivery(service.service_id, service.url, False, "error", service.origin)
         status = _status_of(result)
         reason = None if result else _failure_reason(result)
         if reason:
             status = f"{status}: {self._redaction.mask(_one_line(reason))}"
-        return Delivery(service.service_id, service.url, bool(result), status)
+        return Delivery(service.service_id, service.url, bool(result), status, service.origin)
 
 
 REASON_LENGTH = 300

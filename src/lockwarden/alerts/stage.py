@@ -60,6 +60,7 @@ class Sending:
     service_url: str
     ok: bool
     status: str
+    service_origin: str = ""  # where the service was configured: `notify.urls[1]`, ...
 
 
 @dataclass
@@ -708,7 +709,14 @@ def _record(
     for delivery in deliveries:
         outcome.deliveries.append(
             Sending(
-                message_id, kind, lock, message.title, delivery.url, delivery.ok, delivery.status
+                message_id,
+                kind,
+                lock,
+                message.title,
+                delivery.url,
+                delivery.ok,
+                delivery.status,
+                delivery.origin,
             )
         )
         if message_id == NOTICE_ID:

@@ -188,6 +188,7 @@ def alerts_document(alerted: AlertedRun) -> dict[str, Any]:
                 "lock": sending.lock or None,
                 "title": sending.title,
                 "service": sending.service_url,
+                "origin": sending.service_origin,
                 "delivered": sending.ok,
                 "status": sending.status,
             }

@@ -37,7 +37,7 @@ from lockwarden.support.exit_codes import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from lockwarden.cli.notify_view import NotifyView
 
 log = logging.getLogger("lockwarden")
 
@@ -486,7 +486,7 @@ def dispatch(
 
         config = load_config(arguments.config)
         if arguments.command == "notify-test":
-            config = replace(config, notify=the_units_credential(config.notify, os.environ))
+            config = as_the_unit(config)
             output = alert_commands.notify_test(
                 config, arguments.tag, now_of(arguments), arguments.json
             )
@@ -526,7 +526,7 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
     from lockwarden.cli import alert_commands
     from lockwarden.state.journal import RunBusy
 
-    config = load_config(arguments.config)
+    config = as_the_unit(load_config(arguments.config))
     started = time.monotonic()
 
     def textfile(alerted: AlertedRun) -> AlertedRun:
@@ -605,18 +605,19 @@ SYSTEM_CREDSTORES = ("/etc/credstore", "/run/credstore", "/usr/lib/credstore")
 def the_units_credential(
     settings: config_module.NotifySettings,
     environ: Mapping[str, str],
-    stores: Sequence[str] = SYSTEM_CREDSTORES,
+    stores: Sequence[str] | None = None,
 ) -> config_module.NotifySettings:
-    """check-config and notify-test, run by root in a shell, read the notify credential where
-    LoadCredential= finds it for lockwarden.service (systemd passes $CREDENTIALS_DIRECTORY to
-    the service alone), as the service would: when the config sets no urls_file. Only that
-    credential, which the shipped unit loads; the line printed says which file. Unchanged with
-    a $CREDENTIALS_DIRECTORY given (even empty), for another user, or with none found."""
+    """`--once`, check-config and notify-test, run by root in a shell, read the notify
+    credential where LoadCredential= finds it for lockwarden.service (systemd passes
+    $CREDENTIALS_DIRECTORY to the service alone), as the service would: when the config sets no
+    urls_file. Only that credential, which the shipped unit loads; the line printed says which
+    file. Unchanged with a $CREDENTIALS_DIRECTORY given (even empty), for another user, or with
+    none found. `stores`: where to look (default SYSTEM_CREDSTORES, read at each call)."""
     if settings.urls_file is not None or "CREDENTIALS_DIRECTORY" in environ:
         return settings
     if os.geteuid() != 0:
         return settings
-    for store in stores:
+    for store in SYSTEM_CREDSTORES if stores is None else stores:
         path = os.path.join(store, config_module.NOTIFY_CREDENTIAL)
         if os.path.isfile(path):
             print(
@@ -627,16 +628,27 @@ def the_units_credential(
     return settings
 
 
+def as_the_unit(config: config_module.Config) -> config_module.Config:
+    """The config as a run under lockwarden.service sees it: with the unit's notify credential
+    when run by hand (the_units_credential). Every command that alerts or says where alerts go
+    (`--once`, check-config, notify-test) takes its services from here, so they agree."""
+    return replace(config, notify=the_units_credential(config.notify, os.environ))
+
+
 def command_check_config(arguments: argparse.Namespace) -> int:
+    from lockwarden.cli.notify_view import notify_view, unit_credential_unseen
+
     try:
         config = load_config(arguments.config)
     except config_module.ConfigError as error:  # the notify URLs too, so all is said at once
         where = arguments.config or config_module.DEFAULT_PATH
         notify = None if error.notify is None else the_units_credential(error.notify, os.environ)
-        urls = [] if notify is None else _notify_problems(notify, error.locks, where)
+        urls = [] if notify is None else _notify_problems(notify_view(notify), error.locks, where)
         raise config_module.ConfigError(error.problems + urls) from None
-    as_the_unit = replace(config, notify=the_units_credential(config.notify, os.environ))
-    problems = runtime_problems(as_the_unit)
+    unit = as_the_unit(config)
+    unseen = unit_credential_unseen(unit.notify, SYSTEM_CREDSTORES)
+    view = notify_view(unit.notify, () if unseen is None else (unseen,))
+    problems = runtime_problems(unit, view)
     if problems:  # the same form as a config error: FILE: key: message, exit 78
         raise config_module.ConfigError(problems)
     source = config.source or "built-in defaults (no config file)"
@@ -644,17 +656,23 @@ def command_check_config(arguments: argparse.Namespace) -> int:
     if arguments.json:
         import json
 
-        print(json.dumps({"source": source, "config": document}, indent=2))
+        from lockwarden.cli.notify_view import services_document
+
+        whole = {"source": source, "config": document} | services_document(view)
+        print(json.dumps(whole, indent=2))
     else:
         import tomli_w  # only check-config writes TOML; a run every minute should not load it
 
+        from lockwarden.cli.notify_view import render_services
+
         count = len(config.locks)
         print(f"# effective configuration from {source}: valid, {count} lock{'s' * (count != 1)}")
-        print(tomli_w.dumps(document), end="")
+        print(tomli_w.dumps(document))
+        print(render_services(view), end="")
     return EXIT_OK
 
 
-def runtime_problems(config: config_module.Config) -> list[str]:
+def runtime_problems(config: config_module.Config, view: NotifyView) -> list[str]:
     """What a valid file still cannot do at run time: notify URLs apprise's own parser rejects
     (checked without sending), a lock whose notify_tags no service carries, a state directory
     a run would refuse, and a Prometheus textfile directory it cannot write."""
@@ -662,7 +680,7 @@ def runtime_problems(config: config_module.Config) -> list[str]:
     from lockwarden.state.journal import state_dir_problem
 
     where = config.source or "built-in defaults"
-    problems = _notify_problems(config.notify, list(enumerate(config.locks, start=1)), where)
+    problems = _notify_problems(view, list(enumerate(config.locks, start=1)), where)
     writes = config.notify.configured or any(lock.remove_stale for lock in config.locks)
     state_problem = state_dir_problem(state_directory(config)) if writes else None
     if state_problem:
@@ -720,52 +738,23 @@ def _password_file_problems(config: config_module.Config, where: str) -> list[st
 
 
 def _notify_problems(
-    settings: config_module.NotifySettings,
+    view: NotifyView,
     locks: Sequence[tuple[int, config_module.LockConfig]],
     where: str,
 ) -> list[str]:
     """The notify URLs apprise's own parser rejects (checked without sending), and the locks
     whose notify_tags no service carries."""
-    if not settings.configured:
-        return []
-    from lockwarden.alerts.notify import Notifier, NotifyConfigError
-
-    checkable = checkable_here(settings)
-    if not checkable.configured:  # only what the service alone can see: nothing to check here
-        return []
-    try:
-        notifier = Notifier(checkable)
-    except NotifyConfigError as error:
-        return [f"{where}: {error}"]
-    problems = [f"{where}: {bad.origin}: {bad.shown}: {bad.problem}" for bad in notifier.invalid]
-    if checkable is settings:  # every service was read here: routing is known
+    if view.error is not None:
+        return [f"{where}: {view.error}"]
+    problems = [f"{where}: {bad.origin}: {bad.shown}: {bad.problem}" for bad in view.unusable]
+    if view.notifier is not None and view.complete:  # every service was read: routing known
+        notifier = view.notifier
         problems.extend(
             f"{where}: lock[{number}].notify_tags: {why}: its alerts would reach nobody"
             for number, lock in locks
             if (why := notifier.unrouted(lock.notify_tags)) is not None
         )
     return problems
-
-
-def checkable_here(settings: config_module.NotifySettings) -> config_module.NotifySettings:
-    """The notify settings check-config can check in this shell: an environment variable or a
-    systemd credential that only the service has is named in a warning, and left out."""
-    if settings.urls_env and not os.environ.get(settings.urls_env):
-        log.warning(
-            "notify.urls_env: $%s is not set here, so its URLs were not checked (set it, or run "
-            "check-config where the service's environment is)",
-            settings.urls_env,
-        )
-        settings = replace(settings, urls_env=None)
-    file = settings.urls_file
-    if file and not os.path.isabs(file) and not os.environ.get("CREDENTIALS_DIRECTORY"):
-        log.warning(
-            "notify.urls_file: %r is a systemd credential, which only the service sees, so its "
-            "URLs were not checked",
-            file,
-        )
-        settings = replace(settings, urls_file=None)
-    return settings
 
 
 def command_discover(arguments: argparse.Namespace) -> int:
