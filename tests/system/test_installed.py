@@ -390,6 +390,22 @@ def test_holders_of_every_kind_are_named_alerted_and_resolved(system: System) ->
     for kind in kinds:
         assert re.search(rf"CRITICAL\s+{HOLDERS[kind].lock}\s+held_too_long", warned), warned
     assert not re.search(r"^  OK ", warned, re.M), warned
+    # Each lock is one entry with fields: `journalctl LOCKWARDEN_LOCK=NAME` finds it, with
+    # its state, holder and action, and `-u lockwarden` counts it as the unit's.
+    for kind in kinds:
+        holder = HOLDERS[kind]
+        shown = system.machine.run(
+            "journalctl", "--no-pager", "-o", "json", f"--after-cursor={mark}",
+            "-u", "lockwarden.service", f"LOCKWARDEN_LOCK={holder.lock}",
+        ).stdout  # fmt: skip
+        entries = [json.loads(line) for line in shown.splitlines()]
+        assert entries, f"no entry with LOCKWARDEN_LOCK={holder.lock}"
+        last = entries[-1]
+        assert last["LOCKWARDEN_STATE"] == "held_too_long" and last["PRIORITY"] == "2", last
+        assert last["LOCKWARDEN_HOLDER_PID"] == str(pids[kind]), last
+        assert last["LOCKWARDEN_HOLDER_UNIT"] == holder.unit, last
+        assert last["LOCKWARDEN_ACTION"].startswith(("systemctl stop", "kill")), last
+        assert re.match(rf"  CRITICAL\s+{holder.lock}\s+held_too_long\s", last["MESSAGE"]), last
 
     mark = system.cursor()
     system.systemctl("stop", *(HOLDERS[kind].unit for kind in kinds))

@@ -17,7 +17,7 @@ from lockwarden import config as config_module
 from lockwarden.cli.once import AlertedRun
 from lockwarden.formats import format_names
 from lockwarden.model import Finding, Severity, State
-from lockwarden.output.report import render_json, render_text
+from lockwarden.output.report import render_blocks, render_json, report_blocks
 from lockwarden.pipeline import RunResult, inspect_lock, inspect_path
 from lockwarden.support import abandon, logs
 from lockwarden.support.checkpoints import Checkpoint, skip
@@ -1019,7 +1019,12 @@ def emit(result: RunResult, as_json: bool, command: str = "once") -> None:
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         journal = logs.writes_to_journal(sys.stdout, os.environ)
-        sys.stdout.write(render_text(result, colour=colour, journal=journal))
+        blocks = report_blocks(result, colour)
+        if journal:  # entries with fields; what could not be sent goes to the stream
+            from lockwarden.output import journal as native
+
+            blocks = blocks[native.send(blocks) :]
+        sys.stdout.write(render_blocks(blocks, journal))
     sys.stdout.flush()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -154,45 +156,58 @@ JOURNAL_PRIORITIES = {
 NOTE_PRIORITY = 5  # notice
 
 
+@dataclass(frozen=True)
+class Block:
+    """One entry of the report: the run's summary line, one lock with its detail lines, or a
+    note; `priority` is the syslog priority of what it says."""
+
+    priority: int
+    lines: tuple[str, ...]
+    finding: Finding | None = None
+    note: bool = False
+
+
 def render_text(result: RunResult, colour: bool = False, journal: bool = False) -> str:
     """The report. `journal`: stdout is the journal stream systemd connected, so every line
     starts with the syslog priority of what it says (`<2>` for a critical lock and its
     details, `<4>` warning or unknown, `<6>` OK) and `journalctl -p warning` shows exactly the
-    locks that need a person."""
+    locks that need a person. (A run under systemd sends output.journal's structured entries
+    instead, and falls back to this.)"""
+    return render_blocks(report_blocks(result, colour), journal)
+
+
+def render_blocks(blocks: Sequence[Block], journal: bool = False) -> str:
     if not journal:
-        return "\n".join(line for _priority, line in _report_lines(result, colour)) + "\n"
-    return "".join(f"<{priority}>{line}\n" for priority, line in _report_lines(result, colour))
+        return "".join(f"{line}\n" for block in blocks for line in block.lines)
+    return "".join(f"<{block.priority}>{line}\n" for block in blocks for line in block.lines)
 
 
-def _report_lines(result: RunResult, colour: bool) -> list[tuple[int, str]]:
+def report_blocks(result: RunResult, colour: bool = False) -> list[Block]:
     counts = Counter(finding.severity for finding in result.findings)
     summary = ", ".join(
         f"{counts[severity]} {severity.label}" for severity in Severity if counts[severity]
     )
     status = _paint(result.status.name, result.status, colour)
-    lines = [
-        (
+    blocks = [
+        Block(
             JOURNAL_PRIORITIES[result.status],
-            f"lockwarden {__version__} on {result.hostname} at {rfc3339(result.checked_at)}: "
-            f"{status} ({summary or 'no locks configured'})",
+            (
+                f"lockwarden {__version__} on {result.hostname} at {rfc3339(result.checked_at)}: "
+                f"{status} ({summary or 'no locks configured'})",
+            ),
         )
     ]
     width = max((len(finding.name) for finding in result.findings), default=4)
     for finding in result.findings:
-        priority = JOURNAL_PRIORITIES[finding.severity]
         label = _paint(f"{finding.severity.name:<8}", finding.severity, colour)
-        lines.append(
-            (
-                priority,
-                f"  {label}  {finding.name:<{width}}  {finding.state.value:<13}  {finding.reason}",
-            )
-        )
+        lines = [f"  {label}  {finding.name:<{width}}  {finding.state.value:<13}  {finding.reason}"]
         if finding.state is not State.FREE:
-            lines.extend((priority, f"            {line}") for line in detail_lines(finding))
+            lines.extend(f"            {line}" for line in detail_lines(finding))
         if finding.removal:
-            lines.append((priority, f"            removal: {finding.removal}"))
-    lines.extend((NOTE_PRIORITY, f"note: {note}") for note in result.notes)
-    return lines
+            lines.append(f"            removal: {finding.removal}")
+        blocks.append(Block(JOURNAL_PRIORITIES[finding.severity], tuple(lines), finding))
+    blocks.extend(Block(NOTE_PRIORITY, (f"note: {note}",), note=True) for note in result.notes)
+    return blocks
 
 
 def detail_lines(finding: Finding) -> list[str]:

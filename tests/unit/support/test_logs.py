@@ -12,6 +12,8 @@ import io
 import logging
 import os
 import pty
+import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -243,20 +245,29 @@ def test_settings_a_cli_call_never_used_are_not_applied_after_it_returns(
     assert stream.getvalue() == "a journal problem\n"
 
 
-def test_report_lines_under_systemd_carry_the_priority_of_their_lock(
-    tmp_path: Path, children: Children
-) -> None:
-    """stdout on the journal stream: a critical lock's line and its details at `<2>` (crit), a
-    free lock's at `<6>` (info), the headline at the run's worst, so `journalctl -p warning`
-    shows the critical lock whole and nothing that is fine."""
+# The real command line, with journald's socket (output.journal.SOCKET) at the path given first.
+WITH_JOURNAL_SOCKET = """
+import sys
+from lockwarden.output import journal
+journal.SOCKET = sys.argv[1]
+from lockwarden.cli.commands import main
+raise SystemExit(main(sys.argv[2:]))
+"""
+
+
+def run_under_systemd(
+    tmp_path: Path, children: Children, socket_path: Path
+) -> tuple[subprocess.CompletedProcess[str], str, int]:
+    """`--once` with stdout on what JOURNAL_STREAM names (as systemd connects it), a critical
+    lock and a free one; the run, its stdout and the holder's PID."""
     held = tmp_path / "held.lock"
     free = tmp_path / "free.lock"
     free.touch()
-    children.python(FLOCK_HOLDER, str(held))
+    holder = children.python(FLOCK_HOLDER, str(held))
     config = write_config(
         tmp_path / "config.toml",
         f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
-        f'[[lock]]\nname = "held"\npath = "{held}"\nformat = "kernel"\n'
+        f'[[lock]]\nname = "held"\npath = "{held}"\nformat = "kernel"\nrole = "session store"\n'
         'warn_after = "0s"\ncritical_after = "0s"\n'
         f'[[lock]]\nname = "free"\npath = "{free}"\nformat = "kernel"\n',
     )
@@ -264,13 +275,25 @@ def test_report_lines_under_systemd_carry_the_priority_of_their_lock(
     with report.open("w") as stdout:
         status = os.fstat(stdout.fileno())
         journal = {"JOURNAL_STREAM": f"{status.st_dev}:{status.st_ino}"}
+        argv = [sys.executable, "-c", WITH_JOURNAL_SOCKET, str(socket_path)]
         completed = subprocess.run(
-            [sys.executable, "-m", "lockwarden", "--once", "--config", config],
+            [*argv, "--once", "--config", config],
             stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=30,
             env=cli_env(**journal), check=False,
         )  # fmt: skip
+    return completed, report.read_text(), holder.pid
+
+
+def test_report_lines_under_systemd_carry_the_priority_of_their_lock(
+    tmp_path: Path, children: Children
+) -> None:
+    """stdout on the journal stream and no journald socket to send entries to: a critical
+    lock's line and its details at `<2>` (crit), a free lock's at `<6>` (info), the headline
+    at the run's worst, so `journalctl -p warning` shows the critical lock whole and nothing
+    that is fine."""
+    completed, text, _pid = run_under_systemd(tmp_path, children, tmp_path / "no-journald")
     assert completed.returncode == 2, completed.stderr
-    lines = report.read_text().splitlines()
+    lines = text.splitlines()
     assert lines[0].startswith("<2>lockwarden ") and ": CRITICAL (" in lines[0], lines
     held_lines = [line for line in lines if line.startswith("<2>  CRITICAL  held ")]
     assert len(held_lines) == 1, lines
@@ -278,3 +301,61 @@ def test_report_lines_under_systemd_carry_the_priority_of_their_lock(
     assert details[0].startswith("<2>            path ") and "holder   PID" in "".join(details)
     assert any(line.startswith("<6>  OK        free ") for line in lines), lines
     assert all(line[:3] in ("<2>", "<4>", "<5>", "<6>") for line in lines), lines
+
+
+def decode(datagram: bytes) -> dict[str, str]:
+    """One datagram of journald's native protocol, read as journald reads it."""
+    fields: dict[str, str] = {}
+    while datagram:
+        line, _, datagram = datagram.partition(b"\n")
+        if b"=" in line:
+            key, _, value = line.partition(b"=")
+            fields[key.decode()] = value.decode()
+            continue
+        (size,) = struct.unpack("<Q", datagram[:8])
+        fields[line.decode()] = datagram[8 : 8 + size].decode()
+        datagram = datagram[8 + size + 1 :]
+    return fields
+
+
+def test_under_systemd_each_lock_is_one_journal_entry_with_its_fields(
+    tmp_path: Path, children: Children
+) -> None:
+    """With journald's socket there (here a real datagram socket the test reads): one entry
+    per lock, its line and details as one message at the lock's priority, and fields that
+    `journalctl LOCKWARDEN_LOCK=held` matches; nothing on the stream (said once)."""
+    from lockwarden.output.journal import MESSAGE_IDS
+
+    path = tmp_path / "journal.socket"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as journald:
+        journald.bind(str(path))
+        completed, text, pid = run_under_systemd(tmp_path, children, path)
+        journald.setblocking(False)
+        entries = []
+        while True:
+            try:
+                entries.append(decode(journald.recv(65536)))
+            except BlockingIOError:
+                break
+    assert completed.returncode == 2, completed.stderr
+    assert text == ""  # every entry went to journald: nothing twice
+    by_lock = {entry.get("LOCKWARDEN_LOCK"): entry for entry in entries}
+    held, free, summary = by_lock["held"], by_lock["free"], entries[0]
+    notes = [entry for entry in entries if entry["MESSAGE_ID"] == MESSAGE_IDS["note"]]
+    assert len(entries) == 3 + len(notes) and notes, entries
+    assert all(note["MESSAGE"].startswith("note: ") and note["PRIORITY"] == "5" for note in notes)
+    assert summary["MESSAGE"].startswith("lockwarden ") and summary["PRIORITY"] == "2"
+    assert summary["MESSAGE_ID"] == MESSAGE_IDS["summary"]
+    assert held["PRIORITY"] == "2" and held["MESSAGE_ID"] == MESSAGE_IDS["held_too_long"]
+    assert held["LOCKWARDEN_STATE"] == "held_too_long"
+    assert held["LOCKWARDEN_SEVERITY"] == "critical"
+    assert held["LOCKWARDEN_HOLDER_PID"] == str(pid)
+    assert held["LOCKWARDEN_ACTION"] == f"kill {pid}"
+    assert held["LOCKWARDEN_STORE"] == "session store"
+    assert held["LOCKWARDEN_PATH"] == str(tmp_path / "held.lock")
+    assert held["SYSLOG_IDENTIFIER"] == "lockwarden"
+    lines = held["MESSAGE"].splitlines()  # the report's own block, line for line
+    assert lines[0].startswith("  CRITICAL  held ") and lines[1].startswith("            path ")
+    assert free["PRIORITY"] == "6" and free["LOCKWARDEN_STATE"] == "free"
+    assert "LOCKWARDEN_HOLDER_PID" not in free  # no empty fields
+    assert all(entry["MESSAGE_ID"] in MESSAGE_IDS.values() for entry in entries)
