@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from lockwarden.check import blocked
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import Evidence, gather, request_for
 from lockwarden.check.sightings import Memory
@@ -23,9 +24,15 @@ from lockwarden.config import (
     LockConfig,
 )
 from lockwarden.formats import read_claim
-from lockwarden.model import Claim, Finding, Severity, State, UnknownCause, worst
+from lockwarden.model import Claim, Finding, InodeKey, Severity, State, UnknownCause, worst
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.snapshot import (
+    Snapshot,
+    blocked_calls,
+    descriptor_inode,
+    descriptor_path,
+    parse_lock_line,
+)
 from lockwarden.support.bounded import BoundedRun, Unanswered
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,9 @@ class RunResult:
     checked_at: datetime
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = field(default=())
+    watching: tuple[Finding, ...] = field(default=())
+    """Writers blocked within their budget: not reported, but remembered (the sighting memory
+    counts their wait from the first run that saw it)."""
 
     @property
     def status(self) -> Severity:
@@ -306,6 +316,8 @@ def run_once(
         host = HostReader(clock, proc, read_timeout=config.fs_timeout)
     inspection = inspect(config.locks, host, now, remembered, reads, what_if)
     snapshot, findings = inspection.snapshot, inspection.findings
+    past, within = blocked_writers(config, snapshot, findings, host, now, remembered)
+    findings = (*findings, *past)
     notes: list[str] = []
     if config.builtin:
         notes.append(
@@ -313,7 +325,81 @@ def run_once(
             "list your own locks as [[lock]] tables in /etc/lockwarden/config.toml "
             "(see config.example.toml), or pass --config PATH"
         )
-    return RunResult(snapshot.hostname, snapshot.boot_id, now, findings, tuple(notes))
+    return RunResult(snapshot.hostname, snapshot.boot_id, now, findings, tuple(notes), within)
+
+
+def blocked_writers(
+    config: Config,
+    snapshot: Snapshot,
+    findings: Sequence[Finding],
+    host: HostReader,
+    now: datetime,
+    remembered: Memory | None,
+) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
+    """Processes waiting on a kernel lock nobody configured (check/blocked.py): those past
+    `[host] blocked_after`, and those within it (remembered only). Costs nothing more when no
+    process waits: /proc/locks was read with the run's snapshot."""
+    if not config.host.blocked_writers:
+        return (), ()
+    configured = {finding.key for finding in findings if finding.key is not None}
+    waited = waited_paths(snapshot, host.proc, configured)
+    if not waited:
+        return (), ()
+    # The hold itself is graded at once (a zero budget), so the lock's action is worked out;
+    # what is graded for the finding is the wait.
+    locks = [
+        LockConfig(
+            name=blocked.PREFIX + path,
+            path=path,
+            format="kernel",
+            warn_after=0.0,
+            critical_after=0.0,
+            fs_timeout=config.fs_timeout,
+        )
+        for path in sorted(set(waited.values()))
+    ]
+    past: list[Finding] = []
+    within: list[Finding] = []
+    for lock in inspect(locks, host, now).findings:
+        if lock.key not in waited or not lock.waiters:
+            continue  # the file was made anew, or the wait ended since the snapshot
+        series = (remembered or {}).get(blocked.PREFIX + lock.path, {})
+        found = blocked.blocked_finding(
+            lock, config.host, now, series.get(blocked.identity_of(lock))
+        )
+        (past if found.state is State.HELD_TOO_LONG else within).append(found)
+    return tuple(past), tuple(within)
+
+
+def waited_paths(snapshot: Snapshot, proc: str, configured: set[InodeKey]) -> dict[InodeKey, str]:
+    """Each inode a process waits on in /proc/locks that no configured lock is, with its path
+    from the waiter's own descriptor (the one its blocked lock call is on). An OFD waiter shows
+    no PID there and is not followed; nor is a waiter whose descriptor is another file now."""
+    waiting: dict[InodeKey, list[int]] = {}
+    for lines in snapshot.lock_lines.values():
+        for line in lines:
+            if "->" not in line:
+                continue
+            lock = parse_lock_line(line)
+            if lock is not None and lock.waiting and lock.pid > 0 and lock.key not in configured:
+                waiting.setdefault(lock.key, []).append(lock.pid)
+    paths: dict[InodeKey, str] = {}
+    for key, pids in waiting.items():
+        for pid in pids:
+            path = waited_path(proc, pid, key[1])
+            if path is not None:
+                paths[key] = path
+                break
+    return paths
+
+
+def waited_path(proc: str, pid: int, inode: int) -> str | None:
+    for call in blocked_calls(proc, pid):
+        if descriptor_inode(proc, pid, call.fd) == inode:
+            path = descriptor_path(proc, pid, call.fd)
+            if path is not None:
+                return path
+    return None
 
 
 def inspect_path(

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
+from lockwarden.check.blocked import is_blocked_name
 from lockwarden.config import AlertSettings
 from lockwarden.model import Finding, Severity, State
 from lockwarden.state.history import ALERT, GOOD, REMINDER, RESOLVED, History, Incident, Sent
@@ -114,7 +115,7 @@ def decide(
         plan.records.append(run)
     for finding in findings:
         _decide_lock(plan, finding, history, now, policies.get(finding.name, LockPolicy()), host)
-    _close_unchecked(plan, history, {finding.name for finding in findings}, now)
+    _close_unchecked(plan, history, {finding.name for finding in findings}, now, policies, host)
     _resolve_interrupted(plan, history, findings, policies, host)
     _retry_pending(plan, history, now, policies)
     return plan
@@ -382,11 +383,29 @@ def _resolve_interrupted(
             )
 
 
-def _close_unchecked(plan: Plan, history: History, checked: set[str], now: datetime) -> None:
-    """An incident of a lock no longer in the config ends without a message."""
+def _close_unchecked(
+    plan: Plan,
+    history: History,
+    checked: set[str],
+    now: datetime,
+    policies: Mapping[str, LockPolicy],
+    host: str,
+) -> None:
+    """An incident of a lock no longer in the config ends without a message; one of writers
+    blocked on a lock nobody configured ends with "resolved" when no run sees them blocked
+    past the budget any more (their wait is over, or a new holder started a new one)."""
     for incident in history.open_incidents():
-        if incident.lock not in checked:
+        if incident.lock in checked:
+            continue
+        if is_blocked_name(incident.lock):
+            policy = policies.get(incident.lock, LockPolicy())
+            _resolve(plan, incident, None, now, policy, host, why=WAIT_OVER)
+        else:
             _resolve(plan, incident, None, now, LockPolicy(), "", why="unchecked")
+
+
+WAIT_OVER = "wait over"
+"""Why a blocked writers' incident ended: no run sees them blocked past the budget now."""
 
 
 def _retry_pending(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwarden.check.advice import is_command, why_no_action
+from lockwarden.check.blocked import is_blocked_name
 from lockwarden.model import Finding, Holder, Severity, State, command_text
 from lockwarden.state.history import ALERT, REMINDER
 from lockwarden.support.durations import format_duration, stamp
@@ -189,7 +190,12 @@ def render_resolved(
         title = (
             f"RESOLVED {host}: {ended.lock} incident over after {lasted}{was}; a new one follows"
         )
-    now_state = finding.reason if finding is not None else "no longer checked"
+    if finding is not None:
+        now_state = finding.reason
+    elif is_blocked_name(ended.lock):
+        now_state = "no process waits on it past the budget any more"
+    else:
+        now_state = "no longer checked"
     rows = [
         Row("Resolved", f"the {ended.state} incident is over; it lasted {lasted}"),
         Row("Host", host),

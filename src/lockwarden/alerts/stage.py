@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lockwarden.alerts.decide import LockPolicy, Outgoing, Plan, Retry, decide
+from lockwarden.check.blocked import is_blocked_name
 from lockwarden.check.sightings import keep_latest_seen
 from lockwarden.config import Config
 from lockwarden.model import Finding, own_finding
@@ -104,8 +106,15 @@ def state_path(config: Config) -> str:
     return config.state.path or default_state_path()
 
 
-def policies(config: Config) -> dict[str, LockPolicy]:
-    return {
+def policies(config: Config, findings: Sequence[Finding] = ()) -> dict[str, LockPolicy]:
+    """Each configured lock's; a blocked writer's finding (no [[lock]] of its own) gets the
+    [alerts] section's settings."""
+    blocked_writers = {
+        finding.name: LockPolicy(config.alerts)
+        for finding in findings
+        if is_blocked_name(finding.name)
+    }
+    return blocked_writers | {
         lock.name: LockPolicy(lock.alerts, lock.notify_tags, lock.role) for lock in config.locks
     }
 
@@ -199,7 +208,7 @@ def alert_stage(
     fallback = None if read_only else _fallback_journal(config)
     if fallback is not None:
         journal, history = _with_fallback(journal, history, fallback, problems)
-    plan = decide(findings, history, now, policies(config), hostname)
+    plan = decide(findings, history, now, policies(config, findings), hostname)
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
     checkpoint("after-decide")
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)

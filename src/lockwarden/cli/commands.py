@@ -571,9 +571,11 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
         emit(result, arguments.json)
     sys.stdout.flush()
     if not config.locks and not config.builtin:
-        # A check that watches nothing must not read as OK to a monitor.
-        log.warning("%s lists no [[lock]]: nothing was checked", config.source)
-        return EXIT_UNKNOWN
+        if not config.host.blocked_writers:
+            # A check that watches nothing must not read as OK to a monitor.
+            log.warning("%s lists no [[lock]]: nothing was checked", config.source)
+            return EXIT_UNKNOWN
+        log.info("%s lists no [[lock]]: only blocked writers were looked for", config.source)
     return int(result.status)
 
 

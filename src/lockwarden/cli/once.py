@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lockwarden.check import sightings
+from lockwarden.check import blocked, sightings
 from lockwarden.check.sightings import LastSeen, Memory
 from lockwarden.config import Config
 from lockwarden.model import Finding, Severity
@@ -189,12 +189,17 @@ class SightingMemory:
         except StateError as error:
             self.problem = str(error)
         gaps = {lock.name: sightings.longest_gap(lock.warn_after) for lock in config.locks}
+        blocked_gap = sightings.longest_gap(config.host.blocked_after)
+        for name in self.latest.locks if self.latest is not None else ():
+            if blocked.is_blocked_name(name):
+                gaps[name] = blocked_gap
         self.memory: Memory = sightings.memory(self.latest, now, gaps)
 
     def remember(self, result: RunResult, lock_first: bool) -> RunResult:
         """Append this run's `seen` record. `lock_first`: take the run lock for the write
         (a run with alerting off holds none); a busy one means another run records it."""
-        record = sightings.sightings_of(result.findings, self.memory, self.now, self.latest)
+        seen = (*result.findings, *result.watching)  # blocked writers within budget too
+        record = sightings.sightings_of(seen, self.memory, self.now, self.latest)
         if self.problem is None and sightings.worth_writing(record, self.latest):
             self.problem = self._append(record, lock_first)
         if self.problem is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +27,7 @@ from lockwarden.procfs.snapshot import (
     BlockedCall,
     blocked_calls,
     descriptor_inode,
+    descriptor_path,
     index_proc_locks,
     parse_lock_line,
     read_within,
@@ -44,7 +44,6 @@ STATES = {
     "Z": "a zombie",
     "I": "idle",
 }
-DELETED = " (deleted)"
 
 Inspector = Callable[[str], Finding]
 """Judges the lock at a path (the `inspect` of one kernel lock, with the budgets given)."""
@@ -113,7 +112,7 @@ def answer(pid: int, walk: Walk) -> Answer:
 
 def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     kind = "OFD fcntl" if call.ofd else call.call
-    path = _fd_path(walk.proc, pid, call.fd)
+    path = descriptor_path(walk.proc, pid, call.fd)
     inode = descriptor_inode(walk.proc, pid, call.fd)
     if path is None:
         return Wait(pid, None, kind, None)
@@ -155,14 +154,6 @@ def _conflicts(holder: Holder, request: KernelLock | None) -> bool:
     held_end = math.inf if holder.lock_end is None else holder.lock_end
     request_end = math.inf if request.end is None else request.end
     return holder.lock_start <= request_end and request.start <= held_end
-
-
-def _fd_path(proc: str, pid: int, fd: int) -> str | None:
-    try:
-        target = os.readlink(f"{proc}/{pid}/fd/{fd}")
-    except OSError:
-        return None
-    return target.removesuffix(DELETED) if target.startswith("/") else None
 
 
 def _command(proc: str, pid: int) -> str | None:

@@ -34,6 +34,7 @@ from lockwarden.config.settings import (
     Config,
     DatabaseWatch,
     HeartbeatSettings,
+    HostSettings,
     LockConfig,
     NotifySettings,
     StateSettings,
@@ -98,6 +99,7 @@ def parse(document: dict[str, Any], source: str | None) -> Config:
         state=StateSettings(**sections["state"]),
         heartbeat=HeartbeatSettings(**sections["heartbeat"]),
         alertmanager=AlertmanagerSettings(**sections["alertmanager"]),
+        host=HostSettings(**sections["host"]),
     )
 
 

@@ -514,6 +514,33 @@ ALERTMANAGER_OPTIONS = (
     Option("timeout", _duration, "5s", "the longest one post to one Alertmanager may take", "5s"),
 )
 
+HOST_OPTIONS = (
+    Option(
+        "blocked_writers",
+        _boolean,
+        True,
+        "report a process that has waited on a kernel lock nobody configured for longer than "
+        "blocked_after, naming the lock, its holder and the action (waiters on configured "
+        "locks are in those locks' findings)",
+        True,
+    ),
+    Option(
+        "blocked_after",
+        _duration,
+        "10m",
+        "a process waiting on a lock this long is a warning (known from the runs that saw it "
+        "wait: the first run that sees a wait only starts counting)",
+        "10m",
+    ),
+    Option(
+        "blocked_critical_after",
+        _duration,
+        "1h",
+        "a process waiting on a lock this long is critical",
+        "1h",
+    ),
+)
+
 LOCK_ALERT_KEYS = (
     "repeat_interval",
     "resolve_after",
@@ -544,4 +571,5 @@ SECTIONS: dict[str, tuple[Option, ...]] = {
     "notify": NOTIFY_OPTIONS,
     "heartbeat": HEARTBEAT_OPTIONS,
     "alertmanager": ALERTMANAGER_OPTIONS,
+    "host": HOST_OPTIONS,
 }

@@ -10,6 +10,7 @@ from lockwarden.config.schema import (
     ALERTMANAGER_OPTIONS,
     DEFAULT_FS_TIMEOUT,
     HEARTBEAT_OPTIONS,
+    HOST_OPTIONS,
     LOCK_OPTIONS,
     NOTIFY_OPTIONS,
     STATE_OPTIONS,
@@ -49,6 +50,15 @@ class StateSettings:
 
     path: str | None = None
     max_bytes: int = schema_default(STATE_OPTIONS, "max_bytes")
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """The [host] table: processes blocked on kernel locks nobody configured."""
+
+    blocked_writers: bool = schema_default(HOST_OPTIONS, "blocked_writers")
+    blocked_after: float = schema_default(HOST_OPTIONS, "blocked_after")
+    blocked_critical_after: float = schema_default(HOST_OPTIONS, "blocked_critical_after")
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ class Config:
     state: StateSettings = StateSettings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
+    host: HostSettings = HostSettings()
 
     @property
     def fs_timeout(self) -> float:

@@ -793,6 +793,19 @@ def _watched(raw: bytes, inodes: frozenset[bytes]) -> bool:
     return inode is None or inode in inodes
 
 
+DELETED = " (deleted)"
+
+
+def descriptor_path(proc: str, pid: int, fd: int) -> str | None:
+    """The path a descriptor was opened by (its link; an unlinked file's old name); None for
+    a socket or pipe, or a descriptor gone or not ours to read."""
+    try:
+        target = os.readlink(f"{proc}/{pid}/fd/{fd}")
+    except OSError:
+        return None
+    return target.removesuffix(DELETED) if target.startswith("/") else None
+
+
 def descriptor_inode(proc: str, pid: int, fd: int) -> int | None:
     """The inode of one descriptor, from its fdinfo (no stat: a stat can hang on a dead mount);
     None when it is gone, not ours to read, or the kernel prints no `ino:` (before 5.14)."""

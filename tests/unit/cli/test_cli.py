@@ -191,11 +191,18 @@ def test_a_lock_in_a_missing_directory_is_unknown_not_free(tmp_path: Path) -> No
 
 
 def test_a_config_without_locks_is_unknown_to_a_monitor(tmp_path: Path) -> None:
+    """Nothing to watch at all (no [[lock]], blocked writers off) is unknown; with the host's
+    blocked writers looked for, the run did check something."""
     empty = tmp_path / "empty.toml"
-    empty.write_text('[defaults]\nwarn_after = "5m"\n')
+    empty.write_text('[defaults]\nwarn_after = "5m"\n[host]\nblocked_writers = false\n')
     completed = run_cli("--once", "--config", str(empty))
     assert completed.returncode == 3
     assert "lists no [[lock]]: nothing was checked" in completed.stderr
+    host_only = tmp_path / "host-only.toml"
+    host_only.write_text('[defaults]\nwarn_after = "5m"\n')
+    completed = run_cli("--once", "--config", str(host_only), "-v")
+    assert completed.returncode == 0, completed.stderr
+    assert "only blocked writers were looked for" in completed.stderr
 
 
 def test_a_reader_that_goes_away_ends_the_run_like_a_pipeline(tmp_path: Path) -> None:

@@ -1,0 +1,114 @@
+"""Blocked writers anywhere on the host: a process waiting on a kernel lock nobody configured.
+
+The lock a process waits on is judged as any kernel lock (its holders from their descriptors);
+what is graded is the *wait*, not the hold: a daemon may hold its lock for days, and only a
+process blocked behind it makes it a finding. A kernel wait records no start, so its length is
+known the way an undated hold's is, from the sighting memory: the first run that sees the lock
+blocked by a holder starts a series (the wait is then at most the oldest waiter's running
+time), and each later run that sees the same holder still blocking someone knows the writers
+have been blocked at least since then. Only a floor past `blocked_after` pages.
+
+Pure: the pipeline finds the waiters and judges their locks; this makes the finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from lockwarden.config import HostSettings
+from lockwarden.model import Bound, Finding, Severity, State, command_text
+from lockwarden.support.durations import format_duration
+
+PREFIX = "blocked:"
+"""The name of a blocked-writer finding is this and the lock's path."""
+
+
+def is_blocked_name(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """How long the writers of one lock have been blocked, and how sure that is."""
+
+    seconds: float | None
+    bound: Bound
+
+
+def wait_of(lock: Finding, first_seen: datetime | None, now: datetime) -> Wait:
+    """A floor from the sighting memory, else a ceiling from the oldest waiter's age."""
+    if first_seen is not None:
+        return Wait(max(0.0, (now - first_seen).total_seconds()), Bound.AT_LEAST)
+    ages = [
+        (now - waiter.started_at).total_seconds()
+        for waiter in lock.waiters
+        if waiter.started_at is not None
+    ]
+    return Wait(max(ages), Bound.AT_MOST) if ages else Wait(None, Bound.UNKNOWN)
+
+
+def grade(wait: Wait, settings: HostSettings) -> tuple[State, Severity]:
+    """Past a budget only on a floor (an at-most wait says nothing of how long it was)."""
+    if wait.bound is not Bound.AT_LEAST or wait.seconds is None:
+        return State.HELD, Severity.OK
+    if wait.seconds >= settings.blocked_critical_after:
+        return State.HELD_TOO_LONG, Severity.CRITICAL
+    if wait.seconds >= settings.blocked_after:
+        return State.HELD_TOO_LONG, Severity.WARNING
+    return State.HELD, Severity.OK
+
+
+def identity_of(lock: Finding) -> str:
+    """The series a blocked lock belongs to: its holder (a new holder is a new wait)."""
+    if lock.identity is not None:
+        return PREFIX + lock.identity
+    key = lock.key
+    return f"{PREFIX}inode:{key[0]}:{key[1]}" if key is not None else PREFIX + lock.path
+
+
+def blocked_finding(
+    lock: Finding, settings: HostSettings, now: datetime, first_seen: datetime | None
+) -> Finding:
+    """The finding of one lock some process waits on: named for its path, graded by how long
+    the writers have been blocked, naming the waiters, the holder and the action."""
+    wait = wait_of(lock, first_seen, now)
+    state, severity = grade(wait, settings)
+    waiters = ", ".join(
+        f"PID {waiter.pid} ({command_text(waiter.cmdline, 60) or waiter.name or '?'})"
+        for waiter in lock.waiters[:3]
+    )
+    more = f" and {len(lock.waiters) - 3} more" if len(lock.waiters) > 3 else ""
+    holder = lock.holder.describe() if lock.holder is not None else None
+    waited = (
+        f"{wait.bound.words}{format_duration(wait.seconds)}" if wait.seconds is not None else ""
+    )
+    if holder is None:
+        behind = f"behind a holder lockwarden cannot name ({lock.reason})"
+    else:
+        behind = f"behind {holder}"
+    stop = " — stop it" if holder is not None and lock.action else ""
+    reason = (
+        f"writes to {lock.path} blocked: {waiters}{more} "
+        f"{'has' if len(lock.waiters) == 1 else 'have'} waited {waited or 'for an unknown time'} "
+        f"{behind}{stop}"
+    )
+    if state is State.HELD:
+        reason += f" (within the {format_duration(settings.blocked_after)} budget for waits)"
+    return replace(
+        lock,
+        name=PREFIX + lock.path,
+        state=state,
+        severity=severity,
+        reason=reason,
+        held_for_s=wait.seconds,
+        held_bound=wait.bound,
+        held_since=None if wait.seconds is None else _since(now, wait.seconds),
+        identity=identity_of(lock),
+        store="writers blocked on a lock nobody configured",
+        unknown_cause=None,
+    )
+
+
+def _since(now: datetime, seconds: float) -> datetime:
+    return now - timedelta(seconds=seconds)
