@@ -467,10 +467,25 @@ advisory_key = 4242
 """
 
 
-def start_database_holder(system: System, unit: str, *psql: str) -> int:
+def prepare_postgresql(system: System) -> None:
+    """The container's PostgreSQL up, with a `lockwarden` role that logs in by password over
+    the socket and TCP and may see other roles' sessions (idempotent: any test may be first)."""
+    system.machine.sh(
+        "timeout 60 sh -c 'until pg_isready -q; do sleep 0.2; done'\n"
+        'if ! runuser -u postgres -- psql -XtAc "SELECT 1 FROM pg_roles WHERE rolname = '
+        "'lockwarden'\" | grep -q 1; then\n"
+        '  runuser -u postgres -- psql -Xq -c "CREATE ROLE lockwarden LOGIN PASSWORD '
+        f"'{DB_PASSWORD}'\" -c 'GRANT pg_read_all_stats TO lockwarden'\n"
+        "  sed -i '1i local all lockwarden scram-sha-256' /etc/postgresql/*/main/pg_hba.conf\n"
+        "  runuser -u postgres -- psql -Xq -c 'SELECT pg_reload_conf()'\n"
+        "fi\n"
+    )
+
+
+def start_database_holder(system: System, unit: str, *psql: str, user: str = "postgres") -> int:
     """A psql that takes an advisory lock and keeps its session, as a service of its own."""
     system.machine.run(
-        "systemd-run", f"--unit={unit}", "--property=User=postgres",
+        "systemd-run", f"--unit={unit}", f"--property=User={user}",
         f"--setenv=PGPASSWORD={DB_PASSWORD}", "psql", "-X", "-d", "postgres", *psql,
     )  # fmt: skip
     return int(system.systemctl("show", "-p", "MainPID", "--value", unit).stdout)
@@ -483,13 +498,7 @@ def test_database_locks_are_checked_under_the_unit_over_the_socket_and_tcp(
     the installed unit (its address families, its sandbox): each holder is named down to its
     psql process and the unit it runs in, past critical_after."""
     machine = system.machine
-    machine.sh(
-        "timeout 60 sh -c 'until pg_isready -q; do sleep 0.2; done'\n"
-        'runuser -u postgres -- psql -Xq -c "CREATE ROLE lockwarden LOGIN PASSWORD '
-        f"'{DB_PASSWORD}'\" -c 'GRANT pg_read_all_stats TO lockwarden'\n"
-        "sed -i '1i local all lockwarden scram-sha-256' /etc/postgresql/*/main/pg_hba.conf\n"
-        "runuser -u postgres -- psql -Xq -c 'SELECT pg_reload_conf()'\n"
-    )
+    prepare_postgresql(system)
     machine.write("/etc/lockwarden/db-password", DB_PASSWORD + "\n", 0o600)
     machine.sh(f"cat >> /etc/lockwarden/config.toml <<'EOF'\n{DB_LOCKS}EOF\n")
     holders = {
@@ -515,6 +524,98 @@ def test_database_locks_are_checked_under_the_unit_over_the_socket_and_tcp(
         assert re.match(rf"  CRITICAL\s+{lock}\s+held_too_long\s", block), block
         assert f"PID {pid}" in block and unit in block, block
     system.systemctl("stop", *(unit for unit, _pid in holders.values()))
+
+
+MARIADB_LOCKS = """
+[[lock]]
+name = "mdb-tcp"
+database = "mysql"
+connection = "mysql://lockwarden@127.0.0.1:3306"
+password_file = "/etc/lockwarden/db-password"
+lock_name = "lw-deploy"
+
+[[lock]]
+name = "mdb-socket"
+database = "mysql"
+connection = "mysql://lockwarden@localhost?unix_socket=/run/mysqld/mysqld.sock"
+password_file = "/etc/lockwarden/db-password"
+lock_name = "lw-socket"
+"""
+
+
+def test_mariadb_locks_are_checked_under_the_unit_over_the_socket_and_tcp(
+    system: System,
+) -> None:
+    """MariaDB in the container, asked by the installed unit over its default socket and over
+    TCP: a TCP client is named down to its process and unit; a client on the socket is a
+    session MariaDB serves as a thread, whose process no socket leads to, and says so."""
+    machine = system.machine
+    # MariaDB records user locks only with the performance schema's metadata-lock instrument,
+    # off by default (docs/databases.md): as an operator turns it on.
+    machine.write(
+        "/etc/mysql/mariadb.conf.d/99-lockwarden.cnf",
+        "[mariadbd]\nperformance_schema = ON\n"
+        "performance-schema-instrument = 'wait/lock/metadata/sql/mdl=ON'\n",
+    )
+    machine.sh(
+        "systemctl restart mariadb\n"
+        "timeout 60 sh -c 'until mariadb-admin ping >/dev/null 2>&1; do sleep 0.2; done'\n"
+        "mariadb -e \"CREATE USER IF NOT EXISTS 'lockwarden'@'localhost' IDENTIFIED BY "
+        f"'{DB_PASSWORD}'; CREATE USER IF NOT EXISTS 'lockwarden'@'127.0.0.1' IDENTIFIED BY "
+        f"'{DB_PASSWORD}'; GRANT PROCESS ON *.* TO 'lockwarden'@'localhost', "
+        "'lockwarden'@'127.0.0.1'; GRANT SELECT ON performance_schema.* TO "
+        "'lockwarden'@'localhost', 'lockwarden'@'127.0.0.1'\"\n"
+    )
+    machine.write("/etc/lockwarden/db-password", DB_PASSWORD + "\n", 0o600)
+    config = machine.root / "etc/lockwarden/config.toml"
+    before = config.read_text()
+    config.write_text(before + MARIADB_LOCKS)
+    try:
+        mariadb_scenario(system)
+    finally:
+        config.write_text(before)  # later runs must not ask a stopped server
+        system.systemctl("stop", "holder-mdb-tcp.service", "holder-mdb-socket.service", check=False)
+        machine.sh("systemctl stop mariadb")
+
+
+def mariadb_scenario(system: System) -> None:
+    machine = system.machine
+    units = {"mdb-tcp": "holder-mdb-tcp.service", "mdb-socket": "holder-mdb-socket.service"}
+    client = {
+        "mdb-tcp": ["-h", "127.0.0.1", "-u", "lockwarden", f"-p{DB_PASSWORD}",
+                    "-e", "SELECT GET_LOCK('lw-deploy', 0); SELECT SLEEP(600)"],
+        "mdb-socket": ["-e", "SELECT GET_LOCK('lw-socket', 0); SELECT SLEEP(600)"],
+    }  # fmt: skip
+    pids = {}
+    for lock, unit in units.items():
+        machine.run("systemd-run", f"--unit={unit}", "mariadb", *client[lock])
+        pids[lock] = int(system.systemctl("show", "-p", "MainPID", "--value", unit).stdout)
+    held = wait_for(
+        lambda: (
+            machine.run(
+                "mariadb",
+                "-N",
+                "-e",
+                "SELECT IS_USED_LOCK('lw-deploy') AND IS_USED_LOCK('lw-socket')",
+            ).stdout.strip()
+            == "1"
+        )
+    )
+    assert held, "the MariaDB holders did not take their locks"
+    mark = system.cursor()
+    system.run_service()
+    time.sleep(2.5)
+    system.run_service()
+    for lock in units:
+        system.await_journal(rf"^  (CRITICAL|UNKNOWN)\s+{lock}\s", mark)
+    journal = system.service_journal(mark)
+    assert "Address family not supported" not in journal, journal
+    tcp = finding(journal, "mdb-tcp")
+    assert re.match(r"  CRITICAL\s+mdb-tcp\s+held_too_long\s", tcp), tcp
+    assert f"PID {pids['mdb-tcp']}" in tcp and units["mdb-tcp"] in tcp, tcp
+    socket_block = finding(journal, "mdb-socket")
+    assert "the unix socket" in socket_block and "threads" in socket_block, socket_block
+    assert f"PID {pids['mdb-socket']}" not in socket_block, socket_block  # never a guess
 
 
 def test_a_killed_holder_is_stale_with_proof(system: System) -> None:
@@ -600,9 +701,18 @@ def test_user_units_with_lingering_keep_their_state_under_local_state(system: Sy
             "systemctl", "--user", *args, check=check,
         )  # fmt: skip
 
+    # A database lock too, over TCP and over the socket, with a password only lwuser reads.
+    prepare_postgresql(system)
+    password = "/home/lwuser/.config/lockwarden/db-password"
     config = (
         CONFIG_HEAD + '\n[notify]\nurls = ["json://127.0.0.1:8080/user"]\n'
         '\n[[lock]]\nname = "own-store"\npath = "/home/lwuser/own.lock"\nformat = "kernel"\n'
+        '\n[[lock]]\nname = "own-db-tcp"\ndatabase = "postgresql"\nadvisory_key = 4343\n'
+        f'connection = "host=127.0.0.1 dbname=postgres user=lockwarden"\n'
+        f'password_file = "{password}"\n'
+        '\n[[lock]]\nname = "own-db-socket"\ndatabase = "postgresql"\nadvisory_key = 4344\n'
+        f'connection = "host=/var/run/postgresql dbname=postgres user=lockwarden"\n'
+        f'password_file = "{password}"\n'
     )
     machine.run(
         "install", "-d", "-o", "lwuser", "-m", "0700",
@@ -612,6 +722,21 @@ def test_user_units_with_lingering_keep_their_state_under_local_state(system: Sy
         "runuser", "-u", "lwuser", "--", "sh", "-c",
         "umask 077 && cat > /home/lwuser/.config/lockwarden/config.toml", stdin=config,
     )  # fmt: skip
+    machine.run(
+        "runuser", "-u", "lwuser", "--", "sh", "-c", f"umask 077 && cat > {password}",
+        stdin=DB_PASSWORD + "\n",
+    )  # fmt: skip
+    db_pids = {
+        lock: start_database_holder(
+            system, f"holder-{lock}.service", *where,
+            "-c", f"SELECT pg_advisory_lock({key})", "-c", "SELECT pg_sleep(600)",
+            user="lwuser",  # a user unit may read its own user's descriptors only
+        )
+        for lock, key, where in (
+            ("own-db-tcp", 4343, ("-h", "127.0.0.1", "-U", "lockwarden")),
+            ("own-db-socket", 4344, ("-U", "lockwarden")),
+        )
+    }  # fmt: skip
     holder = Holder(
         "own-store", "/home/lwuser/own.lock", "kernel", "holder-own.service",
         [FLOCK, "/home/lwuser/own.lock"], ("User=lwuser",), ready="/home/lwuser/own.lock.ready",
@@ -637,9 +762,22 @@ def test_user_units_with_lingering_keep_their_state_under_local_state(system: Sy
     assert not (home / ".config/lockwarden/state.jsonl").exists()
     journal = system.journal(mark, f"_UID={uid}")
     assert "own-store" in journal and "degraded" not in journal, journal
+    # The user unit's sandbox lets it reach the server over TCP and the socket. A TCP client
+    # of lwuser's is named (its socket is in /proc/net/tcp, its descriptors lwuser's own); on
+    # the socket the way to the client is the backend's descriptors, postgres's, which only
+    # root may read: the session is named, the client honestly not, never a guessed PID.
+    for lock in db_pids:
+        block = finding(journal, lock)
+        assert re.match(rf"  CRITICAL\s+{lock}\s+held_too_long\s", block), block
+    tcp = finding(journal, "own-db-tcp")
+    assert f"PID {db_pids['own-db-tcp']}" in tcp and "holder-own-db-tcp.service" in tcp, tcp
+    on_socket = finding(journal, "own-db-socket")
+    assert "client not named" in on_socket and "run as root" in on_socket, on_socket
+    assert f"PID {db_pids['own-db-socket']}" not in on_socket, on_socket
+    assert "Address family not supported" not in journal, journal
     time.sleep(1)
     assert len(system.delivered("/user", holder.lock, "alert")) == 1
-    system.systemctl("stop", holder.unit)
+    system.systemctl("stop", holder.unit, *(f"holder-{lock}.service" for lock in db_pids))
 
 
 DROP_INS = "/etc/systemd/system/lockwarden.service.d"
