@@ -80,6 +80,15 @@ FORKED_EXIT_S = 60.0
 # descriptor that is a file, which only its fdinfo tells without a stat that could hang (an
 # open, a read and a close: about 1.8 readlinks of kernel time here). Within 2x of the walk.
 DESCRIPTORS_LIMIT = 2.0
+BLOCKED_CHECK_LIMIT_MS = 20
+WHY_LIMIT = 2.0
+# Says "ready" before it blocks in flock(2) on argv[1] (the benchmark waits for the block).
+WAITER = """
+import fcntl, sys
+handle = open(sys.argv[1], "a")
+print("ready", flush=True)
+fcntl.flock(handle, fcntl.LOCK_EX)
+"""
 DESCRIPTORS_RUNS = 5  # each run takes seconds at this size; 3 medians swung by a third
 
 FLOCK_MANY = """
@@ -970,6 +979,43 @@ def holder_problem(bench: Bench, config: Path, holder: int) -> str | None:
     return None if holders == [holder] else f"named {holders}, not [{holder}]"
 
 
+def blocked_check_row(bench: Bench, stage: Stage) -> Row:
+    """The host-wide look for blocked writers on a quiet run where nothing waits, against the
+    same run with it turned off ([host] blocked_writers = false)."""
+    off = bench.workdir / "ten-blocked-off.toml"
+    off.write_text(stage.ten.read_text() + "\n[host]\nblocked_writers = false\n")
+    floors, values = bench.pair(lockwarden(off), lockwarden(stage.ten))
+    return delta_row(
+        "quiet --once, 10 locks, looking for blocked writers (floor: turned off)",
+        median_ms(values),
+        median_ms(floors),
+        BLOCKED_CHECK_LIMIT_MS,
+    )
+
+
+def why_row(bench: Bench, processes: Processes) -> Row:
+    """`why PID` of a writer blocked on the one held lock of a host of many processes with
+    many open files, against `inspect` of the same lock (both walk every descriptor once)."""
+    count, lowered = processes_that_fit(HOST_PROCESSES)
+    figure = (
+        f"why PID, {count:,} processes x {DESCRIPTORS_EACH} open files"
+        f"{f' ({lowered})' if lowered else ''} (floor: inspect of its lock)"
+    )
+    directory = bench.workdir / "forked-why"
+    directory.mkdir()
+    lock = directory / "held.lock"
+    lock.touch()
+    with forked_host(processes, directory, lock, count):
+        waiter = processes.holder(WAITER, str(lock))
+        settle([waiter])
+        accept = frozenset({0, 1, 2})
+        inspect = Command((PYTHON, "-m", "lockwarden", "inspect", str(lock)), accept)
+        why = Command((PYTHON, "-m", "lockwarden", "why", str(waiter)), accept)
+        floors, values = bench.pair(inspect, why, runs=DESCRIPTORS_RUNS)
+        processes.stop([waiter])
+    return ratio_row(figure, median_ms(values), median_ms(floors), WHY_LIMIT, "ms")
+
+
 def descriptors_row(bench: Bench, processes: Processes) -> Row:
     """Many processes with many open files, one of them the holder: the run's one walk of
     every descriptor on the host, against a bare walk (listdir and readlink of /proc/*/fd)."""
@@ -1054,6 +1100,8 @@ FIGURES: dict[str, Callable[[Bench, Stage, Processes], list[Row]]] = {
     "journal": lambda bench, stage, processes: [journal_row(bench, stage, processes)],
     "processes": lambda bench, stage, processes: [processes_row(bench, stage, processes)],
     "descriptors": lambda bench, _stage, processes: [descriptors_row(bench, processes)],
+    "blocked": lambda bench, stage, _p: [blocked_check_row(bench, stage)],
+    "why": lambda bench, _stage, processes: [why_row(bench, processes)],
 }
 
 

@@ -725,3 +725,78 @@ def test_discover_with_an_unreachable_server_says_why(tmp_path: Path) -> None:
     completed = run_cli("discover", "--database", dsn, timeout=40)
     assert completed.returncode == 0
     assert "cannot connect to PostgreSQL" in completed.stdout
+
+
+def why(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    completed = run_cli("why", "--json", *args, timeout=40)
+    assert completed.stdout, completed.stderr
+    return completed.returncode, json.loads(completed.stdout)
+
+
+def why_config(tmp_path: Path, server: Server, watch: str) -> str:
+    return write_config(tmp_path / "why.toml", "[[lock]]\n" + lock_text(server, watch, tcp=False))
+
+
+@pytest.mark.parametrize("holder_on_tcp", [True, False])
+def test_why_follows_a_client_waiting_on_an_advisory_lock_to_the_holding_client(
+    server: Server, sessions: list[Psql], tmp_path: Path, holder_on_tcp: bool
+) -> None:
+    """The blocked writer's question for a database lock: a psql whose session waits in
+    pg_advisory_lock is followed through the server's wait to the holding session, and on to
+    its client process on this host (over TCP and over the unix socket); a process waiting on
+    nothing is not said to wait, and `why` without a PID finds the waiter too."""
+    holder = psql(server, sessions, tcp=holder_on_tcp)
+    holder.run("SELECT pg_advisory_lock(4242);")
+    waiter = psql(server, sessions, tcp=not holder_on_tcp)
+    waiter.run("SELECT pg_advisory_lock(4242);", wait=False)
+    assert wait_until(lambda: _waiting(server) > 0, timeout=10)
+    config = why_config(tmp_path, server, "advisory_key = 4242")
+
+    code, document = why(tmp_path, str(waiter.pid), "--config", config)
+    [process] = document["processes"]
+    assert process["blocked"] and code == 0, process  # within the lock's own budgets
+    [wait] = process["waits"]
+    assert wait["call"] == "a database session"
+    assert wait["blocked_by"] == [holder.pid]
+    assert "advisory lock 4242" in wait["lock"]["reason"]
+    code, document = why(
+        tmp_path,
+        str(waiter.pid),
+        "--config",
+        config,
+        "--warn-after",
+        "0s",
+        "--critical-after",
+        "0s",
+    )
+    assert code == 2, document
+    text = run_cli(
+        "why", str(waiter.pid), "--config", config, "--warn-after", "0s", "--critical-after", "0s"
+    )
+    assert f"PID {waiter.pid} (" in text.stdout and f"by PID {holder.pid} (psql" in text.stdout
+    assert f"kill {holder.pid}" in text.stdout, text.stdout
+
+    _code, everyone = why(tmp_path, "--config", config)
+    assert waiter.pid in [item["pid"] for item in everyone["processes"]]
+    _code, idle = why(tmp_path, str(holder.pid), "--config", config)
+    [holding] = idle["processes"]
+    assert not holding["blocked"] and holding["doing"], holding  # it holds; it waits on nothing
+
+
+def test_why_follows_a_writer_blocked_behind_a_table_lock(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    with server.admin() as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS ledger (id int)")
+        connection.execute("GRANT ALL ON ledger TO app")
+    holder = psql(server, sessions, tcp=False)
+    holder.run("BEGIN; LOCK TABLE ledger IN ACCESS EXCLUSIVE MODE;")
+    writer = psql(server, sessions, tcp=True)
+    writer.run("INSERT INTO ledger VALUES (1);", wait=False)
+    assert wait_until(lambda: _waiting(server) > 0, timeout=10)
+    config = why_config(tmp_path, server, 'table = "public.ledger"')
+    _code, document = why(tmp_path, str(writer.pid), "--config", config)
+    [process] = document["processes"]
+    [wait] = process["waits"]
+    assert wait["call"] == "a database session" and wait["blocked_by"] == [holder.pid], wait
+    assert "table" in wait["lock"]["reason"] and "ledger" in wait["lock"]["reason"]

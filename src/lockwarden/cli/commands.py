@@ -166,15 +166,30 @@ def build_parser() -> argparse.ArgumentParser:
         "call one of its threads is blocked in), follow the lock to its holders, and a holder\n"
         "that waits in turn to the end of the chain (a cycle is a deadlock). A process in no\n"
         "lock call is said to be doing what its state and system call say. Without a PID:\n"
-        "every process the kernel lists as waiting on a lock. The exit code is the worst of\n"
+        "every process the kernel lists as waiting on a lock. A process in no lock call whose\n"
+        "database session waits on a lock the config watches is followed through the server\n"
+        "to the holding session and its client. The exit code is the worst of\n"
         "the locks waited for, judged with the budgets given (0 also when nothing waits).",
         epilog=EXIT_CODES_HELP,
         formatter_class=_RawFormatter,
     )
     why.add_argument("pid", nargs="?", type=_pid, help="the process that is stuck (default: all)")
-    why.add_argument("--warn-after", default=warn, help=f"warning budget (default: {warn})")
     why.add_argument(
-        "--critical-after", default=critical, help=f"critical budget (default: {critical})"
+        "--config",
+        metavar="PATH",
+        default=None,
+        help="follow waits on the database locks this config lists (default: "
+        f"{config_module.DEFAULT_PATH}, when it exists)",
+    )
+    why.add_argument(
+        "--warn-after",
+        default=None,
+        help=f"warning budget (default: {warn}; a database lock's: its configured one)",
+    )
+    why.add_argument(
+        "--critical-after",
+        default=None,
+        help=f"critical budget (default: {critical}; a database lock's: its configured one)",
     )
     _output(why)
     _verbosity(why)
@@ -925,13 +940,54 @@ def command_why(arguments: argparse.Namespace) -> int:
         found = inspect_path(path, now, "kernel", warn_after, critical_after, name=path)
         return found.findings[0]
 
-    pids = [arguments.pid] if arguments.pid is not None else why.waiting_pids()
-    answers = [why.answer(pid, why.Walk(inspect)) for pid in pids]
+    databases = _database_looks(arguments, now)
+    if arguments.pid is not None:
+        pids = [arguments.pid]
+    else:
+        on_servers = why.database_waiting_pids(databases()) if databases is not None else []
+        pids = sorted({*why.waiting_pids(), *on_servers})
+    answers = [why.answer(pid, why.Walk(inspect, databases=databases)) for pid in pids]
     if arguments.json:
         sys.stdout.write(why.render_json(answers, now))
     else:
         sys.stdout.write(why.render_text(answers))
     return int(max((item.severity for item in answers), default=Severity.OK))
+
+
+def _database_looks(
+    arguments: argparse.Namespace, now: datetime
+) -> Callable[[], list[Finding]] | None:
+    """The config's database locks, judged as its runs judge them (with --warn-after and
+    --critical-after when given), asked of their servers once and only when needed; None when
+    there are none (a default config that cannot be loaded is said, not fatal)."""
+    if arguments.config is None and not os.path.exists(config_module.DEFAULT_PATH):
+        return None
+    try:
+        config = load_config(arguments.config)
+    except config_module.ConfigError as error:
+        if arguments.config is not None:
+            raise
+        log.warning("not following database waits: %s: %s", config_module.DEFAULT_PATH, error)
+        return None
+    locks = [lock for lock in config.locks if lock.database is not None]
+    if not locks:
+        return None
+    if arguments.warn_after is not None or arguments.critical_after is not None:
+        warn_after, critical_after = _budgets(arguments)
+        locks = [
+            replace(lock, warn_after=warn_after, critical_after=critical_after) for lock in locks
+        ]
+    cache: list[list[Finding]] = []
+
+    def looks() -> list[Finding]:
+        if not cache:
+            from lockwarden.pipeline import inspect_locks
+            from lockwarden.procfs.reader import HostReader, wall_clock
+
+            cache.append(list(inspect_locks(locks, HostReader(wall_clock), now)))
+        return cache[0]
+
+    return looks
 
 
 def _pid(text: str) -> int:

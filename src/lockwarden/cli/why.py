@@ -8,8 +8,14 @@ itself waits is followed to the end of the chain; a holder met twice is a deadlo
 in no lock call is not waiting on any lock lockwarden can see, and is said to be doing what its
 state, wait channel and system call say.
 
-Without a PID, every process the kernel lists as waiting in /proc/locks is answered for.
-Database waits (a client whose session waits on a server lock) are not followed here yet.
+A process in no kernel lock call may wait on a database server: its session waits on a lock
+that one of the configured database locks watches (`inspect` of those names each waiting
+session's local client, found through its socket, as it names holders). Such a process is
+answered with that lock, its holding session and the holder's client process and unit, and a
+client that itself waits is followed on as any holder.
+
+Without a PID, every process the kernel lists as waiting in /proc/locks is answered for, and
+every local client waiting on a configured database lock.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lockwarden.model import Finding, Holder, KernelLock, Severity, command_text
+from lockwarden.model import Finding, Holder, KernelLock, Severity, Waiter, command_text
 from lockwarden.output.report import finding_document
 from lockwarden.procfs.snapshot import (
     PROC_READ_TIMEOUT_S,
@@ -47,6 +53,8 @@ STATES = {
 
 Inspector = Callable[[str], Finding]
 """Judges the lock at a path (the `inspect` of one kernel lock, with the budgets given)."""
+DatabaseLooks = Callable[[], Sequence[Finding]]
+"""The findings of the configured database locks, asked of their servers now."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,15 @@ class Walk:
     inspect: Inspector
     proc: str = "/proc"
     seen: list[int] = field(default_factory=list)
+    databases: DatabaseLooks | None = None
+    _database_findings: Sequence[Finding] | None = None
+
+    def database_findings(self) -> Sequence[Finding]:
+        """Asked of the servers once per `why`, and only when a process waits on no kernel
+        lock (a server may take seconds to answer)."""
+        if self._database_findings is None:
+            self._database_findings = self.databases() if self.databases is not None else ()
+        return self._database_findings
 
 
 def answer(pid: int, walk: Walk) -> Answer:
@@ -103,9 +120,12 @@ def answer(pid: int, walk: Walk) -> Answer:
     walk.seen.append(pid)
     try:
         calls = blocked_calls(walk.proc, pid)
-        if not calls:
-            return Answer(pid, command, doing=_doing(walk.proc, pid))
-        return Answer(pid, command, waits=tuple(_wait(pid, call, walk) for call in calls))
+        if calls:
+            return Answer(pid, command, waits=tuple(_wait(pid, call, walk) for call in calls))
+        on_servers = _database_waits(pid, walk)
+        if on_servers:
+            return Answer(pid, command, waits=on_servers)
+        return Answer(pid, command, doing=_doing(walk.proc, pid))
     finally:
         walk.seen.pop()
 
@@ -129,6 +149,35 @@ def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     behind = tuple(answer(holder.pid, walk) for holder in blockers if holder.pid is not None)
     waiting = tuple(item for item in behind if item.waits or item.deadlock or item.problem)
     return Wait(pid, path, kind, finding, waiting, blockers)
+
+
+DATABASE_CALL = "a database session"
+
+
+def local_client(waiter: Waiter) -> bool:
+    """A database lock's waiter named by its client process on this host (a session whose
+    client is not here is listed by its backend, its command in brackets)."""
+    return bool(waiter.cmdline) and not waiter.cmdline[0].startswith("[")
+
+
+def _database_waits(pid: int, walk: Walk) -> tuple[Wait, ...]:
+    """The configured database locks whose waiting sessions include one of this process's."""
+    waits = []
+    for finding in walk.database_findings():
+        if not any(w.pid == pid and local_client(w) for w in finding.waiters):
+            continue
+        blockers = tuple(holder for holder in finding.holders if holder.pid != pid)
+        behind = tuple(answer(h.pid, walk) for h in blockers if h.pid is not None)
+        waiting = tuple(item for item in behind if item.waits or item.deadlock or item.problem)
+        waits.append(Wait(pid, finding.path, DATABASE_CALL, finding, waiting, blockers))
+    return tuple(waits)
+
+
+def database_waiting_pids(findings: Sequence[Finding]) -> list[int]:
+    """The local clients whose sessions wait on a configured database lock."""
+    return sorted(
+        {waiter.pid for finding in findings for waiter in finding.waiters if local_client(waiter)}
+    )
 
 
 def _request(proc: str, pid: int, inode: int) -> KernelLock | None:
@@ -264,7 +313,7 @@ def _doc(item: Answer) -> dict[str, object]:
                 "call": wait.call,
                 "path": wait.path,
                 "lock": finding_document(wait.finding) if wait.finding else None,
-                "blocked_by": [holder.pid for holder in wait.blockers],
+                "blocked_by": [h.pid for h in wait.blockers if h.pid is not None],
                 "behind": [_doc(behind) for behind in wait.behind],
             }
             for wait in item.waits
