@@ -157,6 +157,23 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Container:
+    """The container a process runs in, as the host sees it (procfs/containers.py)."""
+
+    runtime: str
+    """podman, docker, systemd-nspawn or lxc."""
+    name: str
+    """The runtime's name for it (a short ID when no name could be read)."""
+    ident: str | None = None
+    """The runtime's full ID (podman, docker)."""
+    init: bool = False
+    """The process is the container's own PID 1: its job, which stopping the container ends."""
+
+    def describe(self) -> str:
+        return f"{self.runtime} container {self.name}"
+
+
+@dataclass(frozen=True)
 class Process:
     """One process as the host snapshot saw it."""
 
@@ -172,6 +189,7 @@ class Process:
     user_unit: bool
     pid_namespace: int | None
     started_at: datetime
+    container: Container | None = None
 
     @property
     def alive(self) -> bool:
@@ -217,10 +235,13 @@ class Holder:
     lock_start: int | None = None
     lock_end: int | None = None
     """The byte range of its kernel lock (end None: to the end of the file)."""
+    container: Container | None = None
 
     def describe(self) -> str:
-        """`PID 64969 (maintenance-job, wa-resync.service)`."""
-        details = [part for part in (self.role or self.name, self.unit) if part]
+        """`PID 64969 (maintenance-job, wa-resync.service)`; in a container, `PID 13678 (flock,
+        podman container wa-sync)`."""
+        where = self.container.describe() if self.container is not None else None
+        details = [part for part in (self.role or self.name, self.unit, where) if part]
         suffix = f" ({', '.join(details)})" if details else ""
         return f"PID {self.pid}{suffix}" if self.pid is not None else f"an unnamed process{suffix}"
 
@@ -243,6 +264,7 @@ class Waiter:
     lock_end: int | None = None
     role: str | None = None
     host: str | None = None
+    container: Container | None = None
 
 
 class Bound(enum.StrEnum):

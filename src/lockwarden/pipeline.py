@@ -32,6 +32,7 @@ from lockwarden.procfs.snapshot import (
     descriptor_inode,
     descriptor_path,
     parse_lock_line,
+    reachable_path,
 )
 from lockwarden.support.bounded import BoundedRun, Unanswered
 
@@ -385,11 +386,12 @@ def waited_paths(snapshot: Snapshot, proc: str, configured: set[InodeKey]) -> di
                 waiting.setdefault(lock.key, []).append(lock.pid)
     paths: dict[InodeKey, str] = {}
     for key, pids in waiting.items():
-        for pid in pids:
-            path = waited_path(proc, pid, key[1])
-            if path is not None:
-                paths[key] = path
-                break
+        # A name in this mount namespace when any waiter has one: a container's is reached
+        # through that waiter's root, a name that changes with the waiter.
+        found = [path for pid in sorted(pids) if (path := waited_path(proc, pid, key[1]))]
+        ours = [path for path in found if not path.startswith(f"{proc}/")]
+        if found:
+            paths[key] = (ours or found)[0]
     return paths
 
 
@@ -398,7 +400,7 @@ def waited_path(proc: str, pid: int, inode: int) -> str | None:
         if descriptor_inode(proc, pid, call.fd) == inode:
             path = descriptor_path(proc, pid, call.fd)
             if path is not None:
-                return path
+                return reachable_path(proc, pid, path)
     return None
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import shlex
 
 from lockwarden.formats.base import STOP_HOLDER, HolderAction, SafeAction
-from lockwarden.model import Holder, State
+from lockwarden.model import Container, Holder, State
 
 # Process names (the kernel's 15-character comm) of package managers and their front ends.
 PACKAGE_MANAGERS = frozenset(
@@ -117,12 +117,35 @@ def advise_holder(holder: Holder, sharers: tuple[Holder, ...], lock_format: str)
     safe = safe_action(holder, lock_format)
     if safe.kind is HolderAction.WAIT:
         return f"wait for {holder.describe()} to finish; {safe.why}"
+    if holder.container is not None:
+        return advise_in_container(holder, holder.container, sharers)
     if holder.unit:
         if holder.user_unit:
             return f"systemctl --user -M {holder.user}@ stop {holder.unit}"
         return f"systemctl stop {holder.unit}"
     if safe.kind is HolderAction.SHUTDOWN:
         return f"shut {holder.describe()} down with its own command ({safe.why})"
+    pids = [holder.pid, *(sharer.pid for sharer in sharers if sharer.pid is not None)]
+    return "kill " + " ".join(str(pid) for pid in pids)
+
+
+CONTAINER_STOP = {
+    "podman": "podman stop {name}",
+    "docker": "docker stop {name}",
+    "systemd-nspawn": "machinectl stop {name}",
+    "lxc": "lxc-stop -n {name}",
+}
+
+
+def advise_in_container(holder: Holder, container: Container, sharers: tuple[Holder, ...]) -> str:
+    """Stop the holder without stopping what it lives beside: the container when the holder
+    is the container's own job (its PID 1), the holder's unit inside a machine systemd runs,
+    else its processes by their PIDs on this host. Never the host's unit of the container (a
+    scope or nspawn's service), which is the whole container."""
+    if container.init:
+        return CONTAINER_STOP[container.runtime].format(name=shlex.quote(container.name))
+    if container.runtime == "systemd-nspawn" and holder.unit:
+        return f"systemctl -M {shlex.quote(container.name)} stop {holder.unit}"
     pids = [holder.pid, *(sharer.pid for sharer in sharers if sharer.pid is not None)]
     return "kill " + " ".join(str(pid) for pid in pids)
 

@@ -79,6 +79,7 @@ def holder_from_process(
         lock_kind=_kind(lock) if lock is not None else lock_kind,
         lock_start=lock.start if lock is not None else None,
         lock_end=lock.end if lock is not None else None,
+        container=process.container,
     )
 
 
@@ -410,6 +411,7 @@ def _waiter(process: Process, lock: KernelLock) -> Waiter:
         lock_kind=_kind(lock),
         lock_start=lock.start,
         lock_end=lock.end,
+        container=process.container,
     )
 
 

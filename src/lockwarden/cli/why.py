@@ -36,6 +36,7 @@ from lockwarden.procfs.snapshot import (
     descriptor_path,
     index_proc_locks,
     parse_lock_line,
+    reachable_path,
     read_within,
 )
 
@@ -132,10 +133,11 @@ def answer(pid: int, walk: Walk) -> Answer:
 
 def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     kind = "OFD fcntl" if call.ofd else call.call
-    path = descriptor_path(walk.proc, pid, call.fd)
+    named = descriptor_path(walk.proc, pid, call.fd)
     inode = descriptor_inode(walk.proc, pid, call.fd)
-    if path is None:
+    if named is None:
         return Wait(pid, None, kind, None)
+    path = reachable_path(walk.proc, pid, named)  # a container's path, through its root
     finding = walk.inspect(path)
     if inode is None or finding.key is None or finding.key[1] != inode:
         # unlinked and made again, or another mount namespace's path: not the waited-for file

@@ -14,6 +14,7 @@ from lockwarden import __version__
 from lockwarden.check.advice import shell_argv
 from lockwarden.model import (
     Bound,
+    Container,
     Finding,
     Holder,
     InodeKey,
@@ -68,6 +69,18 @@ def process_document(process: Holder | Waiter) -> dict[str, Any]:
             else None
         ),
         "via": "kernel lock" if kernel else (process.lock_kind or "record"),
+        "container": container_document(process.container),
+    }
+
+
+def container_document(container: Container | None) -> dict[str, Any] | None:
+    if container is None:
+        return None
+    return {
+        "runtime": container.runtime,
+        "name": container.name,
+        "id": container.ident,
+        "init": container.init,
     }
 
 
@@ -250,6 +263,9 @@ def _holder_rows(
         facts.append(f"user {holder.user}")
     if holder.unit:
         facts.append(f"unit {holder.unit}")
+    if holder.container is not None:
+        job = " (its own job)" if holder.container.init else ""
+        facts.append(f"in {holder.container.describe()}{job}")
     if holder.started_at is not None:
         facts.append(f"process started {rfc3339(holder.started_at)}")
     if held_for is not None:

@@ -29,7 +29,8 @@ from typing import NamedTuple, TypeVar
 
 import psutil
 
-from lockwarden.model import InodeKey, KernelLock, Process
+from lockwarden.model import Container, InodeKey, KernelLock, Process
+from lockwarden.procfs.containers import ContainerNames, cgroup_path, container_of, runtime_of
 from lockwarden.procfs.snapshot import (
     CAP_SYS_PTRACE,
     DEFAULT_PID_MAX,
@@ -199,6 +200,7 @@ class HostReader:
         self._base: _Base | None = None
         self._processes: dict[int, Process | None] = {}
         self._entries: tuple[str, ...] | None = None
+        self._container_names = ContainerNames()
 
     @property
     def pid_max(self) -> int:
@@ -480,9 +482,11 @@ class HostReader:
             )
             raw_cmdline = ""
         try:
-            unit, user_unit = unit_from_cgroup(_read_text(f"{base}/cgroup"))
+            cgroup = _read_text(f"{base}/cgroup")
         except OSError:
-            unit, user_unit = None, False
+            cgroup = ""
+        unit, user_unit = unit_from_cgroup(cgroup)
+        container = self._container(base, cgroup, facts.uid)
         booted_at = self._host().booted_at
         return Process(
             pid=pid,
@@ -497,7 +501,18 @@ class HostReader:
             user_unit=user_unit,
             pid_namespace=_namespace_id(f"{base}/ns/pid"),
             started_at=booted_at + timedelta(seconds=start_ticks / self.clock_ticks),
+            container=container,
         )
+
+    def _container(self, base: str, cgroup: str, uid: int) -> Container | None:
+        """The container it runs in (procfs/containers.py); its status is read only then."""
+        if runtime_of(cgroup_path(cgroup)) is None:
+            return None
+        try:
+            status = _read_text(f"{base}/status")
+        except OSError:
+            status = ""
+        return container_of(cgroup, status, uid, self._container_names)
 
 
 def _first_look(

@@ -806,6 +806,18 @@ def descriptor_path(proc: str, pid: int, fd: int) -> str | None:
     return target.removesuffix(DELETED) if target.startswith("/") else None
 
 
+def reachable_path(proc: str, pid: int, path: str) -> str:
+    """`path` as a process names it, reachable from here: through the process's own root
+    (`/proc/PID/root/...`) when it lives in another mount namespace (a container's
+    `/shared/x.lock` is no file of the host's); a readlink, never a stat."""
+    try:
+        theirs = os.readlink(f"{proc}/{pid}/ns/mnt")
+        ours = os.readlink(f"{proc}/self/ns/mnt")
+    except OSError:
+        return path
+    return path if theirs == ours else f"{proc}/{pid}/root{path}"
+
+
 def descriptor_inode(proc: str, pid: int, fd: int) -> int | None:
     """The inode of one descriptor, from its fdinfo (no stat: a stat can hang on a dead mount);
     None when it is gone, not ours to read, or the kernel prints no `ino:` (before 5.14)."""
