@@ -29,6 +29,7 @@ from lockwarden.config import AlertmanagerSettings, hide_url
 from lockwarden.model import Finding, Severity, State
 from lockwarden.output.prometheus import holder_labels as textfile_holder_labels
 from lockwarden.support.atomic import write_atomically
+from lockwarden.support.durations import format_time
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +109,6 @@ class ManagerOutcome:
         return tuple(notes)
 
 
-def timestamp(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
-
-
 def holder_labels(finding: Finding) -> Labels:
     """The holder labels the rules join in from the textfile, without the empty ones (as
     Prometheus drops a label whose value is empty)."""
@@ -167,19 +164,19 @@ def plan(
     one failed look does not end it, and Alertmanager ends it by itself `ends_after` after the
     last run that saw the lock."""
     firing: dict[str, Alert] = {}
-    until = timestamp(now + timedelta(seconds=settings.ends_after))
+    until = format_time(now + timedelta(seconds=settings.ends_after))
     for finding in findings:
         for labels in alert_labels(finding, host):
             key = alert_key(labels)
             known = before.firing.get(key)
-            started = known.starts_at if known is not None else timestamp(now)
+            started = known.starts_at if known is not None else format_time(now)
             firing[key] = Alert(labels, alert_annotations(finding, host), started, until)
     if settings.watchdog:
         firing[alert_key(WATCHDOG)] = Alert(
             WATCHDOG | {"instance": host, "host": host},
             {"summary": f"lockwarden runs on {host}", "description": WATCHDOG_TEXT},
-            timestamp(now),
-            timestamp(now + timedelta(seconds=WATCHDOG_ENDS_S)),
+            format_time(now),
+            format_time(now + timedelta(seconds=WATCHDOG_ENDS_S)),
         )
     unseen = {finding.name for finding in findings if finding.unseen}
     kept = {  # a lock this run could not see: not over, nor renewed (it ends by itself)
@@ -189,7 +186,7 @@ def plan(
     }
     firing.update({key: alert for key, alert in kept.items() if not _ended(alert, now)})
     resolving = {
-        key: Alert(alert.labels, alert.annotations, alert.starts_at, timestamp(now))
+        key: Alert(alert.labels, alert.annotations, alert.starts_at, format_time(now))
         for key, alert in before.firing.items()
         if key not in firing and key not in kept
     }

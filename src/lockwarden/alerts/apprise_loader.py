@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -67,16 +66,6 @@ PLUGIN_MODULES: dict[str, tuple[tuple[str, str], ...]] = {
         ("apprise.plugins.NotifyTelegram", "NotifyTelegram"),
     ),
 }
-
-
-@dataclass
-class Notifier:
-    """An `apprise.Apprise` with the configured services, and how each was loaded."""
-
-    apprise: Any
-    direct: list[str] = field(default_factory=list)  # schemes loaded on their own
-    fallback: list[str] = field(default_factory=list)  # schemes that needed every plugin
-    rejected: list[str] = field(default_factory=list)  # schemes apprise refused (privacy-safe)
 
 
 def scheme_of(url: str) -> str:
@@ -124,20 +113,3 @@ def direct_service(url: str, asset: Any, tags: Iterable[str] = ()) -> Any | None
         log.debug("%s:// could not be built directly", scheme_of(url), exc_info=True)
         return None
     return service if getattr(service, "enabled", True) else None
-
-
-def build_notifier(urls: Sequence[str]) -> Notifier:
-    """An apprise object for these URLs, loading as few plugin modules as apprise allows."""
-    import apprise  # the alert path only: a quiet run must never pay for this import
-
-    notifier = Notifier(apprise.Apprise())
-    for url in urls:
-        scheme = scheme_of(url)
-        service = direct_service(url, notifier.apprise.asset)
-        if service is not None and notifier.apprise.add(service):
-            notifier.direct.append(scheme)
-        elif notifier.apprise.add(url):
-            notifier.fallback.append(scheme)
-        else:
-            notifier.rejected.append(scheme)
-    return notifier

@@ -25,7 +25,7 @@ from lockwarden.config import AlertSettings
 from lockwarden.model import Finding, Severity, State
 from lockwarden.state.history import ALERT, GOOD, REMINDER, RESOLVED, History, Incident, Sent
 from lockwarden.state.journal import Record
-from lockwarden.support.durations import timestamp
+from lockwarden.support.durations import format_time
 
 if TYPE_CHECKING:
     from lockwarden.alerts.messages import Message
@@ -99,7 +99,7 @@ def incident_key(finding: Finding, klass: str) -> str:
 def incident_id(key: str, opened_at: datetime) -> str:
     import hashlib  # only a run that opens an incident needs it (~4 ms with OpenSSL)
 
-    return hashlib.sha256(f"{key}|{timestamp(opened_at)}".encode()).hexdigest()[:12]
+    return hashlib.sha256(f"{key}|{format_time(opened_at)}".encode()).hexdigest()[:12]
 
 
 def decide(
@@ -129,7 +129,7 @@ def _run_record(
         klass = state_class(finding, policies.get(finding.name, LockPolicy()).alerts)
         if klass != GOOD:
             locks[finding.name] = [klass, incident_key(finding, klass)]
-    return {"type": "run", "at": timestamp(now), "locks": locks}
+    return {"type": "run", "at": format_time(now), "locks": locks}
 
 
 def _worth_recording(run: Record, history: History) -> bool:
@@ -170,7 +170,7 @@ def _decide_lock(
         # Not a recovery: the holder's death left the lock, writes are still blocked. No
         # RESOLVED (shown green) between the page and the stale alert, which says who it was.
         plan.records.append(
-            {"type": "close", "at": timestamp(now), "incident": current.incident_id, "why": DIED}
+            {"type": "close", "at": format_time(now), "incident": current.incident_id, "why": DIED}
         )
         _open(plan, finding, klass, key, now, policy, host, died=current.holder or "its holder")
         return
@@ -227,14 +227,14 @@ def _open(
     plan.records.append(
         {
             "type": "open",
-            "at": timestamp(now),
+            "at": format_time(now),
             "incident": identifier,
             "lock": finding.name,
             "key": key,
             "class": klass,
             "path": finding.path,
             "holder": holder_label(finding.holder) or died,
-            "held_since": timestamp(held_since) if held_since else None,
+            "held_since": format_time(held_since) if held_since else None,
         }
     )
     message = render_alert(finding, host, ALERT, policy.role, died=died)
@@ -276,7 +276,7 @@ def _maybe_remind(
     message = render_alert(finding, host, REMINDER, policy.role, escalated=escalated)
     plan.outgoing.append(
         Outgoing(
-            f"{incident.incident_id}/{REMINDER}@{timestamp(now)}",
+            f"{incident.incident_id}/{REMINDER}@{format_time(now)}",
             incident.incident_id,
             incident.lock,
             REMINDER,
@@ -296,7 +296,7 @@ def _resolve(
     why: str,
 ) -> None:
     plan.records.append(
-        {"type": "close", "at": timestamp(now), "incident": incident.incident_id, "why": why}
+        {"type": "close", "at": format_time(now), "incident": incident.incident_id, "why": why}
     )
     if why == "unchecked":
         return
@@ -420,7 +420,7 @@ def _retry_pending(
             plan.records.append(
                 {
                     "type": "giveup",
-                    "at": timestamp(now),
+                    "at": format_time(now),
                     "message": sent.message_id,
                     "services": list(sent.pending),
                 }

@@ -541,10 +541,6 @@ class Notifier:
         by_url = [service.service_id for service in self.services if service.url in shown]
         return by_url[0] if len(by_url) == 1 else None
 
-    def url_of(self, service_id: str) -> str:
-        found = [s.url for s in self.services if s.service_id == service_id]
-        return found[0] if found else f"(service {service_id} no longer configured)"
-
     def send(self, message: Message, service_ids: Iterable[str]) -> list[Delivery]:
         """Send one message to each service at once; each one's own outcome."""
         return self.send_batch([(message, service_ids)])[0]

@@ -38,7 +38,7 @@ from lockwarden.state.journal import (
     state_directory_of,
 )
 from lockwarden.support.checkpoints import Checkpoint, skip
-from lockwarden.support.durations import format_duration, timestamp
+from lockwarden.support.durations import format_duration, format_time
 
 if TYPE_CHECKING:
     from lockwarden.alerts.messages import Message
@@ -625,7 +625,7 @@ def _retry(
         writer.append(
             {
                 "type": "giveup",
-                "at": timestamp(now),
+                "at": format_time(now),
                 "message": retry.sent.message_id,
                 "services": gone,
                 "why": "service no longer configured",
@@ -638,7 +638,7 @@ def _retry(
 
     ago = format_duration(max(0.0, (now - retry.sent.due_at).total_seconds()))
     late = (
-        f"Due at {timestamp(retry.sent.due_at)} ({ago} ago) and sent late, as no earlier "
+        f"Due at {format_time(retry.sent.due_at)} ({ago} ago) and sent late, as no earlier "
         "attempt reached this service: the figures above are from then."
     )
     message = Message(
@@ -673,7 +673,7 @@ def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> Record:
     sent = retry.sent
     return {
         "type": "due",
-        "at": timestamp(sent.due_at),
+        "at": format_time(sent.due_at),
         "incident": sent.incident,
         "message": sent.message_id,
         "kind": sent.kind,
@@ -689,7 +689,7 @@ def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> Record:
 def _due_record(item: Outgoing, targets: tuple[str, ...] | None, now: datetime) -> Record:
     return {
         "type": "due",
-        "at": timestamp(now),
+        "at": format_time(now),
         "incident": item.incident,
         "message": item.message_id,
         "kind": item.kind,
@@ -733,7 +733,7 @@ def _record(
         writer.append(
             {
                 "type": "sent",
-                "at": timestamp(now),
+                "at": format_time(now),
                 "message": message_id,
                 "service": delivery.service,
                 "url": delivery.url,

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from lockwarden.model import Bound, Finding, State
 from lockwarden.state.journal import Record
-from lockwarden.support.durations import parse_time, timestamp
+from lockwarden.support.durations import format_time, parse_time
 
 SEEN = "seen"
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)
@@ -130,8 +130,8 @@ def sightings_of(
         if not _undated_hold(finding) or finding.identity is None:
             continue
         since = remembered.get(finding.name, {}).get(finding.identity, now)
-        locks[finding.name] = [finding.identity, timestamp(since)]
-    return {"type": SEEN, "at": timestamp(now), "locks": locks}
+        locks[finding.name] = [finding.identity, format_time(since)]
+    return {"type": SEEN, "at": format_time(now), "locks": locks}
 
 
 def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> list[str] | None:
@@ -142,7 +142,7 @@ def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> l
     series = latest.locks.get(finding.name)
     if series is None or series.identity not in remembered.get(finding.name, {}):
         return None
-    return [series.identity, timestamp(series.since), timestamp(series.seen_at)]
+    return [series.identity, format_time(series.since), format_time(series.seen_at)]
 
 
 def worth_writing(record: Record, latest: LastSeen | None) -> bool:

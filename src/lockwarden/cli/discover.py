@@ -425,13 +425,14 @@ def _lock_document(lock: config_module.LockConfig) -> dict[str, Any]:
 
 
 def write_config(path: str, discovery: Discovery, now: datetime, force: bool = False) -> None:
-    """Write the config; an existing file is kept (FileExistsError) unless `force`."""
+    """Write the config, mode 0600 as `init` writes one (a config is where notify URLs and
+    their tokens go once edited); an existing file is kept (FileExistsError) unless `force`."""
     header = (
         f"# lockwarden discover on {discovery.hostname} at {format_time(now)}: "
         f"{len(discovery.candidates)} candidate locks. Remove the ones you do not care about.\n"
     )
     text = header + tomli_w.dumps(config_document(discovery))
-    write_new(path, text, mode=0o644, replace=force)
+    write_new(path, text, mode=0o600, replace=force)
 
 
 def render_discovery(discovery: Discovery) -> str:

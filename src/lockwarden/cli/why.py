@@ -39,6 +39,7 @@ from lockwarden.procfs.snapshot import (
     reachable_path,
     read_within,
 )
+from lockwarden.support.durations import format_time
 
 MAX_CHAIN = 8
 """How many holders-that-wait a chain is followed through."""
@@ -297,7 +298,7 @@ def _held(finding: Finding) -> str:
 
 def render_json(answers: Sequence[Answer], now: datetime) -> str:
     processes = [_doc(item) for item in answers]
-    document = {"version": 1, "checked_at": now.isoformat(), "processes": processes}
+    document = {"version": 1, "checked_at": format_time(now), "processes": processes}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -156,7 +156,6 @@ def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
             what=f"user lock {name!r}" + (f" ({tools[name]})" if name in tools else ""),
             holder=holder,
             waiters=tuple(waiters.get(name, ())),
-            session_scoped=True,
         )
         for name, found in holders.items()
         for holder in found

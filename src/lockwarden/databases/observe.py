@@ -74,7 +74,6 @@ class Hold:
     holder: Backend
     waiters: tuple[Backend, ...] = ()
     transaction_scoped: bool = False  # a table lock: taken inside the holder's transaction
-    session_scoped: bool = False  # no transaction open: certainly a session-level lock
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,6 @@ class Observation:
     holds: tuple[Hold, ...] = ()
     liquibase: LiquibaseRow | None = None
     problem: str | None = None
-    server_version: str | None = None
     sessions: tuple[Backend, ...] = ()
     """The database's other sessions, read when something is held: a holder's child processes
     may run the work under the lock through sessions of their own."""

@@ -115,9 +115,9 @@ def _read(connection: psycopg.Connection[Any], watch: DatabaseWatch, target: str
         else:
             holds = _table_holds(connection, str(watch.target), version)
         others = _other_sessions(connection, holds) if holds else ()
-        return Observation(target, holds=holds, server_version=str(version), sessions=others)
+        return Observation(target, holds=holds, sessions=others)
     row = _liquibase_row(connection, str(watch.target))
-    return Observation(target, liquibase=row, server_version=str(version))
+    return Observation(target, liquibase=row)
 
 
 def _other_sessions(
@@ -208,7 +208,6 @@ def _advisory_holds(
             what=labels[key],
             holder=holder,
             waiters=tuple(waiters.get(key, ())),
-            session_scoped=holder.xact_start is None,
         )
         for key, found in holders.items()
         for holder in found

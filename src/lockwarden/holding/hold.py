@@ -57,7 +57,7 @@ from lockwarden.formats.base import key_of, lstat_or_none
 from lockwarden.model import Finding, InodeKey, State
 from lockwarden.pipeline import inspect_path
 from lockwarden.procfs.reader import Clock, HostReader, Request, wall_clock
-from lockwarden.support.durations import format_duration, format_limit, parse_duration
+from lockwarden.support.durations import format_duration, format_limit, format_time, parse_duration
 from lockwarden.support.exit_codes import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 from lockwarden.support.safe_read import UnsafeRecord, read_artefact, read_record
 
@@ -151,7 +151,7 @@ class HoldRecord:
             "boot_id": self.boot_id,
             "start_ticks": self.start_ticks,
             "pid_namespace": self.pid_namespace,
-            "started_at": self.started_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "started_at": format_time(self.started_at),
             "command": list(self.command),
             "user": self.user,
             "written_by": "lockwarden hold",

@@ -39,7 +39,7 @@ from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.state.history import History
 from lockwarden.state.journal import Journal, Record, StateError
-from lockwarden.support.durations import format_duration, format_time, timestamp
+from lockwarden.support.durations import format_duration, format_time
 from lockwarden.support.safe_read import (
     NotAnArtefact,
     UnsafeRecord,
@@ -393,7 +393,7 @@ class _Stage:
     def _sighting_record(self, lock: LockConfig, candidate: Candidate) -> Record:
         return {
             "type": "sighting",
-            "at": timestamp(self.now),
+            "at": format_time(self.now),
             "lock": lock.name,
             "key": candidate.key,
             "path": candidate.target,
@@ -403,7 +403,7 @@ class _Stage:
     def _removed_record(self, lock: LockConfig, candidate: Candidate, quarantine: str) -> Record:
         return {
             "type": REMOVED,
-            "at": timestamp(self.now),
+            "at": format_time(self.now),
             "lock": lock.name,
             "key": candidate.key,
             "path": candidate.target,
@@ -422,7 +422,7 @@ class _Stage:
             incident_id = incident.incident_id
             message_id = f"{incident_id}/{REMOVED}"
         else:
-            digest = hashlib.sha256(f"{candidate.key}|{timestamp(self.now)}".encode())
+            digest = hashlib.sha256(f"{candidate.key}|{format_time(self.now)}".encode())
             incident_id = message_id = f"{REMOVED}-{digest.hexdigest()[:12]}"
         return Outgoing(message_id, incident_id, lock.name, REMOVED, message, lock.notify_tags)
 

@@ -57,7 +57,9 @@ def format_limit(seconds: float) -> str:
 
 
 def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC, whatever zone the moment came in: `2026-12-02T09:58:00Z`."""
+    """RFC 3339 in UTC, to the second, whatever zone the moment came in:
+    `2026-12-02T09:58:00Z`. The one way a moment is written: the state journal, reports,
+    messages, Alertmanager's startsAt and endsAt."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -77,11 +79,6 @@ def format_config_duration(seconds: float) -> str:
     if milliseconds:
         parts.append(f"{milliseconds}ms")
     return "".join(parts)
-
-
-def timestamp(moment: datetime) -> str:
-    """How the state journal writes a moment: RFC 3339 in UTC, to the second."""
-    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def parse_time(text: Any) -> datetime | None:

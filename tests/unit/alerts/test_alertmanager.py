@@ -25,10 +25,10 @@ from lockwarden.alerts.alertmanager import (
     alert_annotations,
     alert_labels,
     plan,
-    timestamp,
 )
 from lockwarden.config import AlertmanagerSettings, ConfigError, effective, parse
 from lockwarden.model import Finding, Severity, State
+from lockwarden.support.durations import format_time
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SETTINGS = AlertmanagerSettings(urls=("http://127.0.0.1:1",), ends_after=300.0)
@@ -142,7 +142,7 @@ def test_a_lock_alert_outlives_a_silent_agent_by_default() -> None:
     default = AlertmanagerSettings(urls=("http://127.0.0.1:1",))
     posted = plan([finding(State.HELD_TOO_LONG, Severity.WARNING)], Posted(), "db1", NOW, default)
     [alert] = posted.firing.values()
-    assert alert.ends_at == timestamp(NOW + timedelta(days=7))
+    assert alert.ends_at == format_time(NOW + timedelta(days=7))
 
 
 def test_a_firing_alert_is_renewed_each_run_and_keeps_its_start() -> None:

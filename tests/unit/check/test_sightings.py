@@ -9,7 +9,7 @@ import pytest
 
 from lockwarden.check import sightings
 from lockwarden.model import Bound, Finding, Severity, State
-from lockwarden.support.durations import timestamp
+from lockwarden.support.durations import format_time
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 FIRST = NOW - timedelta(minutes=7)
@@ -17,8 +17,8 @@ HOLDER = "pid:4242:1000:boot-a"
 
 
 def seen(at: datetime, **locks: tuple[str, datetime]) -> dict[str, object]:
-    entries = {name: [identity, timestamp(since)] for name, (identity, since) in locks.items()}
-    return {"type": "seen", "at": timestamp(at), "locks": entries}
+    entries = {name: [identity, format_time(since)] for name, (identity, since) in locks.items()}
+    return {"type": "seen", "at": format_time(at), "locks": entries}
 
 
 def finding(state: State = State.HELD, bound: Bound = Bound.AT_MOST, **changes: object) -> Finding:
@@ -55,7 +55,7 @@ def test_only_the_latest_seen_record_counts() -> None:
     records = [
         seen(FIRST, store=(HOLDER, FIRST)),
         seen(NOW - timedelta(minutes=1)),  # a run that saw it free ended the series
-        {"type": "run", "at": timestamp(NOW), "locks": {}},
+        {"type": "run", "at": format_time(NOW), "locks": {}},
     ]
     latest = sightings.last_seen(records)
     assert latest is not None and latest.locks == {}
@@ -66,8 +66,8 @@ def test_a_run_carries_the_series_start_for_the_same_holder_and_restarts_for_ano
     remembered = {"store": {HOLDER: FIRST}}
     same = sightings.sightings_of([finding()], remembered, NOW)
     other = sightings.sightings_of([finding(identity="pid:9:1:boot-a")], remembered, NOW)
-    assert same["locks"] == {"store": [HOLDER, timestamp(FIRST)]}
-    assert other["locks"] == {"store": ["pid:9:1:boot-a", timestamp(NOW)]}
+    assert same["locks"] == {"store": [HOLDER, format_time(FIRST)]}
+    assert other["locks"] == {"store": ["pid:9:1:boot-a", format_time(NOW)]}
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -
     remembered = sightings.memory(latest, NOW, {"store": 180.0})
     blind = finding(State.UNKNOWN, Bound.UNKNOWN, identity=None, key=None)
     record = sightings.sightings_of([blind], remembered, NOW, latest)
-    assert record["locks"] == {"store": [HOLDER, timestamp(FIRST), timestamp(before)]}
+    assert record["locks"] == {"store": [HOLDER, format_time(FIRST), format_time(before)]}
     carried = sightings.last_seen([record])
     later = NOW + timedelta(minutes=1)  # two minutes after the holder was last seen
     assert sightings.memory(carried, later, {"store": 180.0}) == {"store": {HOLDER: FIRST}}
@@ -105,7 +105,7 @@ def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -
     assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 90.0}) == {}
     assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 600.0}) != {}
     again = sightings.sightings_of([finding()], {"store": {HOLDER: FIRST}}, later, carried)
-    assert again["locks"] == {"store": [HOLDER, timestamp(FIRST)]}  # seen again: continued
+    assert again["locks"] == {"store": [HOLDER, format_time(FIRST)]}  # seen again: continued
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_a_quiet_run_writes_one_empty_record_to_end_a_series_and_then_nothing() 
 
 
 def test_compaction_keeps_only_the_latest_seen_record() -> None:
-    records = [seen(FIRST), {"type": "run", "at": timestamp(NOW)}, seen(NOW)]
+    records = [seen(FIRST), {"type": "run", "at": format_time(NOW)}, seen(NOW)]
     assert sightings.keep_latest_seen(records) == records[1:]
 
 

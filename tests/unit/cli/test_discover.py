@@ -119,6 +119,7 @@ def test_written_config_passes_check_config_and_is_never_overwritten_silently(
 
     assert first.returncode == 0, first.stderr
     assert checked.returncode == 0, checked.stderr
+    assert written.stat().st_mode & 0o777 == 0o600  # as init writes one: a config holds secrets
     checked_paths = {lock["path"] for lock in tomllib.loads(checked.stdout)["lock"]}
     for path in (held_locks.database, held_locks.flocked, held_locks.repository):
         assert str(path) in checked_paths

@@ -98,7 +98,7 @@ NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 def test_a_session_lock_is_held_at_most_since_its_backend_started():
     backend = Backend(pid=9, backend_start=NOW - timedelta(hours=3), xact_start=None)
-    bound = hold_bound(Hold("advisory lock 1", backend, session_scoped=True), NOW)
+    bound = hold_bound(Hold("advisory lock 1", backend), NOW)
     assert (bound.seconds, bound.kind, bound.since) == (3 * 3600, "at most", "backend_start")
 
 

@@ -1,6 +1,6 @@
 """Which container a process runs in, from cgroup paths as each runtime writes them, and the
 action that stops a holder in one without stopping what it lives beside. (The live podman
-case is tests/integration/test_containers.py; these are the other runtimes' layouts, which no
+case is tests/integration/test_podman_containers.py; these are the other runtimes' layouts, which no
 runtime here can produce: docker's daemon, LXC and a registered nspawn machine.)"""
 
 from __future__ import annotations
