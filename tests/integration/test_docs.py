@@ -102,3 +102,26 @@ def test_every_document_under_docs_is_linked_from_the_readme() -> None:
     assert DOCS
     for document in DOCS:
         assert f"(docs/{document.name}" in text, document.name
+
+
+def test_the_architecture_module_map_lists_every_module_and_no_other() -> None:
+    """docs/architecture.md names every module of the package in its map (as `pkg/module.py`,
+    or `module.py` at the top), and names none that is not there; and its layer table names
+    every package the layering test knows."""
+    from integration.test_architecture import LAYERS
+
+    source = ROOT / "src" / "lockwarden"
+    modules = {
+        str(path.relative_to(source)) for path in source.rglob("*.py") if path.name != "__init__.py"
+    }
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    mapped = text[text.index("## The module map") :]
+    named = set(re.findall(r"`((?:[a-z_]+/)?[a-z_]+\.py)`", mapped))
+    assert modules - named == set(), "modules missing from the map"
+    assert named - modules == set(), "the map names modules that do not exist"
+    layers = text[text.index("## Layers") : text.index("## One `--once`")]
+    listed = {
+        name.rstrip("/").removesuffix(".py")
+        for name in re.findall(r"`([a-z_]+(?:/|\.py))`", layers)
+    }
+    assert listed == {package for layer in LAYERS for package in layer}
