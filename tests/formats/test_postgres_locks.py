@@ -800,3 +800,47 @@ def test_why_follows_a_writer_blocked_behind_a_table_lock(
     [wait] = process["waits"]
     assert wait["call"] == "a database session" and wait["blocked_by"] == [holder.pid], wait
     assert "table" in wait["lock"]["reason"] and "ledger" in wait["lock"]["reason"]
+
+
+@pytest.mark.parametrize("kind", ["advisory", "table", "row"])
+def test_why_with_a_database_connection_follows_any_lock_wait_to_its_root(
+    server: Server, sessions: list[Psql], tmp_path: Path, kind: str
+) -> None:
+    """`why PID --database CONNECTION`, no config: the server's wait graph, whatever the lock
+    (an advisory key nobody configured, a table, a row another transaction changed), followed
+    to the session at its root and that session's client here; through a queue too (the
+    second writer waits behind the first, which waits behind the holder)."""
+    with server.admin() as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS accounts (id int PRIMARY KEY, n int)")
+        connection.execute("INSERT INTO accounts VALUES (1, 0) ON CONFLICT DO NOTHING")
+        connection.execute("GRANT ALL ON accounts TO app")
+    take, wait = {
+        "advisory": ("SELECT pg_advisory_lock(99001);", "SELECT pg_advisory_lock(99001);"),
+        "table": ("BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE;",
+                  "INSERT INTO accounts VALUES (2, 0);"),
+        "row": ("BEGIN; UPDATE accounts SET n = n + 1 WHERE id = 1;",
+                "UPDATE accounts SET n = n + 1 WHERE id = 1;"),
+    }[kind]  # fmt: skip
+    holder = psql(server, sessions, tcp=False)
+    holder.run(take)
+    first = psql(server, sessions, tcp=True)
+    first.run(wait, wait=False)
+    assert wait_until(lambda: _waiting(server) >= 1, timeout=10)
+    second = psql(server, sessions, tcp=True)
+    second.run(wait, wait=False)
+    assert wait_until(lambda: _waiting(server) >= 2, timeout=10)
+    env = {"PGPASSWORD": PASSWORD}
+    for waiter in (first, second):
+        completed = run_cli(
+            "why", "--json", str(waiter.pid), "--database", server.tcp_dsn(), timeout=40, **env
+        )
+        assert completed.stdout, completed.stderr
+        [process] = json.loads(completed.stdout)["processes"]
+        [waited] = process["waits"]
+        assert waited["blocked_by"] == [holder.pid], waited
+        reason = waited["lock"]["reason"]
+        expected = {"advisory": "advisory lock 99001", "table": "table accounts",
+                    "row": "a row another transaction"}[kind]  # fmt: skip
+        assert expected in reason, reason
+    refused = run_cli("why", str(first.pid), "--database", "mysql://app@127.0.0.1:3306")
+    assert refused.returncode == 64 and "PostgreSQL" in refused.stderr

@@ -182,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"{config_module.DEFAULT_PATH}, when it exists)",
     )
     why.add_argument(
+        "--database",
+        metavar="CONNECTION",
+        action="append",
+        default=[],
+        help="also follow waits on every lock of this PostgreSQL database (a libpq service "
+        "name or DSN without a password, as a [[lock]]'s connection; repeatable)",
+    )
+    why.add_argument(
         "--warn-after",
         default=None,
         help=f"warning budget (default: {warn}; a database lock's: its configured one)",
@@ -960,16 +968,7 @@ def _database_looks(
     """The config's database locks, judged as its runs judge them (with --warn-after and
     --critical-after when given), asked of their servers once and only when needed; None when
     there are none (a default config that cannot be loaded is said, not fatal)."""
-    if arguments.config is None and not os.path.exists(config_module.DEFAULT_PATH):
-        return None
-    try:
-        config = load_config(arguments.config)
-    except config_module.ConfigError as error:
-        if arguments.config is not None:
-            raise
-        log.warning("not following database waits: %s: %s", config_module.DEFAULT_PATH, error)
-        return None
-    locks = [lock for lock in config.locks if lock.database is not None]
+    locks = [*_configured_database_locks(arguments.config), *_given_databases(arguments)]
     if not locks:
         return None
     if arguments.warn_after is not None or arguments.critical_after is not None:
@@ -988,6 +987,48 @@ def _database_looks(
         return cache[0]
 
     return looks
+
+
+def _configured_database_locks(path: str | None) -> list[config_module.LockConfig]:
+    """The database locks of the config given, or of the default one when there is one (a
+    default config that cannot be loaded is said, not fatal: `why` needs no config)."""
+    if path is None and not os.path.exists(config_module.DEFAULT_PATH):
+        return []
+    try:
+        config = load_config(path)
+    except config_module.ConfigError as error:
+        if path is not None:
+            raise
+        log.warning("not following database waits: %s: %s", config_module.DEFAULT_PATH, error)
+        return []
+    return [lock for lock in config.locks if lock.database is not None]
+
+
+def _given_databases(arguments: argparse.Namespace) -> list[config_module.LockConfig]:
+    """--database CONNECTION: every lock wait of that PostgreSQL database (databases/observe
+    WAITS), judged with the budgets given."""
+    from lockwarden.databases.observe import WAITS
+
+    warn_after, critical_after = _budgets(arguments)
+    locks = []
+    for connection in arguments.database:
+        if connection.startswith("mysql://"):
+            raise UsageError(
+                "--database follows PostgreSQL's lock waits only; for MySQL, list the lock "
+                "as a [[lock]] with database = 'mysql' and pass --config"
+            )
+        watch = config_module.DatabaseWatch("postgresql", connection, WAITS, "any lock")
+        locks.append(
+            config_module.LockConfig(
+                name=f"waits on {connection}",
+                path=watch.describe(),
+                format="postgresql",
+                warn_after=warn_after,
+                critical_after=critical_after,
+                database=watch,
+            )
+        )
+    return locks
 
 
 def _pid(text: str) -> int:

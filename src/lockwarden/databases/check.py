@@ -19,7 +19,7 @@ from lockwarden.check.classify import Policy
 from lockwarden.check.identify import holder_from_process
 from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.judge import LiquibaseHost, judge_holds, judge_liquibase
-from lockwarden.databases.observe import Backend, Client, Observation, Tree
+from lockwarden.databases.observe import WAITS, Backend, Client, Observation, Tree
 from lockwarden.databases.peers import find_clients
 from lockwarden.databases.session import answer_deadline_s, unanswered
 from lockwarden.model import Finding, Holder
@@ -40,6 +40,8 @@ def format_name(watch: DatabaseWatch) -> str:
         return "liquibase"
     if watch.engine == "mysql":
         return "mysql-user-lock"
+    if watch.watch == WAITS:
+        return "postgresql-waits"
     return "postgresql-advisory" if watch.watch == "advisory_key" else "postgresql-table"
 
 

@@ -11,6 +11,11 @@ QUERY_LIMIT = 200
 IDLE_IN_TRANSACTION = "idle in transaction"
 
 
+WAITS = "waits"
+"""A watch of every lock wait in one PostgreSQL database (`why --database`), grouped by the
+session at the root of each chain: not a config key."""
+
+
 @dataclass(frozen=True)
 class Backend:
     """One server session as pg_stat_activity (or MySQL's processlist) shows it."""

@@ -22,7 +22,7 @@ from lockwarden.databases.keys import (
     matches,
     tool_of,
 )
-from lockwarden.databases.observe import Backend, Hold, LiquibaseRow, Observation
+from lockwarden.databases.observe import WAITS, Backend, Hold, LiquibaseRow, Observation
 from lockwarden.databases.session import (
     APPLICATION_NAME,
     CheckProblem,
@@ -109,9 +109,11 @@ def connect(watch: DatabaseWatch, environ: Mapping[str, str]) -> psycopg.Connect
 
 def _read(connection: psycopg.Connection[Any], watch: DatabaseWatch, target: str) -> Observation:
     version = int(_one(connection, "SHOW server_version_num")[0])
-    if watch.watch in ("advisory_key", "table"):
+    if watch.watch in ("advisory_key", "table", WAITS):
         if watch.watch == "advisory_key":
             holds = _advisory_holds(connection, watch, version)
+        elif watch.watch == WAITS:
+            holds = _waiting_holds(connection, version)
         else:
             holds = _table_holds(connection, str(watch.target), version)
         others = _other_sessions(connection, holds) if holds else ()
@@ -244,7 +246,50 @@ def _table_holds(connection: psycopg.Connection[Any], table: str, version: int) 
     )
     if not blocked:
         return ()
-    blockers_of = _wait_graph(connection, {pid: list(blockers) for pid, _t, blockers in blocked})
+    return _holds_behind(connection, version, [(pid, f"table {t}", b) for pid, t, b in blocked])
+
+
+def _waiting_holds(connection: psycopg.Connection[Any], version: int) -> tuple[Hold, ...]:
+    """Every session of this database waiting on a lock another session holds, grouped by the
+    session at the root of its wait chain: advisory locks, tables, rows."""
+    rows = _all(
+        connection,
+        """SELECT l.pid, l.locktype, l.relation::regclass::text, l.classid::int8, l.objid::int8,
+            l.objsubid::int4, l.transactionid::text, pg_blocking_pids(l.pid)
+        FROM pg_locks l
+        WHERE NOT l.granted AND l.pid <> pg_backend_pid()
+          AND (l.database IS NULL
+               OR l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+          AND cardinality(pg_blocking_pids(l.pid)) > 0""",
+    )
+    waited: dict[int, tuple[set[str], list[int]]] = {}
+    for pid, locktype, relation, classid, objid, objsubid, xid, blockers in rows:
+        what, _blockers = waited.setdefault(pid, (set(), list(blockers)))
+        what.add(_awaited(locktype, relation, classid, objid, objsubid, xid))
+    blocked = [(pid, ", ".join(sorted(what)), b) for pid, (what, b) in waited.items()]
+    return _holds_behind(connection, version, blocked) if blocked else ()
+
+
+def _awaited(
+    locktype: str, relation: str | None, classid: int, objid: int, objsubid: int, xid: str | None
+) -> str:
+    """What a waiting session waits for, as a report names it."""
+    if locktype == "advisory":
+        return f"advisory lock {key_text(key_from_pg_locks(classid, objid, objsubid))}"
+    if locktype == "relation" and relation:
+        return f"table {relation}"
+    if locktype == "tuple" and relation:
+        return f"a row of {relation}"
+    if locktype == "transactionid":
+        return f"a row another transaction ({xid}) changed"
+    return f"a {locktype} lock"
+
+
+def _holds_behind(
+    connection: psycopg.Connection[Any], version: int, blocked: list[tuple[int, str, Any]]
+) -> tuple[Hold, ...]:
+    """One Hold per session at the root of the waiters' chains (wait_roots)."""
+    blockers_of = _wait_graph(connection, {pid: list(blockers) for pid, _w, blockers in blocked})
     pids = sorted(blockers_of.keys() | {pid for found in blockers_of.values() for pid in found})
     sessions = {
         row[0]: _backend(row)
@@ -309,15 +354,16 @@ def _group_by_blocker(
     """One Hold per session at the root of the wait graph, with every writer queued behind
     it, directly or not, in the order they started waiting."""
     by_holder: dict[int, list[tuple[Backend, str]]] = {}
-    for pid, tables, _blockers in blocked:
+    for pid, what, _blockers in blocked:
         for root in wait_roots(pid, blockers_of):
-            by_holder.setdefault(root, []).append((sessions.get(pid, Backend(pid)), tables))
+            by_holder.setdefault(root, []).append((sessions.get(pid, Backend(pid)), what))
     return tuple(
         Hold(
-            what="table " + ", ".join(sorted({tables for _waiter, tables in found})),
+            what=", ".join(sorted({what for _waiter, what in found})),
             holder=sessions.get(holder, Backend(holder)),
             waiters=tuple(sorted((w for w, _t in found), key=_queue_position)),
-            transaction_scoped=True,
+            # a table or row lock is its transaction's; an advisory one may be the session's
+            transaction_scoped=all(what.startswith(("table ", "a row")) for _w, what in found),
         )
         for holder, found in by_holder.items()
     )
