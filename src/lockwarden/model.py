@@ -168,6 +168,9 @@ class Container:
     """The runtime's full ID (podman, docker)."""
     init: bool = False
     """The process is the container's own PID 1: its job, which stopping the container ends."""
+    by_name: bool = True
+    """Its runtime reaches it by this name (an nspawn container systemd-machined does not know
+    is reached by no name: `machinectl` and `systemctl -M` cannot stop it)."""
 
     def describe(self) -> str:
         return f"{self.runtime} container {self.name}"

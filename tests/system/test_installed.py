@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from buildenv import build_environment
-from conftest import require_tool
+from conftest import require_tool, run_cli
 from system.machine import Machine, booted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -616,6 +616,42 @@ def mariadb_scenario(system: System) -> None:
     socket_block = finding(journal, "mdb-socket")
     assert "the unix socket" in socket_block and "threads" in socket_block, socket_block
     assert f"PID {pids['mdb-socket']}" not in socket_block, socket_block  # never a guess
+
+
+def test_the_host_names_a_holder_inside_the_booted_container_and_spares_the_container(
+    system: System,
+) -> None:
+    """lockwarden on the host (this checkout) judging a file of the booted container: the
+    holder, a unit inside the container, is named with the container beside its host PID and
+    its unit; the action stops it alone (by its host PIDs: systemd-machined does not know
+    this container, so no `machinectl` or `systemctl -M` reaches it), and the container runs
+    on."""
+    machine = system.machine
+    holder = Holder(
+        "store-hostview", "/srv/hostview/host.lock", "kernel", "holder-hostview.service",
+        [FLOCK, "/srv/hostview/host.lock"], ready="/srv/hostview/host.lock.ready",
+    )  # fmt: skip
+    machine.run("install", "-d", "/srv/hostview")
+    inside = system.start_holder(holder)
+    path = machine.root / "srv/hostview/host.lock"
+    completed = run_cli(
+        "inspect", str(path), "--json", "--warn-after", "0s", "--critical-after", "0s"
+    )
+    [found] = json.loads(completed.stdout)["locks"]
+    [named] = found["holders"]
+    status = Path(f"/proc/{named['pid']}/status").read_text()
+    assert re.search(rf"^NSpid:\s+{named['pid']}\s+{inside}$", status, re.M), status
+    assert named["unit"] == holder.unit
+    assert named["container"] == {
+        "runtime": "systemd-nspawn", "name": machine.name, "id": None, "init": False,
+    }  # fmt: skip
+    assert f"systemd-nspawn container {machine.name}" in found["reason"]
+    assert found["action"]["argv"] == ["kill", str(named["pid"])], found["action"]
+    subprocess.run(found["action"]["argv"], check=True, timeout=30)
+    gone = wait_for(lambda: machine.run("flock", "-n", holder.path, "true", check=False))
+    assert gone.returncode == 0, "the lock is still held"
+    state = machine.run("systemctl", "is-system-running", check=False).stdout.strip()
+    assert state in ("running", "degraded"), state  # the container runs on
 
 
 def test_a_killed_holder_is_stale_with_proof(system: System) -> None:

@@ -142,9 +142,9 @@ def advise_in_container(holder: Holder, container: Container, sharers: tuple[Hol
     is the container's own job (its PID 1), the holder's unit inside a machine systemd runs,
     else its processes by their PIDs on this host. Never the host's unit of the container (a
     scope or nspawn's service), which is the whole container."""
-    if container.init:
+    if container.init and container.by_name:
         return CONTAINER_STOP[container.runtime].format(name=shlex.quote(container.name))
-    if container.runtime == "systemd-nspawn" and holder.unit:
+    if container.runtime == "systemd-nspawn" and holder.unit and container.by_name:
         return f"systemctl -M {shlex.quote(container.name)} stop {holder.unit}"
     pids = [holder.pid, *(sharer.pid for sharer in sharers if sharer.pid is not None)]
     return "kill " + " ".join(str(pid) for pid in pids)

@@ -6,7 +6,8 @@ Each runtime puts a container's processes in a cgroup of its own, named after it
   with cgroupfs); `libpod-conmon-ID` is its monitor, outside the container;
 * docker: `docker-ID.scope` (systemd) or `/docker/ID` (cgroupfs);
 * systemd-nspawn: `systemd-nspawn@NAME.service` or `machine-NAME.scope` (a registered
-  machine; the name is systemd-escaped, `\\x2d` for `-`);
+  machine; the name is systemd-escaped, `\\x2d` for `-`), or `UNIT/payload/...` (nspawn run
+  with `--keep-unit` in a unit or cgroup of the caller's: named after that unit);
 * LXC: `lxc.payload.NAME` (or `/lxc/NAME` before LXC 4).
 
 A podman or docker ID is named from the runtime's own record when root can read it (podman's
@@ -36,6 +37,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 PODMAN_STORES = ("/var/lib/containers/storage",)
 PODMAN_USER_STORE = ".local/share/containers/storage"
 DOCKER_ROOT = "/var/lib/docker"
+MACHINES = "/run/systemd/machines"
+"""systemd-machined's record of each machine it knows (what `machinectl` can stop)."""
 
 
 def cgroup_path(text: str) -> str:
@@ -56,16 +59,27 @@ def runtime_of(path: str) -> tuple[str, str] | None:
     parts = [part for part in path.split("/") if part]
     for index in range(len(parts) - 1, -1, -1):
         part = parts[index]
-        for runtime, pattern in _PATTERNS:
-            match = pattern.match(part)
-            if match:
-                return runtime, _unescape(match.group(1))
+        found = _matched(part)
+        if found is not None:
+            return found
+        if part == "payload" and index > 0:  # nspawn: UNIT/payload/...
+            unit = parts[index - 1]
+            named = _matched(unit)
+            return named or ("systemd-nspawn", _unescape(re.sub(r"\.(service|scope)$", "", unit)))
         if part in ("docker", "lxc") and index + 1 < len(parts):
             following = parts[index + 1]
             if part == "docker" and re.fullmatch(_HEX_ID, following):
                 return "docker", following
             if part == "lxc":
                 return "lxc", following
+    return None
+
+
+def _matched(part: str) -> tuple[str, str] | None:
+    for runtime, pattern in _PATTERNS:
+        match = pattern.match(part)
+        if match:
+            return runtime, _unescape(match.group(1))
     return None
 
 
@@ -86,6 +100,9 @@ def container_of(
     init = _namespace_pid(status_text) == 1
     if runtime in ("podman", "docker"):
         return Container(runtime, names(runtime, ident, uid), ident, init)
+    if runtime == "systemd-nspawn":
+        registered = os.path.exists(os.path.join(MACHINES, ident))
+        return Container(runtime, ident, None, init, by_name=registered)
     return Container(runtime, ident, None, init)
 
 

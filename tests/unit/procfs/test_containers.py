@@ -29,6 +29,10 @@ ID = "61e6f1328a66ab62ba7c7742f27f5bc4c3e289009fa84ab02f944ce93c92280f"
          ("systemd-nspawn", "build-host")),
         ("/machine.slice/machine-web1.scope/payload", ("systemd-nspawn", "web1")),
         ("/lxc.payload.db1/system.slice/cron.service", ("lxc", "db1")),
+        # nspawn --keep-unit in a unit (or cgroup) of the caller's: named after it
+        ("/system.slice/build-env.service/payload/system.slice/job.service",
+         ("systemd-nspawn", "build-env")),
+        ("/lockwarden-test-abc/payload/init.scope", ("systemd-nspawn", "lockwarden-test-abc")),
         ("/lxc/db1", ("lxc", "db1")),
         ("/system.slice/wa-resync.service", None),
         ("/user.slice/user-1000.slice/session-3.scope", None),
@@ -59,6 +63,9 @@ def test_the_unified_hierarchy_wins_and_the_namespace_pid_tells_the_containers_o
         # Not the container's own job: its unit inside a systemd machine, else its PIDs;
         # never the host's unit of the container (that is the whole container).
         (Container("systemd-nspawn", "web1"), "job.service", "systemctl -M web1 stop job.service"),
+        # an nspawn container systemd-machined does not know: no name reaches it
+        (Container("systemd-nspawn", "web1", by_name=False), "job.service", "kill 42 43"),
+        (Container("systemd-nspawn", "web1", init=True, by_name=False), None, "kill 42 43"),
         (Container("podman", "wa-sync", ID), "app.service", "kill 42 43"),
         (Container("docker", "wa-sync", ID), None, "kill 42 43"),
     ],
