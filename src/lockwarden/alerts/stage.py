@@ -167,7 +167,10 @@ def load_history(
         records = journal.load().records
         if last_delivery is not None:
             last_delivery.extend(_last_delivery(records))
-        return fold(records)
+        history = fold(records)
+        for problem in history.malformed:  # what it said is not known: a duplicate may follow
+            log.warning("%s: %s; what it said was left out", journal.path, problem)
+        return history
     except StateError as error:
         problems.append(str(error))
         return History()

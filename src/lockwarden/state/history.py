@@ -131,6 +131,9 @@ class History:
     incidents: dict[str, Incident] = field(default_factory=dict)
     messages: dict[str, Sent] = field(default_factory=dict)
     sightings: dict[str, Sighting] = field(default_factory=dict)
+    malformed: list[str] = field(default_factory=list)
+    """Records whose shape the fold could not read (a missing key, a wrong type): what they
+    said is left out, and the run says so (stage.load_history logs each at warning)."""
 
     def open_incident(self, lock: str) -> Incident | None:
         found = [i for i in self.incidents.values() if i.open and i.lock == lock]
@@ -153,13 +156,22 @@ class History:
 
 
 def fold(records: list[Record]) -> History:
+    """The records, in order, into a History. A record of a shape this version cannot read
+    teaches nothing, and the rest still counts; it is listed in `malformed`, never skipped in
+    silence (a lost `open` or `sent` means a duplicate alert, which a person should hear of)."""
     history = History()
-    for record in records:
+    for number, record in enumerate(records, start=1):
         try:
             _apply(history, record)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            continue  # a record of an unknown shape teaches nothing; the rest still counts
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            history.malformed.append(_malformed(number, record, error))
     return history
+
+
+def _malformed(number: int, record: Record, error: Exception) -> str:
+    kind = record.get("type") if isinstance(record, dict) else None
+    what = f"missing {error}" if isinstance(error, KeyError) else type(error).__name__
+    return f"record {number} ({kind!r} at {record.get('at')!r}) cannot be read: {what}"
 
 
 def _apply(history: History, record: Record) -> None:
