@@ -203,6 +203,9 @@ def test_a_waiter_in_one_container_is_followed_to_the_holder_in_another(
     assert waiting["container"]["name"] == waiter_name
     text = run_cli("why", str(waiter), "--warn-after", "0s", "--critical-after", "0s").stdout
     assert f"podman container {holder_name}" in text and f"podman stop {holder_name}" in text
+    report = run_cli("inspect", str(lock)).stdout  # the waiting row says where the waiter runs
+    assert f"PID {waiter} (/bin/flock /shared/shared.lock /bin/true, in podman container " in report
+    assert waiter_name in report
 
 
 def _held(path: Path) -> bool:

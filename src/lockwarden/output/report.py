@@ -235,7 +235,11 @@ def detail_lines(finding: Finding) -> list[str]:
     unattributed = finding.unattributed
     unnamed = unattributed.waiters if unattributed else 0
     if finding.waiters or unnamed:
-        who = [f"PID {w.pid} ({command_text(w.cmdline, 60)})" for w in finding.waiters[:5]]
+        who = [
+            f"PID {w.pid} ({command_text(w.cmdline, 60)}"
+            + (f", in {w.container.describe()})" if w.container is not None else ")")
+            for w in finding.waiters[:5]
+        ]
         who += [f"{unnamed} unnamed"] if unnamed else []
         rows.append(("waiting", f"{len(finding.waiters) + unnamed}: {', '.join(who)}"))
     if unattributed is not None and unattributed.holders and finding.holder is not None:
