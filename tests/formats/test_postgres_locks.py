@@ -844,3 +844,32 @@ def test_why_with_a_database_connection_follows_any_lock_wait_to_its_root(
         assert expected in reason, reason
     refused = run_cli("why", str(first.pid), "--database", "mysql://app@127.0.0.1:3306")
     assert refused.returncode == 64 and "PostgreSQL" in refused.stderr
+
+
+def test_why_with_a_database_connection_follows_each_of_two_chains_to_its_own_root(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    """Two independent waits in one database (an advisory key, a table): each waiter is
+    followed to its own holder, over the socket and over TCP."""
+    with server.admin() as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS invoices (id int)")
+        connection.execute("GRANT ALL ON invoices TO app")
+    advisory_holder = psql(server, sessions, tcp=False)
+    advisory_holder.run("SELECT pg_advisory_lock(99002);")
+    advisory_waiter = psql(server, sessions, tcp=True)
+    advisory_waiter.run("SELECT pg_advisory_lock(99002);", wait=False)
+    table_holder = psql(server, sessions, tcp=True)
+    table_holder.run("BEGIN; LOCK TABLE invoices IN SHARE MODE;")
+    table_waiter = psql(server, sessions, tcp=False)
+    table_waiter.run("INSERT INTO invoices VALUES (1);", wait=False)
+    assert wait_until(lambda: _waiting(server) >= 2, timeout=10)
+    for waiter, holder in ((advisory_waiter, advisory_holder), (table_waiter, table_holder)):
+        completed = run_cli(
+            "why", "--json", str(waiter.pid), "--database", server.socket_dsn(), timeout=40
+        )
+        [process] = json.loads(completed.stdout)["processes"]
+        [waited] = process["waits"]
+        assert waited["blocked_by"] == [holder.pid], (waiter.pid, waited)
+    _code, everyone = why(tmp_path, "--database", server.socket_dsn())
+    pids = [item["pid"] for item in everyone["processes"]]
+    assert advisory_waiter.pid in pids and table_waiter.pid in pids

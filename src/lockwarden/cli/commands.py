@@ -968,22 +968,29 @@ def _database_looks(
     """The config's database locks, judged as its runs judge them (with --warn-after and
     --critical-after when given), asked of their servers once and only when needed; None when
     there are none (a default config that cannot be loaded is said, not fatal)."""
-    locks = [*_configured_database_locks(arguments.config), *_given_databases(arguments)]
-    if not locks:
+    configured = _configured_database_locks(arguments.config)
+    given = _given_databases(arguments)
+    if not configured and not given:
         return None
     if arguments.warn_after is not None or arguments.critical_after is not None:
         warn_after, critical_after = _budgets(arguments)
-        locks = [
-            replace(lock, warn_after=warn_after, critical_after=critical_after) for lock in locks
+        configured = [
+            replace(lock, warn_after=warn_after, critical_after=critical_after)
+            for lock in configured
         ]
     cache: list[list[Finding]] = []
 
     def looks() -> list[Finding]:
         if not cache:
-            from lockwarden.pipeline import inspect_locks
+            from lockwarden.databases.check import inspect_waits
+            from lockwarden.pipeline import inspect_locks, policy_for
             from lockwarden.procfs.reader import HostReader, wall_clock
 
-            cache.append(list(inspect_locks(locks, HostReader(wall_clock), now)))
+            host = HostReader(wall_clock)
+            found = list(inspect_locks(configured, host, now)) if configured else []
+            for lock in given:  # every wait chain of that database: one finding each
+                found.extend(inspect_waits(lock, policy_for(lock), host, now))
+            cache.append(found)
         return cache[0]
 
     return looks

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from lockwarden.check.classify import Policy
@@ -123,6 +124,40 @@ def inspect_database(
         seen_at,
         trees,
     )
+
+
+def inspect_waits(
+    lock: LockConfig,
+    policy: Policy,
+    host: HostReader,
+    now: datetime,
+    environ: Mapping[str, str] | None = None,
+) -> list[Finding]:
+    """A WAITS watch (`why --database`): one finding per session at the root of a wait chain,
+    each with the sessions queued behind it (a lock's finding judges one hold: its longest
+    queue). A server that cannot tell, or nothing waiting, is the one finding that says so."""
+    watch = lock.database
+    assert watch is not None and watch.watch == WAITS, "inspect_waits is for --database"
+    observation = observe(watch, os.environ if environ is None else environ)
+    sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
+    clients = find_clients(sessions, host, "client") if sessions else {}
+    separate = [replace(observation, holds=(hold,)) for hold in observation.holds]
+    return [
+        judge_holds(
+            lock.name,
+            lock.path,
+            format_name(watch),
+            one,
+            clients,
+            policy,
+            now,
+            trees={
+                hold.holder.pid: work_under(hold.holder, clients, observation.sessions, host)
+                for hold in one.holds
+            },
+        )
+        for one in separate or [observation]
+    ]
 
 
 def work_under(
