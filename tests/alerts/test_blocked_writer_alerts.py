@@ -55,6 +55,12 @@ def test_a_blocked_writer_pages_names_both_sides_and_resolves(
     }
     assert states == {"held_too_long"}
 
+    # A late run (a gap past the longest one a series survives) starts the count over: the
+    # writer is still blocked, so the incident is not over, and no "resolved" is sent.
+    late = run_cli("--once", "--config", config, "--now", stamp(start + timedelta(minutes=30)))
+    assert late.returncode == 0, late.stdout + late.stderr  # within its budget again
+    assert [title_kind(p["title"]) for p in receiver.payloads] == ["writes blocked"]
+
     holder.kill()
     holder.wait(timeout=10)
     assert wait_until(lambda: not blocked_in_lock_call(waiter.pid), timeout=10)
@@ -63,7 +69,7 @@ def test_a_blocked_writer_pages_names_both_sides_and_resolves(
         "--config",
         config,
         "--now",
-        f"{start + timedelta(minutes=7):%Y-%m-%dT%H:%M:%S+00:00}",
+        stamp(start + timedelta(minutes=31)),
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert [title_kind(p["title"]) for p in receiver.payloads] == ["writes blocked", "resolved"]
@@ -71,3 +77,7 @@ def test_a_blocked_writer_pages_names_both_sides_and_resolves(
     assert f"blocked:{lock}" in resolved["title"]
     assert "no process waits on it past the budget any more" in resolved["message"]
     assert f"blocked:{lock}" not in textfile.read_text()
+
+
+def stamp(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%dT%H:%M:%S+00:00}"

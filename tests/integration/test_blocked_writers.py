@@ -154,3 +154,50 @@ def test_randomized_blocked_writers_match_the_ground_truth(
             assert {w["pid"] for w in found[path]["waiters"]} == waiter_pids, found[path]
             assert found[path]["action"]["argv"] == ["kill", str(holder_pid)]
         children.cleanup()  # the next round starts from nothing held
+
+
+def test_a_holder_that_blocks_each_client_for_a_moment_is_not_a_long_wait(
+    tmp_path: Path, children: Children
+) -> None:
+    """Every run sees someone blocked behind the same holder, but never the same writer: no
+    writer has been seen waiting across runs, so no wait is known to be long."""
+    lock = tmp_path / "orders.lock"
+    lock.touch()
+    children.python(FLOCK_HOLDER, str(lock))
+    config = config_for(tmp_path)
+    start = datetime.now(UTC)
+    for minute in (0, 4, 8, 11, 15):
+        waiter = children.python(WAITER, str(lock), "flock")
+        assert wait_until(lambda w=waiter: blocked_in_lock_call(w.pid), timeout=10)
+        code, document = once(config, start + timedelta(minutes=minute))
+        waiter.kill()
+        waiter.wait(timeout=10)
+    assert code == 0 and blocked(document) == {}, document
+
+
+def test_under_a_private_mount_namespace_the_lock_keeps_its_host_path(
+    tmp_path: Path, children: Children
+) -> None:
+    """The shipped unit runs lockwarden in a mount namespace of its own (ProtectSystem=,
+    PrivateMounts=): a waiter on the host is still named by the host's path, so the finding's
+    name does not change with the waiter (a `/proc/PID/root/...` name would)."""
+    import subprocess
+    import sys
+
+    from conftest import cli_env, require_tool
+
+    lock = tmp_path / "orders.lock"
+    lock.touch()
+    children.python(FLOCK_HOLDER, str(lock))
+    waiter = children.python(WAITER, str(lock), "flock")
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    config = config_for(tmp_path)
+    start = datetime.now(UTC)
+    for minute in (0, 6, 12):
+        completed = subprocess.run(
+            [require_tool("unshare"), "--mount", "--propagation", "private",
+             sys.executable, "-m", "lockwarden", "--once", "--json", "--config", config,
+             "--now", (start + timedelta(minutes=minute)).isoformat()],
+            capture_output=True, text=True, timeout=60, env=cli_env(), check=False,
+        )  # fmt: skip
+    assert set(blocked(json.loads(completed.stdout))) == {str(lock)}, completed.stdout[-2000:]

@@ -108,14 +108,17 @@ def decide(
     now: datetime,
     policies: Mapping[str, LockPolicy],
     host: str,
+    still_blocked: frozenset[str] = frozenset(),
 ) -> Plan:
+    """`still_blocked`: blocked-writer locks this run saw blocked within their budget."""
     plan = Plan()
     run = _run_record(findings, policies, now)
     if _worth_recording(run, history):
         plan.records.append(run)
     for finding in findings:
         _decide_lock(plan, finding, history, now, policies.get(finding.name, LockPolicy()), host)
-    _close_unchecked(plan, history, {finding.name for finding in findings}, now, policies, host)
+    checked = {finding.name for finding in findings}
+    _close_unchecked(plan, history, checked, now, policies, host, still_blocked)
     _resolve_interrupted(plan, history, findings, policies, host)
     _retry_pending(plan, history, now, policies)
     return plan
@@ -390,16 +393,20 @@ def _close_unchecked(
     now: datetime,
     policies: Mapping[str, LockPolicy],
     host: str,
+    still_blocked: frozenset[str] = frozenset(),
 ) -> None:
-    """An incident of a lock no longer in the config ends without a message; one of writers
-    blocked on a lock nobody configured ends with "resolved" when no run sees them blocked
-    past the budget any more (their wait is over, or a new holder started a new one)."""
+    """An incident of a lock no longer in the config ends without a message. One of writers
+    blocked on a lock nobody configured ends with "resolved" once no run has seen anyone
+    blocked on that lock for `resolve_after` runs in a row; a run that sees them blocked
+    within the budget (a gap between runs started the count over) neither ends nor reminds."""
     for incident in history.open_incidents():
-        if incident.lock in checked:
+        if incident.lock in checked or incident.lock in still_blocked:
             continue
         if is_blocked_name(incident.lock):
             policy = policies.get(incident.lock, LockPolicy())
-            _resolve(plan, incident, None, now, policy, host, why=WAIT_OVER)
+            free_for = history.streak(incident.lock, GOOD) + 1
+            if free_for >= policy.alerts.resolve_after:
+                _resolve(plan, incident, None, now, policy, host, why=WAIT_OVER)
         else:
             _resolve(plan, incident, None, now, LockPolicy(), "", why="unchecked")
 

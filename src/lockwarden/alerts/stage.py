@@ -106,14 +106,14 @@ def state_path(config: Config) -> str:
     return config.state.path or default_state_path()
 
 
-def policies(config: Config, findings: Sequence[Finding] = ()) -> dict[str, LockPolicy]:
-    """Each configured lock's; a blocked writer's finding (no [[lock]] of its own) gets the
-    [alerts] section's settings."""
-    blocked_writers = {
-        finding.name: LockPolicy(config.alerts)
-        for finding in findings
-        if is_blocked_name(finding.name)
-    }
+def policies(
+    config: Config, findings: Sequence[Finding] = (), history: History | None = None
+) -> dict[str, LockPolicy]:
+    """Each configured lock's; a blocked writer's finding, or its open incident (no
+    [[lock]] of its own), gets the [alerts] section's settings."""
+    names = [finding.name for finding in findings]
+    names += [incident.lock for incident in history.open_incidents()] if history else []
+    blocked_writers = {name: LockPolicy(config.alerts) for name in names if is_blocked_name(name)}
     return blocked_writers | {
         lock.name: LockPolicy(lock.alerts, lock.notify_tags, lock.role) for lock in config.locks
     }
@@ -197,10 +197,13 @@ def alert_stage(
     extra: tuple[Outgoing, ...] = (),
     state_unusable: str | None = None,
     checkpoint: Checkpoint = skip,
+    still_blocked: frozenset[str] = frozenset(),
 ) -> AlertOutcome:
     """Decide, send, journal. With no [notify] service configured, alerting is off: the
     journal is only read (never created), and the report says how many alerts were due.
     `extra` are messages an earlier stage of the run wants sent (a stale lock removed).
+    `still_blocked`: blocked-writer findings this run saw within their budget (their count
+    started over): their incidents are not over.
     `state_unusable`: why the state directory is not touched this run (a hung mount).
     `checkpoint`: called at each step of the run (checkpoints.py)."""
     journal = Journal(state_path(config), config.state.max_bytes, state_unusable, checkpoint)
@@ -211,7 +214,9 @@ def alert_stage(
     fallback = None if read_only else _fallback_journal(config)
     if fallback is not None:
         journal, history = _with_fallback(journal, history, fallback, problems)
-    plan = decide(findings, history, now, policies(config, findings), hostname)
+    plan = decide(
+        findings, history, now, policies(config, findings, history), hostname, still_blocked
+    )
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
     checkpoint("after-decide")
     outcome = AlertOutcome(plan, journal.path, state_problems=problems)

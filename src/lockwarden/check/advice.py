@@ -117,9 +117,9 @@ def advise_holder(holder: Holder, sharers: tuple[Holder, ...], lock_format: str)
     safe = safe_action(holder, lock_format)
     if safe.kind is HolderAction.WAIT:
         return f"wait for {holder.describe()} to finish; {safe.why}"
-    if holder.container is not None:
+    if holder.container is not None and safe.kind is not HolderAction.SHUTDOWN:
         return advise_in_container(holder, holder.container, sharers)
-    if holder.unit:
+    if holder.unit and holder.container is None:
         if holder.user_unit:
             return f"systemctl --user -M {holder.user}@ stop {holder.unit}"
         return f"systemctl stop {holder.unit}"

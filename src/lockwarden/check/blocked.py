@@ -3,10 +3,10 @@
 The lock a process waits on is judged as any kernel lock (its holders from their descriptors);
 what is graded is the *wait*, not the hold: a daemon may hold its lock for days, and only a
 process blocked behind it makes it a finding. A kernel wait records no start, so its length is
-known the way an undated hold's is, from the sighting memory: the first run that sees the lock
-blocked by a holder starts a series (the wait is then at most the oldest waiter's running
-time), and each later run that sees the same holder still blocking someone knows the writers
-have been blocked at least since then. Only a floor past `blocked_after` pages.
+known the way an undated hold's is, from the sighting memory: the first run that sees a writer
+blocked behind a holder starts a series (the wait is then at most that waiter's running time),
+and each later run that sees the same writer still blocked behind the same holder knows it has
+waited at least since then. Only a floor past `blocked_after` pages.
 
 Pure: the pipeline finds the waiters and judges their locks; this makes the finding.
 """
@@ -60,11 +60,24 @@ def grade(wait: Wait, settings: HostSettings) -> tuple[State, Severity]:
 
 
 def identity_of(lock: Finding) -> str:
-    """The series a blocked lock belongs to: its holder (a new holder is a new wait)."""
-    if lock.identity is not None:
-        return PREFIX + lock.identity
+    """The series a blocked lock belongs to: its holder and its longest-waiting writer (the
+    oldest process among the waiters). A run that sees the same writer blocked behind the same
+    holder knows that writer has waited at least since the first such run; a holder that keeps
+    blocking short-lived clients for a moment each starts a new series with each client, and
+    a new holder is a new wait."""
     key = lock.key
-    return f"{PREFIX}inode:{key[0]}:{key[1]}" if key is not None else PREFIX + lock.path
+    holder = lock.identity or (f"inode:{key[0]}:{key[1]}" if key is not None else lock.path)
+    waiter = oldest_waiter(lock)
+    return f"{PREFIX}{holder}|waiter:{waiter}" if waiter else PREFIX + holder
+
+
+def oldest_waiter(lock: Finding) -> str | None:
+    """`PID:START_TICKS` of the waiter that started first (a PID alone can be reused)."""
+    known = [w for w in lock.waiters if w.started_at is not None and w.start_ticks is not None]
+    if not known:
+        return None
+    first = min(known, key=lambda waiter: (waiter.started_at, waiter.pid))
+    return f"{first.pid}:{first.start_ticks}"
 
 
 def blocked_finding(

@@ -143,8 +143,17 @@ def _alert(
             config, checked, result.hostname, now, dry_run, run_lock is not None, state_unusable
         )
         checked, removed = removal.findings, tuple(removal.outgoing)
+    still_blocked = frozenset(finding.name for finding in result.watching)
     outcome = alert_stage(
-        config, checked, result.hostname, now, dry_run, removed, state_unusable, checkpoint
+        config,
+        checked,
+        result.hostname,
+        now,
+        dry_run,
+        removed,
+        state_unusable,
+        checkpoint,
+        still_blocked,
     )
     manager = None
     if config.alertmanager.configured:

@@ -89,17 +89,21 @@ def _unescape(name: str) -> str:
 
 
 def container_of(
-    cgroup_text: str, status_text: str, uid: int, names: Callable[[str, str, int], str]
+    cgroup_text: str,
+    status_text: str,
+    uid: int,
+    names: Callable[[str, str, int], tuple[str, bool]],
 ) -> Container | None:
     """The container of a process from its cgroup and status files; `names` gives a runtime's
-    name for an ID (ContainerNames)."""
+    name for an ID, and whether root's runtime knows it by that name (ContainerNames)."""
     found = runtime_of(cgroup_path(cgroup_text))
     if found is None:
         return None
     runtime, ident = found
     init = _namespace_pid(status_text) == 1
     if runtime in ("podman", "docker"):
-        return Container(runtime, names(runtime, ident, uid), ident, init)
+        name, by_name = names(runtime, ident, uid)
+        return Container(runtime, name, ident, init, by_name=by_name)
     if runtime == "systemd-nspawn":
         registered = os.path.exists(os.path.join(MACHINES, ident))
         return Container(runtime, ident, None, init, by_name=registered)
@@ -121,16 +125,23 @@ class ContainerNames:
     def __init__(self) -> None:
         self._podman: dict[str, dict[str, str]] = {}
 
-    def __call__(self, runtime: str, ident: str, uid: int) -> str:
-        name = self._podman_name(ident, uid) if runtime == "podman" else self._docker_name(ident)
-        return name or ident[:12]
+    def __call__(self, runtime: str, ident: str, uid: int) -> tuple[str, bool]:
+        """Its name, and whether root's `podman` or `docker` reaches it by that name: a
+        rootless container is its user's (root's runtime does not know it), and one whose
+        record root cannot read is named by its short ID only."""
+        if runtime == "podman":
+            found = self._podman_name(ident, uid)
+        else:
+            name = self._docker_name(ident)
+            found = (name, True) if name else None
+        return found if found is not None else (ident[:12], False)
 
-    def _podman_name(self, ident: str, uid: int) -> str | None:
+    def _podman_name(self, ident: str, uid: int) -> tuple[str, bool] | None:
         for store in (*PODMAN_STORES, *_user_store(uid)):
             if store not in self._podman:
                 self._podman[store] = _podman_records(store)
             if ident in self._podman[store]:
-                return self._podman[store][ident]
+                return self._podman[store][ident], store in PODMAN_STORES
         return None
 
     @staticmethod

@@ -808,14 +808,16 @@ def descriptor_path(proc: str, pid: int, fd: int) -> str | None:
 
 def reachable_path(proc: str, pid: int, path: str) -> str:
     """`path` as a process names it, reachable from here: through the process's own root
-    (`/proc/PID/root/...`) when it lives in another mount namespace (a container's
-    `/shared/x.lock` is no file of the host's); a readlink, never a stat."""
+    (`/proc/PID/root/...`) when it lives in another mount namespace than the host's (a
+    container's `/shared/x.lock` is no file of the host's); a readlink, never a stat. The
+    host's is PID 1's, not this process's: the shipped unit runs lockwarden in a private
+    mount namespace of its own (ProtectSystem=, PrivateMounts=) with the host's paths."""
     try:
         theirs = os.readlink(f"{proc}/{pid}/ns/mnt")
-        ours = os.readlink(f"{proc}/self/ns/mnt")
+        hosts = os.readlink(f"{proc}/1/ns/mnt")
     except OSError:
         return path
-    return path if theirs == ours else f"{proc}/{pid}/root{path}"
+    return path if theirs == hosts else f"{proc}/{pid}/root{path}"
 
 
 def descriptor_inode(proc: str, pid: int, fd: int) -> int | None:

@@ -5,6 +5,9 @@ runtime here can produce: docker's daemon, LXC and a registered nspawn machine.)
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from factories import make_holder
@@ -46,11 +49,13 @@ def test_each_runtimes_cgroup_names_its_container(path: str, found: tuple[str, s
 def test_the_unified_hierarchy_wins_and_the_namespace_pid_tells_the_containers_own_job() -> None:
     cgroup = f"4:memory:/elsewhere\n1:name=systemd:/libpod_parent/libpod-{ID}\n0::/docker/{ID}\n"
     assert cgroup_path(cgroup) == f"/docker/{ID}"
-    named = container_of(cgroup, "Name:\tflock\nNSpid:\t13678\t1\n", 0, lambda *_: "wa-sync")
+    named = container_of(
+        cgroup, "Name:\tflock\nNSpid:\t13678\t1\n", 0, lambda *_: ("wa-sync", True)
+    )
     assert named == Container("docker", "wa-sync", ID, init=True)
-    child = container_of(cgroup, "NSpid:\t13688\t6\n", 0, lambda *_: "wa-sync")
+    child = container_of(cgroup, "NSpid:\t13688\t6\n", 0, lambda *_: ("wa-sync", True))
     assert child is not None and not child.init
-    assert container_of("0::/system.slice/cron.service\n", "NSpid:\t9\n", 0, print) is None
+    assert container_of("0::/system.slice/cron.service\n", "NSpid:\t9\n", 0, print) is None  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -68,6 +73,8 @@ def test_the_unified_hierarchy_wins_and_the_namespace_pid_tells_the_containers_o
         (Container("systemd-nspawn", "web1", init=True, by_name=False), None, "kill 42 43"),
         (Container("podman", "wa-sync", ID), "app.service", "kill 42 43"),
         (Container("docker", "wa-sync", ID), None, "kill 42 43"),
+        # rootless, or a record root cannot read: root's runtime does not know the name
+        (Container("podman", "mine", ID, init=True, by_name=False), None, "kill 42 43"),
     ],
 )
 def test_a_holder_in_a_container_is_stopped_without_what_it_lives_beside(
@@ -76,3 +83,41 @@ def test_a_holder_in_a_container_is_stopped_without_what_it_lives_beside(
     holder = make_holder(pid=42, unit=unit, container=container)
     sharer = make_holder(pid=43, container=container)
     assert advise_in_container(holder, container, (sharer,)) == action
+
+
+@pytest.mark.parametrize("init", [True, False])
+def test_a_database_server_in_a_container_is_shut_down_with_its_own_command(init: bool) -> None:
+    """A format's safe action outranks the container's: a postgres holding the lock (its own
+    job or not) is shut down with pg_ctl, never killed nor stopped with the container (whose
+    runtime sends SIGKILL after its grace period)."""
+    from lockwarden.check.advice import advise_holder
+
+    container = Container("docker", "db", ID, init=init)
+    holder = make_holder(pid=42, name="postgres", cmdline=("postgres", "-D", "/data"),
+                         container=container)  # fmt: skip
+    action = advise_holder(holder, (), "kernel")
+    assert action.startswith("shut PID 42 (postgres, docker container db) down"), action
+    assert "kill" not in action.split("(")[0] and "docker stop" not in action
+
+
+def test_names_come_from_the_runtimes_records_and_a_rootless_one_is_not_reached_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """podman's own containers.json (root's store, and a user's for a rootless container):
+    root's `podman stop NAME` reaches only root's; an ID in neither is named by its prefix."""
+    from lockwarden.procfs import containers
+
+    def store(where: Path, ident: str, name: str) -> str:
+        records = where / "overlay-containers"
+        records.mkdir(parents=True)
+        (records / "containers.json").write_text(json.dumps([{"id": ident, "names": [name]}]))
+        return str(where)
+
+    other = "f" * 64
+    monkeypatch.setattr(containers, "PODMAN_STORES", (store(tmp_path / "root", ID, "wa-sync"),))
+    user = store(tmp_path / "home", other, "my-job")
+    monkeypatch.setattr(containers, "_user_store", lambda uid: (user,) if uid == 1000 else ())
+    names = containers.ContainerNames()
+    assert names("podman", ID, 0) == ("wa-sync", True)
+    assert names("podman", other, 1000) == ("my-job", False)
+    assert names("podman", "e" * 64, 0) == ("e" * 12, False)
