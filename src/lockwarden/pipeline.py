@@ -72,6 +72,8 @@ class Inspection:
 
     snapshot: Snapshot
     findings: tuple[Finding, ...]
+    keys: frozenset[InodeKey] = frozenset()
+    """Every file of the locks judged (a lock directory's record too, SQLite's -shm...)."""
 
 
 def inspect(
@@ -108,7 +110,8 @@ def inspect(
         _with_store(lock, _judge(lock, seen, now, memory.get(lock.name), what_if))
         for lock, seen in zip(locks, gathered, strict=True)
     )
-    return Inspection(snapshot, findings)
+    keys = frozenset(key for claim in claims if isinstance(claim, Claim) for key in claim.keys)
+    return Inspection(snapshot, findings, keys)
 
 
 def inspect_locks(
@@ -317,7 +320,7 @@ def run_once(
         host = HostReader(clock, proc, read_timeout=config.fs_timeout)
     inspection = inspect(config.locks, host, now, remembered, reads, what_if)
     snapshot, findings = inspection.snapshot, inspection.findings
-    past, within = blocked_writers(config, snapshot, findings, host, now, remembered)
+    past, within = blocked_writers(config, inspection, host, now, remembered)
     findings = (*findings, *past)
     notes: list[str] = []
     if config.builtin:
@@ -331,8 +334,7 @@ def run_once(
 
 def blocked_writers(
     config: Config,
-    snapshot: Snapshot,
-    findings: Sequence[Finding],
+    inspection: Inspection,
     host: HostReader,
     now: datetime,
     remembered: Memory | None,
@@ -342,8 +344,8 @@ def blocked_writers(
     process waits: /proc/locks was read with the run's snapshot."""
     if not config.host.blocked_writers:
         return (), ()
-    configured = {finding.key for finding in findings if finding.key is not None}
-    waited = waited_paths(snapshot, host.proc, configured)
+    configured = {finding.key for finding in inspection.findings if finding.key is not None}
+    waited = waited_paths(inspection.snapshot, host.proc, configured | inspection.keys)
     if not waited:
         return (), ()
     # The hold itself is graded at once (a zero budget), so the lock's action is worked out;

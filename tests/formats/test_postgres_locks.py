@@ -873,3 +873,20 @@ def test_why_with_a_database_connection_follows_each_of_two_chains_to_its_own_ro
     _code, everyone = why(tmp_path, "--database", server.socket_dsn())
     pids = [item["pid"] for item in everyone["processes"]]
     assert advisory_waiter.pid in pids and table_waiter.pid in pids
+
+
+def test_why_with_a_database_connection_says_when_the_server_does_not_answer(
+    tmp_path: Path, sessions: list[Psql], server: Server
+) -> None:
+    """A server that cannot be asked is no evidence that nothing waits: exit 3, said; and a
+    connection with a password in it is refused (it would be in every `ps`)."""
+    port = free_port()  # nothing listens there
+    dead = f"host=127.0.0.1 port={port} dbname=postgres user=app connect_timeout=1"
+    sleeper = psql(server, sessions, tcp=True)
+    completed = run_cli("why", str(sleeper.pid), "--database", dead, timeout=60)
+    assert completed.returncode == 3, completed.stdout + completed.stderr
+    assert "could not be asked" in completed.stdout, completed.stdout
+    everyone = run_cli("why", "--database", dead, timeout=60)
+    assert everyone.returncode == 3 and "could not be asked" in everyone.stderr, everyone.stderr
+    secret = run_cli("why", "--database", "host=127.0.0.1 user=app password=hunter2")
+    assert secret.returncode == 64 and "hunter2" not in secret.stderr + secret.stdout

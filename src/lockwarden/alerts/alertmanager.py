@@ -41,8 +41,9 @@ ALERT_NAMES = {
 }
 
 Labels = dict[str, str]
-RUNBOOK = "file:///usr/share/doc/lockwarden/docs/runbook.md"
-"""The runbook, as the Debian package installs it; the shipped rules link the same."""
+RUNBOOK: str = AlertmanagerSettings().runbook_url
+"""The runbook, as the Debian package installs it ([alertmanager] runbook_url's default); the
+shipped rules link the same."""
 
 WATCHDOG: dict[str, str] = {"alertname": "LockwardenWatchdog", "severity": "none"}
 WATCHDOG_ENDS_S = 300.0
@@ -134,7 +135,7 @@ def alert_labels(finding: Finding, host: str) -> list[Labels]:
     ]
 
 
-def alert_annotations(finding: Finding, host: str) -> Labels:
+def alert_annotations(finding: Finding, host: str, runbook: str = RUNBOOK) -> Labels:
     what = "is stale" if finding.state is State.STALE else "held too long"
     notes = {
         "summary": f"{finding.name} on {host} {what}",
@@ -142,7 +143,7 @@ def alert_annotations(finding: Finding, host: str) -> Labels:
         "store": finding.store or "",
         "action": finding.action or "",
         "proof": finding.proof or "",
-        "runbook_url": f"{RUNBOOK}#{ALERT_NAMES.get(finding.state, '').lower()}",
+        "runbook_url": f"{runbook}#{ALERT_NAMES.get(finding.state, '').lower()}",
     }
     return {key: value for key, value in notes.items() if value}
 
@@ -170,7 +171,8 @@ def plan(
             key = alert_key(labels)
             known = before.firing.get(key)
             started = known.starts_at if known is not None else format_time(now)
-            firing[key] = Alert(labels, alert_annotations(finding, host), started, until)
+            notes = alert_annotations(finding, host, settings.runbook_url)
+            firing[key] = Alert(labels, notes, started, until)
     if settings.watchdog:
         firing[alert_key(WATCHDOG)] = Alert(
             WATCHDOG | {"instance": host, "host": host},
@@ -234,6 +236,42 @@ def save_posted(path: str, posted: Posted) -> None:
     write_atomically(path, json.dumps(document, indent=1, sort_keys=True) + "\n", mode=0o600)
 
 
+def recovered(settings: AlertmanagerSettings, host: str) -> Posted:
+    """What this host has firing, as Alertmanager itself holds it: when the memory of what was
+    posted is lost, a lock alert no run renews would otherwise stay firing for `ends_after`
+    (a week) with nobody to resolve it. The first URL that answers is asked; none: nothing."""
+    import requests
+
+    for url in settings.urls:
+        try:
+            response = requests.get(
+                url.rstrip("/") + API_PATH,
+                params={"filter": f'instance="{host}"', "silenced": "true", "inhibited": "true"},
+                timeout=settings.timeout,
+            )
+            listed = response.json() if response.ok else None
+        except (requests.RequestException, ValueError):
+            continue
+        if not isinstance(listed, list):
+            continue
+        firing = {}
+        for item in listed:
+            labels = item.get("labels") if isinstance(item, dict) else None
+            if not isinstance(labels, dict) or not str(labels.get("alertname")).startswith(
+                "Lockwarden"
+            ):
+                continue
+            alert = Alert(
+                {str(k): str(v) for k, v in labels.items()},
+                dict(item.get("annotations") or {}),
+                str(item.get("startsAt", "")),
+                str(item.get("endsAt", "")),
+            )
+            firing[alert_key(alert.labels)] = alert
+        return Posted(firing=firing)
+    return Posted()
+
+
 def post(url: str, alerts: list[dict[str, Any]], timeout: float) -> str | None:
     """POST the alerts to one Alertmanager; None when it took them, else why not (no URL
     path or credentials in the words: they may be secret)."""
@@ -271,16 +309,20 @@ def alertmanager_stage(
     alerts still go out, from nothing remembered, and nothing is saved."""
     path = os.path.join(state_directory, STATE_NAME)
     outcome = ManagerOutcome(urls=len(settings.urls), dry_run=dry_run)
+    host = settings.host or hostname
     if state_unusable is not None:
-        outcome.problem = f"{state_unusable}; what was posted before is not known this run"
-        before = Posted()
+        before = recovered(settings, host)
+        outcome.problem = f"{state_unusable}; what was posted is taken from Alertmanager"
     else:
         try:
             before = load_posted(path)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            outcome.problem = f"{path} unreadable ({type(error).__name__}); starting afresh"
-            before = Posted()
-    now_posted = plan(findings, before, settings.host or hostname, now, settings)
+            before = recovered(settings, host)
+            outcome.problem = (
+                f"{path} unreadable ({type(error).__name__}); what was posted is taken from "
+                "Alertmanager"
+            )
+    now_posted = plan(findings, before, host, now, settings)
     outcome.firing, outcome.resolved = len(now_posted.firing), len(now_posted.resolving)
     if dry_run:
         return outcome

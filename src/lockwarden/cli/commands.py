@@ -549,7 +549,7 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
     from lockwarden.cli import alert_commands
     from lockwarden.state.journal import RunBusy
 
-    config = as_the_unit(load_config(arguments.config))
+    config = as_the_unit(load_config(arguments.config), announce=False)
     started = time.monotonic()
 
     def textfile(alerted: AlertedRun) -> AlertedRun:
@@ -631,6 +631,7 @@ def the_units_credential(
     settings: config_module.NotifySettings,
     environ: Mapping[str, str],
     stores: Sequence[str] | None = None,
+    announce: bool = True,
 ) -> config_module.NotifySettings:
     """`--once`, check-config and notify-test, run by root in a shell, read the notify
     credential where LoadCredential= finds it for lockwarden.service (systemd passes
@@ -645,19 +646,22 @@ def the_units_credential(
     for store in SYSTEM_CREDSTORES if stores is None else stores:
         path = os.path.join(store, config_module.NOTIFY_CREDENTIAL)
         if os.path.isfile(path):
-            print(
-                f"lockwarden: reading {path}, as LoadCredential= passes it to lockwarden.service",
-                file=sys.stderr,
-            )
+            said = f"reading {path}, as LoadCredential= passes it to lockwarden.service"
+            if announce:  # check-config, notify-test: a person asked where alerts go
+                print(f"lockwarden: {said}", file=sys.stderr)
+            else:  # --once: a root cron job runs it every minute; -v shows it
+                log.info("%s", said)
             return replace(settings, urls_file=path)
     return settings
 
 
-def as_the_unit(config: config_module.Config) -> config_module.Config:
+def as_the_unit(config: config_module.Config, announce: bool = True) -> config_module.Config:
     """The config as a run under lockwarden.service sees it: with the unit's notify credential
     when run by hand (the_units_credential). Every command that alerts or says where alerts go
-    (`--once`, check-config, notify-test) takes its services from here, so they agree."""
-    return replace(config, notify=the_units_credential(config.notify, os.environ))
+    (`--once`, check-config, notify-test) takes its services from here, so they agree.
+    `announce`: say on stderr which credential was read (else only with -v)."""
+    notify = the_units_credential(config.notify, os.environ, announce=announce)
+    return replace(config, notify=notify)
 
 
 def command_check_config(arguments: argparse.Namespace) -> int:
@@ -949,17 +953,22 @@ def command_why(arguments: argparse.Namespace) -> int:
         return found.findings[0]
 
     databases = _database_looks(arguments, now)
+    silent: list[str] = []
     if arguments.pid is not None:
         pids = [arguments.pid]
     else:
-        on_servers = why.database_waiting_pids(databases()) if databases is not None else []
-        pids = sorted({*why.waiting_pids(), *on_servers})
+        looked = databases() if databases is not None else []
+        silent = why.unanswered(looked)
+        pids = sorted({*why.waiting_pids(), *why.database_waiting_pids(looked)})
     answers = [why.answer(pid, why.Walk(inspect, databases=databases)) for pid in pids]
     if arguments.json:
         sys.stdout.write(why.render_json(answers, now))
     else:
         sys.stdout.write(why.render_text(answers))
-    return int(max((item.severity for item in answers), default=Severity.OK))
+    for problem in silent:  # no waiter there is known: not the same as none
+        log.error("%s", problem)
+    worst = max((item.severity for item in answers), default=Severity.OK)
+    return int(max(worst, Severity.UNKNOWN) if silent and worst < Severity.CRITICAL else worst)
 
 
 def _database_looks(
@@ -973,10 +982,10 @@ def _database_looks(
     if not configured and not given:
         return None
     if arguments.warn_after is not None or arguments.critical_after is not None:
-        warn_after, critical_after = _budgets(arguments)
-        configured = [
-            replace(lock, warn_after=warn_after, critical_after=critical_after)
+        configured = [  # a budget not given stays the lock's own
+            replace(lock, warn_after=warn, critical_after=critical)
             for lock in configured
+            for warn, critical in [_budgets(arguments, lock.warn_after, lock.critical_after)]
         ]
     cache: list[list[Finding]] = []
 
@@ -1014,6 +1023,7 @@ def _configured_database_locks(path: str | None) -> list[config_module.LockConfi
 def _given_databases(arguments: argparse.Namespace) -> list[config_module.LockConfig]:
     """--database CONNECTION: every lock wait of that PostgreSQL database (databases/observe
     WAITS), judged with the budgets given."""
+    from lockwarden.config.schema import check_connection
     from lockwarden.databases.observe import WAITS
 
     warn_after, critical_after = _budgets(arguments)
@@ -1024,6 +1034,10 @@ def _given_databases(arguments: argparse.Namespace) -> list[config_module.LockCo
                 "--database follows PostgreSQL's lock waits only; for MySQL, list the lock "
                 "as a [[lock]] with database = 'mysql' and pass --config"
             )
+        try:  # a password on a command line is in every `ps`: refused, as in a config
+            check_connection(connection)
+        except ValueError as error:
+            raise UsageError(f"--database: {error}") from None
         watch = config_module.DatabaseWatch("postgresql", connection, WAITS, "any lock")
         locks.append(
             config_module.LockConfig(

@@ -26,7 +26,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lockwarden.model import Finding, Holder, KernelLock, Severity, Waiter, command_text
+from lockwarden.model import (
+    Finding,
+    Holder,
+    KernelLock,
+    Severity,
+    State,
+    Waiter,
+    command_text,
+)
 from lockwarden.output.report import finding_document
 from lockwarden.procfs.snapshot import (
     PROC_READ_TIMEOUT_S,
@@ -127,7 +135,11 @@ def answer(pid: int, walk: Walk) -> Answer:
         on_servers = _database_waits(pid, walk)
         if on_servers:
             return Answer(pid, command, waits=on_servers)
-        return Answer(pid, command, doing=_doing(walk.proc, pid))
+        doing = _doing(walk.proc, pid)
+        silent = unanswered(walk.database_findings())
+        if silent:  # a wait on a server that did not answer cannot be ruled out
+            return Answer(pid, command, doing=doing, problem=f"{doing}; but {silent[0]}")
+        return Answer(pid, command, doing=doing)
     finally:
         walk.seen.pop()
 
@@ -174,6 +186,15 @@ def _database_waits(pid: int, walk: Walk) -> tuple[Wait, ...]:
         waiting = tuple(item for item in behind if item.waits or item.deadlock or item.problem)
         waits.append(Wait(pid, finding.path, DATABASE_CALL, finding, waiting, blockers))
     return tuple(waits)
+
+
+def unanswered(findings: Sequence[Finding]) -> list[str]:
+    """The database locks whose server could not be asked, each with why."""
+    return [
+        f"{finding.path} could not be asked: {finding.reason}"
+        for finding in findings
+        if finding.state is State.UNKNOWN
+    ]
 
 
 def database_waiting_pids(findings: Sequence[Finding]) -> list[int]:

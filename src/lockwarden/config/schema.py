@@ -275,7 +275,7 @@ def _engine(value: Any) -> str:
     return DATABASE_ENGINES[text]
 
 
-def _connection(value: Any) -> str:
+def check_connection(value: Any) -> str:
     """A libpq service name or a DSN without a password: a password in the config would be
     printed by check-config and read by anyone who can read the file."""
     text = _string(value)
@@ -321,7 +321,7 @@ DATABASE_OPTIONS = (
     ),
     Option(
         "connection",
-        _connection,
+        check_connection,
         None,
         "with database: a libpq service name ('app-db' or 'service=app-db') or a DSN without a "
         "password ('host=db1 dbname=app user=monitor', 'postgresql://monitor@db1/app'); for "
@@ -512,6 +512,14 @@ ALERTMANAGER_OPTIONS = (
         True,
     ),
     Option("timeout", _duration, "5s", "the longest one post to one Alertmanager may take", "5s"),
+    Option(
+        "runbook_url",
+        _string,
+        "file:///usr/share/doc/lockwarden/docs/runbook.md",
+        "where docs/runbook.md is published (a wiki, the repository's web view): each alert's "
+        "runbook_url annotation is this and the alert's section",
+        "https://wiki.example.net/lockwarden/runbook",
+    ),
 )
 
 HOST_OPTIONS = (

@@ -96,6 +96,7 @@ class AlertmanagerSettings:
     host: str | None = None
     ends_after: float = schema_default(ALERTMANAGER_OPTIONS, "ends_after")
     watchdog: bool = schema_default(ALERTMANAGER_OPTIONS, "watchdog")
+    runbook_url: str = schema_default(ALERTMANAGER_OPTIONS, "runbook_url")
     timeout: float = schema_default(ALERTMANAGER_OPTIONS, "timeout")
 
     @property

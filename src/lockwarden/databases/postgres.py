@@ -251,13 +251,15 @@ def _table_holds(connection: psycopg.Connection[Any], table: str, version: int) 
 
 def _waiting_holds(connection: psycopg.Connection[Any], version: int) -> tuple[Hold, ...]:
     """Every session of this database waiting on a lock another session holds, grouped by the
-    session at the root of its wait chain: advisory locks, tables, rows."""
+    session at the root of its wait chain: advisory locks, tables, rows. A row wait is on a
+    transaction ID, which pg_locks lists with no database: the session's own says whose."""
     rows = _all(
         connection,
         """SELECT l.pid, l.locktype, l.relation::regclass::text, l.classid::int8, l.objid::int8,
             l.objsubid::int4, l.transactionid::text, pg_blocking_pids(l.pid)
-        FROM pg_locks l
+        FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE NOT l.granted AND l.pid <> pg_backend_pid()
+          AND a.datname = current_database()
           AND (l.database IS NULL
                OR l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
           AND cardinality(pg_blocking_pids(l.pid)) > 0""",

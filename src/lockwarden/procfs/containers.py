@@ -105,9 +105,22 @@ def container_of(
         name, by_name = names(runtime, ident, uid)
         return Container(runtime, name, ident, init, by_name=by_name)
     if runtime == "systemd-nspawn":
-        registered = os.path.exists(os.path.join(MACHINES, ident))
-        return Container(runtime, ident, None, init, by_name=registered)
+        record = _machine_record(ident)
+        if record.get("CLASS") == "vm":
+            return None  # a virtual machine's process (libvirt's qemu) is a host process
+        return Container(runtime, ident, None, init, by_name=bool(record))
     return Container(runtime, ident, None, init)
+
+
+def _machine_record(name: str) -> dict[str, str]:
+    """systemd-machined's record of a machine (`CLASS=container`, `SERVICE=...`); empty when
+    machined does not know it."""
+    try:
+        with open(os.path.join(MACHINES, name)) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
 def _namespace_pid(status_text: str) -> int | None:

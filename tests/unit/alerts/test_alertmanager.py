@@ -221,6 +221,21 @@ class FakeAlertmanager:
     server: ThreadingHTTPServer
     posts: list[list[dict[str, Any]]] = field(default_factory=list)
     status: int = 200
+    queries: list[str] = field(default_factory=list)
+
+    def active(self) -> list[dict[str, Any]]:
+        """What a real Alertmanager lists as active: the latest post of each label set,
+        unless its endsAt has passed."""
+        latest: dict[str, dict[str, Any]] = {}
+        for post in self.posts:
+            for alert in post:
+                latest[json.dumps(alert["labels"], sort_keys=True)] = alert
+        now = datetime.now(UTC)
+        return [
+            alert
+            for alert in latest.values()
+            if datetime.fromisoformat(alert["endsAt"].replace("Z", "+00:00")) > now
+        ]
 
     @property
     def url(self) -> str:
@@ -238,6 +253,14 @@ def alertmanager() -> Iterator[FakeAlertmanager]:
             fake.posts.append(json.loads(body))
             self.send_response(fake.status)
             self.end_headers()
+
+        def do_GET(self) -> None:
+            fake.queries.append(self.path)
+            body = json.dumps(fake.active()).encode()
+            self.send_response(fake.status)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -318,7 +341,9 @@ def test_a_damaged_memory_of_what_was_posted_is_said_and_posting_goes_on(
     children.python(FLOCK_HOLDER, str(lock))
     completed = run_cli("--once", "--config", config)
     assert completed.returncode == 1
-    assert "alertmanager.json unreadable (JSONDecodeError); starting afresh" in completed.stderr
+    assert (
+        "alertmanager.json unreadable (JSONDecodeError); what was posted is taken from Alertmanager"
+    ) in completed.stderr
     [[alert]] = alertmanager.posts
     assert alert["labels"]["lock"] == "store"
     assert json.loads((state / "alertmanager.json").read_text())["firing"]  # rewritten whole
@@ -328,3 +353,35 @@ def test_the_stores_role_is_an_annotation() -> None:
     held = replace(finding(State.HELD_TOO_LONG, Severity.CRITICAL), store="WhatsApp session store")
     assert alert_annotations(held, "db1")["store"] == "WhatsApp session store"
     assert "store" not in alert_annotations(finding(State.HELD_TOO_LONG, Severity.CRITICAL), "db1")
+
+
+def test_a_lost_memory_is_taken_from_alertmanager_so_a_freed_lock_is_still_resolved(
+    tmp_path: Path, children: Children, alertmanager: FakeAlertmanager
+) -> None:
+    """A run that cannot read what was posted (alertmanager.json damaged) asks Alertmanager what
+    this host has firing: a lock freed meanwhile is resolved, not left firing for ends_after
+    (a week). The server answers as Alertmanager's v2 API does (GET lists active alerts)."""
+    lock = tmp_path / "store.lock"
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[state]\npath = "{state}/state.jsonl"\n'
+        f'[alertmanager]\nurls = ["{alertmanager.url}"]\nhost = "db1"\n'
+        f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
+        'warn_after = "0"\ncritical_after = "1h"\n',
+    )
+    holder = children.python(FLOCK_HOLDER, str(lock))
+    assert run_cli("--once", "--config", config).returncode == 1
+    [[fired]] = alertmanager.posts
+    holder.kill()
+    holder.wait(timeout=10)
+    (state / "alertmanager.json").write_text("{damaged")
+    completed = run_cli("--once", "--config", config)
+    assert completed.returncode == 0, completed.stderr
+    [query] = alertmanager.queries  # asked once, for this host's alerts only
+    assert "instance%3D%22db1%22" in query, query
+    [resolve] = alertmanager.posts[-1]
+    assert resolve["labels"] == fired["labels"]
+    ends = datetime.fromisoformat(resolve["endsAt"].replace("Z", "+00:00"))
+    assert ends <= datetime.now(UTC)  # resolved now, not left to run out in a week

@@ -528,10 +528,9 @@ def test_every_rule_links_a_section_of_the_runbook_the_package_installs() -> Non
     rules = [
         rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]
     ]
-    links = {rule["alert"]: rule["annotations"]["runbook_url"] for rule in rules}
-    assert len(links) == len({rule["alert"] for rule in rules}) >= 6
-    for alert, link in links.items():
-        base, _, anchor = link.partition("#")
-        assert base == RUNBOOK and anchor == alert.lower() and anchor in headings, link
+    assert len(rules) >= 7
+    for rule in rules:  # every rule, the two severities of one alert name each
+        base, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert base == RUNBOOK and anchor == rule["alert"].lower() and anchor in headings, rule
     assert {name.lower() for name in ALERT_NAMES.values()} <= headings
     assert re.fullmatch(r"file:///usr/share/doc/lockwarden/docs/runbook\.md", RUNBOOK)

@@ -121,3 +121,23 @@ def test_names_come_from_the_runtimes_records_and_a_rootless_one_is_not_reached_
     assert names("podman", ID, 0) == ("wa-sync", True)
     assert names("podman", other, 1000) == ("my-job", False)
     assert names("podman", "e" * 64, 0) == ("e" * 12, False)
+
+
+def test_a_machine_scope_of_a_virtual_machine_is_no_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`machine-NAME.scope` is any machine systemd-machined registered: its record's CLASS
+    tells a container from a virtual machine (libvirt's qemu, a host process holding its disk
+    images' locks). Records written as machined writes them, in a directory of the test's."""
+    from lockwarden.procfs import containers
+
+    (tmp_path / "qemu-1-vm").write_text("NAME=qemu-1-vm\nCLASS=vm\nSERVICE=libvirt-qemu\n")
+    (tmp_path / "web1").write_text("NAME=web1\nCLASS=container\nSERVICE=systemd-nspawn\n")
+    monkeypatch.setattr(containers, "MACHINES", str(tmp_path))
+    status = "NSpid:\t4242\n"
+    vm = "0::/machine.slice/machine-qemu\\x2d1\\x2dvm.scope/libvirt/emulator\n"
+    assert container_of(vm, status, 0, print) is None  # type: ignore[arg-type]
+    web = container_of("0::/machine.slice/machine-web1.scope/payload\n", status, 0, print)  # type: ignore[arg-type]
+    assert web == Container("systemd-nspawn", "web1", None, init=False, by_name=True)
+    gone = container_of("0::/machine.slice/machine-old.scope/payload\n", status, 0, print)  # type: ignore[arg-type]
+    assert gone is not None and not gone.by_name  # machined no longer knows it
