@@ -345,7 +345,7 @@ def blocked_writers(
     if not config.host.blocked_writers:
         return (), ()
     configured = {finding.key for finding in inspection.findings if finding.key is not None}
-    waited = waited_paths(inspection.snapshot, host.proc, configured | inspection.keys)
+    waited = waited_paths(inspection.snapshot, host, configured | inspection.keys)
     if not waited:
         return (), ()
     # The hold itself is graded at once (a zero budget), so the lock's action is worked out;
@@ -374,18 +374,23 @@ def blocked_writers(
     return tuple(past), tuple(within)
 
 
-def waited_paths(snapshot: Snapshot, proc: str, configured: set[InodeKey]) -> dict[InodeKey, str]:
-    """Each inode a process waits on in /proc/locks that no configured lock is, with its path
-    from the waiter's own descriptor (the one its blocked lock call is on). An OFD waiter shows
-    no PID there and is not followed; nor is a waiter whose descriptor is another file now."""
+def waited_paths(
+    snapshot: Snapshot, host: HostReader, configured: set[InodeKey]
+) -> dict[InodeKey, str]:
+    """Each inode a process waits on in /proc/locks that no configured lock is, with its path:
+    from the waiter's own descriptor (the one its blocked lock call is on), or, for an OFD
+    wait (/proc/locks shows no PID for it), from any descriptor open on that inode (one walk
+    of the descriptors, only when such a wait exists). A waiter whose descriptor is another
+    file now is not followed."""
     waiting: dict[InodeKey, list[int]] = {}
     for lines in snapshot.lock_lines.values():
         for line in lines:
             if "->" not in line:
                 continue
             lock = parse_lock_line(line)
-            if lock is not None and lock.waiting and lock.pid > 0 and lock.key not in configured:
-                waiting.setdefault(lock.key, []).append(lock.pid)
+            if lock is not None and lock.waiting and lock.key not in configured:
+                waiting.setdefault(lock.key, []).extend([lock.pid] if lock.pid > 0 else [])
+    proc = host.proc
     paths: dict[InodeKey, str] = {}
     for key, pids in waiting.items():
         # A name in this mount namespace when any waiter has one: a container's is reached
@@ -394,6 +399,16 @@ def waited_paths(snapshot: Snapshot, proc: str, configured: set[InodeKey]) -> di
         ours = [path for path in found if not path.startswith(f"{proc}/")]
         if found:
             paths[key] = (ours or found)[0]
+    unnamed = frozenset(key for key in waiting if key not in paths)
+    for key, descriptors in host.scan_descriptors(unnamed).by_key.items() if unnamed else ():
+        opened = [
+            reachable_path(proc, d.pid, path)
+            for d in descriptors
+            if (path := descriptor_path(proc, d.pid, d.fd)) is not None
+        ]
+        ours = [path for path in opened if not path.startswith(f"{proc}/")]
+        if opened:
+            paths[key] = (ours or opened)[0]
     return paths
 
 

@@ -11,10 +11,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from conftest import FLOCK_HOLDER, POSIX_HOLDER, Children, run_cli, wait_until, write_config
+from conftest import (
+    FLOCK_HOLDER,
+    OFD_HOLDER,
+    POSIX_HOLDER,
+    Children,
+    run_cli,
+    wait_until,
+    write_config,
+)
 from integration.test_why import WAITER, blocked_in_lock_call
 
-HOLDERS = {"flock": FLOCK_HOLDER, "posix": POSIX_HOLDER}
+HOLDERS = {"flock": FLOCK_HOLDER, "posix": POSIX_HOLDER, "ofd": OFD_HOLDER}
 
 
 def config_for(tmp_path: Path, extra: str = "") -> str:
@@ -122,10 +130,11 @@ def test_randomized_blocked_writers_match_the_ground_truth(
     tmp_path: Path, children: Children
 ) -> None:
     """Random files, each free, held with nobody waiting, or held with one or two waiters, in
-    flock and POSIX styles: after the budget, exactly the files someone waits on are findings,
-    each naming exactly the holder the test started and every waiter."""
+    flock, POSIX and OFD styles (an OFD wait shows no PID in /proc/locks): after the budget,
+    exactly the files someone waits on are findings, each naming exactly the holder the test
+    started and every waiter."""
     rng = random.Random(0x10C4)
-    for round_number in range(3):
+    for round_number in range(4):
         directory = tmp_path / f"round-{round_number}"
         directory.mkdir()
         truth: dict[str, tuple[int, set[int]]] = {}
@@ -135,7 +144,7 @@ def test_randomized_blocked_writers_match_the_ground_truth(
             kind = rng.choice(["free", "held", "waited", "waited"])
             if kind == "free":
                 continue
-            style = rng.choice(["flock", "posix"])
+            style = rng.choice(["flock", "posix", "ofd"])
             holder = children.python(HOLDERS[style], str(path))
             if kind == "held":
                 continue
