@@ -402,7 +402,7 @@ def waited_paths(
     unnamed = frozenset(key for key in waiting if key not in paths)
     for key, descriptors in host.scan_descriptors(unnamed).by_key.items() if unnamed else ():
         opened = [
-            reachable_path(proc, d.pid, path)
+            reachable_path(proc, d.pid, path, d.fd)
             for d in descriptors
             if (path := descriptor_path(proc, d.pid, d.fd)) is not None
         ]
@@ -417,7 +417,7 @@ def waited_path(proc: str, pid: int, inode: int) -> str | None:
         if descriptor_inode(proc, pid, call.fd) == inode:
             path = descriptor_path(proc, pid, call.fd)
             if path is not None:
-                return reachable_path(proc, pid, path)
+                return reachable_path(proc, pid, path, call.fd)
     return None
 
 

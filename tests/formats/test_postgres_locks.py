@@ -811,15 +811,15 @@ def test_why_with_a_database_connection_follows_any_lock_wait_to_its_root(
     to the session at its root and that session's client here; through a queue too (the
     second writer waits behind the first, which waits behind the holder)."""
     with server.admin() as connection:
-        connection.execute("CREATE TABLE IF NOT EXISTS accounts (id int PRIMARY KEY, n int)")
-        connection.execute("INSERT INTO accounts VALUES (1, 0) ON CONFLICT DO NOTHING")
-        connection.execute("GRANT ALL ON accounts TO app")
+        connection.execute("CREATE TABLE IF NOT EXISTS why_accounts (id int PRIMARY KEY, n int)")
+        connection.execute("INSERT INTO why_accounts VALUES (1, 0) ON CONFLICT DO NOTHING")
+        connection.execute("GRANT ALL ON why_accounts TO app")
     take, wait = {
         "advisory": ("SELECT pg_advisory_lock(99001);", "SELECT pg_advisory_lock(99001);"),
-        "table": ("BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE;",
-                  "INSERT INTO accounts VALUES (2, 0);"),
-        "row": ("BEGIN; UPDATE accounts SET n = n + 1 WHERE id = 1;",
-                "UPDATE accounts SET n = n + 1 WHERE id = 1;"),
+        "table": ("BEGIN; LOCK TABLE why_accounts IN ACCESS EXCLUSIVE MODE;",
+                  "INSERT INTO why_accounts VALUES (2, 0);"),
+        "row": ("BEGIN; UPDATE why_accounts SET n = n + 1 WHERE id = 1;",
+                "UPDATE why_accounts SET n = n + 1 WHERE id = 1;"),
     }[kind]  # fmt: skip
     holder = psql(server, sessions, tcp=False)
     holder.run(take)
@@ -839,7 +839,7 @@ def test_why_with_a_database_connection_follows_any_lock_wait_to_its_root(
         [waited] = process["waits"]
         assert waited["blocked_by"] == [holder.pid], waited
         reason = waited["lock"]["reason"]
-        expected = {"advisory": "advisory lock 99001", "table": "table accounts",
+        expected = {"advisory": "advisory lock 99001", "table": "table why_accounts",
                     "row": "a row another transaction"}[kind]  # fmt: skip
         assert expected in reason, reason
     refused = run_cli("why", str(first.pid), "--database", "mysql://app@127.0.0.1:3306")

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,8 +191,9 @@ def test_a_waiter_in_one_container_is_followed_to_the_holder_in_another(
     completed = run_cli("why", str(waiter), "--json")
     [process] = json.loads(completed.stdout)["processes"]
     [wait] = process["waits"]
-    # The waiter names the file as its container sees it; it is reached through its root.
-    assert wait["path"] == f"/proc/{waiter}/root/shared/shared.lock", wait["path"]
+    # The waiter names it /shared/shared.lock, inside its container; the mount that name is
+    # under (the volume) gives the host's name for the same file.
+    assert wait["path"] == str(lock), wait["path"]
     assert wait["lock"]["file"]["inode"] == lock.stat().st_ino  # the host's file, no other
     # flock(1) and the sleep it runs share its lock: both block, both in the holder's container.
     assert wait["blocked_by"][0] == holder and len(wait["blocked_by"]) == 2, wait["blocked_by"]
@@ -250,3 +252,43 @@ def test_a_writer_blocked_across_containers_is_a_finding_of_the_host_run(
     [waiting] = found["waiters"]
     assert waiting["pid"] == waiter and waiting["container"]["name"] == waiter_name
     assert found["action"]["argv"] == ["podman", "stop", holder_name]
+
+
+def test_a_lock_on_the_containers_own_file_system_is_reached_from_the_host(
+    containers: Containers,
+) -> None:
+    """Both processes in one container, the lock a file of its own root (no volume): the
+    waiter's name for it is reached from the host (through the container's root file system as
+    the host mounts it, or its root in /proc), and the holder is named."""
+    name, _init = containers.run(
+        "/bin/sh", "-c",
+        "/bin/flock /tmp/own.lock /bin/sleep 600 & sleep 1; "
+        "/bin/flock /tmp/own.lock /bin/true & exec /bin/sleep 600",
+    )  # fmt: skip
+    waiter = holder = None
+    for _ in range(50):
+        pids = [p for p in _pids_in(name) if _cmdline(p).endswith("/tmp/own.lock /bin/true")]
+        if pids and blocked_in_lock_call(pids[0]):
+            waiter = pids[0]
+            break
+        time.sleep(0.2)
+    assert waiter is not None, "the waiter did not block"
+    holder = next(p for p in _pids_in(name) if "/tmp/own.lock /bin/sleep" in _cmdline(p))
+    completed = run_cli("why", str(waiter), "--json")
+    [process] = json.loads(completed.stdout)["processes"]
+    [wait] = process["waits"]
+    assert wait["path"] is not None and os.path.exists(wait["path"]), wait
+    assert holder in wait["blocked_by"], wait
+    assert all(h["container"]["name"] == name for h in wait["lock"]["holders"])
+
+
+def _pids_in(name: str) -> list[int]:
+    listed = podman("top", name, "hpid").stdout.split()[1:]
+    return [int(pid) for pid in listed if pid.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""

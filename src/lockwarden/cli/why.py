@@ -150,7 +150,7 @@ def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     inode = descriptor_inode(walk.proc, pid, call.fd)
     if named is None:
         return Wait(pid, None, kind, None)
-    path = reachable_path(walk.proc, pid, named)  # a container's path, through its root
+    path = reachable_path(walk.proc, pid, named, call.fd)  # a container's: its name here
     finding = walk.inspect(path)
     if inode is None or finding.key is None or finding.key[1] != inode:
         # unlinked and made again, or another mount namespace's path: not the waited-for file

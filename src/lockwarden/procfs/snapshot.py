@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -806,18 +807,94 @@ def descriptor_path(proc: str, pid: int, fd: int) -> str | None:
     return target.removesuffix(DELETED) if target.startswith("/") else None
 
 
-def reachable_path(proc: str, pid: int, path: str) -> str:
-    """`path` as a process names it, reachable from here: through the process's own root
-    (`/proc/PID/root/...`) when it lives in another mount namespace than the host's (a
-    container's `/shared/x.lock` is no file of the host's); a readlink, never a stat. The
-    host's is PID 1's, not this process's: the shipped unit runs lockwarden in a private
-    mount namespace of its own (ProtectSystem=, PrivateMounts=) with the host's paths."""
+def reachable_path(proc: str, pid: int, path: str, fd: int | None = None) -> str:
+    """`path` as a process names it (by its descriptor `fd`), as this process can reach it.
+
+    Another mount namespace (a container's) names files by its own mounts: `/shared/x.lock` is
+    no file of the host's. The descriptor's mount (fdinfo `mnt_id`, found in the process's
+    mountinfo) says which file system and which directory of it the name is under; the same
+    file system mounted here gives the name this process uses (the volume's host path). Only
+    /proc is read, never the file system itself (a stat can hang on a dead mount). When no
+    mount here shows that part of it, the file is reached through the process's own root
+    (`/proc/PID/root/...`). The host's namespace is PID 1's; the shipped unit runs lockwarden
+    in a private one of its own (ProtectSystem=, PrivateMounts=) with the host's paths."""
     try:
         theirs = os.readlink(f"{proc}/{pid}/ns/mnt")
-        hosts = os.readlink(f"{proc}/1/ns/mnt")
     except OSError:
         return path
-    return path if theirs == hosts else f"{proc}/{pid}/root{path}"
+    ours = {_link(f"{proc}/self/ns/mnt"), _link(f"{proc}/1/ns/mnt")} - {None}
+    if theirs in ours or not ours:
+        return path
+    translated = _translated(proc, pid, path, fd) if fd is not None else None
+    return translated or f"{proc}/{pid}/root{path}"
+
+
+def _link(path: str) -> str | None:
+    """A link's target; None when it cannot be read (PID 1's may be refused to us)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+class _Mount(NamedTuple):
+    mount_id: int
+    device: str  # MAJOR:MINOR
+    root: str  # the directory of the file system mounted there
+    point: str
+
+
+def _mounts(path: str) -> list[_Mount]:
+    try:
+        text = _read_text(path)
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0].isdigit():
+            root, point = (_unescape_mount(field) for field in fields[3:5])
+            found.append(_Mount(int(fields[0]), fields[2], root, point))
+    return found
+
+
+def _unescape_mount(field: str) -> str:
+    """mountinfo's octal escapes (`\\040` for a space)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def _translated(proc: str, pid: int, path: str, fd: int) -> str | None:
+    """The name here of the file the process's descriptor is open on (see reachable_path)."""
+    try:
+        raw = _read_small(f"{proc}/{pid}/fdinfo/{fd}")
+    except PermissionError:
+        return None
+    match = re.search(rb"^mnt_id:\s*(\d+)", raw or b"", re.M)
+    if match is None:
+        return None
+    mount_id = int(match.group(1))
+    theirs = next((m for m in _mounts(f"{proc}/{pid}/mountinfo") if m.mount_id == mount_id), None)
+    if theirs is None or not _under(path, theirs.point):
+        return None
+    inside = _join(theirs.root, path[len(theirs.point.rstrip("/")) :])  # path within the fs
+    here = [
+        mount
+        for mount in _mounts(f"{proc}/self/mountinfo")
+        if mount.device == theirs.device and _under(inside, mount.root)
+    ]
+    if not here:
+        return None
+    best = max(here, key=lambda mount: len(mount.root))
+    return _join(best.point, inside[len(best.root.rstrip("/")) :])
+
+
+def _under(path: str, directory: str) -> bool:
+    directory = directory.rstrip("/")
+    return path == directory or path.startswith(directory + "/") or directory == ""
+
+
+def _join(base: str, rest: str) -> str:
+    return (base.rstrip("/") + "/" + rest.lstrip("/")) if rest else base
 
 
 def descriptor_inode(proc: str, pid: int, fd: int) -> int | None:
