@@ -393,12 +393,9 @@ def waited_paths(
     proc = host.proc
     paths: dict[InodeKey, str] = {}
     for key, pids in waiting.items():
-        # A name in this mount namespace when any waiter has one: a container's is reached
-        # through that waiter's root, a name that changes with the waiter.
         found = [path for pid in sorted(pids) if (path := waited_path(proc, pid, key[1]))]
-        ours = [path for path in found if not path.startswith(f"{proc}/")]
         if found:
-            paths[key] = (ours or found)[0]
+            paths[key] = _host_name_first(found, proc)
     unnamed = frozenset(key for key in waiting if key not in paths)
     for key, descriptors in host.scan_descriptors(unnamed).by_key.items() if unnamed else ():
         opened = [
@@ -406,10 +403,15 @@ def waited_paths(
             for d in descriptors
             if (path := descriptor_path(proc, d.pid, d.fd)) is not None
         ]
-        ours = [path for path in opened if not path.startswith(f"{proc}/")]
         if opened:
-            paths[key] = (ours or opened)[0]
+            paths[key] = _host_name_first(opened, proc)
     return paths
+
+
+def _host_name_first(paths: Sequence[str], proc: str) -> str:
+    """A name this process reaches the file by, when any has one: a `/proc/PID/root/...` one
+    changes with the process it goes through."""
+    return next((path for path in paths if not path.startswith(f"{proc}/")), paths[0])
 
 
 def waited_path(proc: str, pid: int, inode: int) -> str | None:

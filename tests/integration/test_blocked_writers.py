@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,17 @@ def config_for(tmp_path: Path, extra: str = "") -> str:
     )
 
 
+def held_and_awaited(
+    children: Children, lock: Path
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    """A flock holder of `lock` and a writer the kernel shows blocked behind it."""
+    lock.touch()
+    holder = children.python(FLOCK_HOLDER, str(lock))
+    waiter = children.python(WAITER, str(lock), "flock")
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    return holder, waiter
+
+
 def once(config: str, at: datetime) -> tuple[int, dict[str, Any]]:
     completed = run_cli("--once", "--json", "--config", config, "--now", at.isoformat())
     assert completed.stdout, completed.stderr
@@ -54,10 +66,7 @@ def test_a_writer_blocked_on_an_unconfigured_lock_pages_after_the_budget_then_re
     a warning naming the waiter, the lock, the holder and `kill`; past an hour critical; once
     the holder is gone and the waiter has its lock, nothing is blocked."""
     lock = tmp_path / "orders.lock"
-    lock.touch()
-    holder = children.python(FLOCK_HOLDER, str(lock))
-    waiter = children.python(WAITER, str(lock), "flock")
-    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    holder, waiter = held_and_awaited(children, lock)
     config = config_for(tmp_path)
     start = datetime.now(UTC)
 
@@ -96,10 +105,7 @@ def test_a_daemons_lock_with_nobody_waiting_and_a_configured_locks_waiter_are_no
     daemon.touch()
     children.python(FLOCK_HOLDER, str(daemon))  # held for its lifetime, nobody waits
     configured = tmp_path / "quiet.lock"
-    configured.touch()
-    children.python(FLOCK_HOLDER, str(configured))
-    waiter = children.python(WAITER, str(configured), "flock")
-    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    _holder, waiter = held_and_awaited(children, configured)
     config = config_for(tmp_path)
     start = datetime.now(UTC)
     for minute in (0, 1, 5, 9, 13, 20):
@@ -111,10 +117,7 @@ def test_a_daemons_lock_with_nobody_waiting_and_a_configured_locks_waiter_are_no
 
 def test_blocked_writers_can_be_turned_off(tmp_path: Path, children: Children) -> None:
     lock = tmp_path / "orders.lock"
-    lock.touch()
-    children.python(FLOCK_HOLDER, str(lock))
-    waiter = children.python(WAITER, str(lock), "flock")
-    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    _holder, _waiter = held_and_awaited(children, lock)
     config = config_for(tmp_path)
     config = write_config(
         Path(config),
@@ -190,16 +193,12 @@ def test_under_a_private_mount_namespace_the_lock_keeps_its_host_path(
     """The shipped unit runs lockwarden in a mount namespace of its own (ProtectSystem=,
     PrivateMounts=): a waiter on the host is still named by the host's path, so the finding's
     name does not change with the waiter (a `/proc/PID/root/...` name would)."""
-    import subprocess
     import sys
 
     from conftest import cli_env, require_tool
 
     lock = tmp_path / "orders.lock"
-    lock.touch()
-    children.python(FLOCK_HOLDER, str(lock))
-    waiter = children.python(WAITER, str(lock), "flock")
-    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    _holder, _waiter = held_and_awaited(children, lock)
     config = config_for(tmp_path)
     start = datetime.now(UTC)
     for minute in (0, 6, 12):

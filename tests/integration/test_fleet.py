@@ -184,6 +184,24 @@ def alertmanager_cluster(children: Children, tmp_path: Path, receiver: Receiver)
     return Alertmanagers(urls, procs)
 
 
+def single_alertmanager(children: Children, tmp_path: Path, program: str, config: Path) -> str:
+    """One Alertmanager with no cluster peers on a free port, ready; its URL."""
+    port = free_port()
+    log = tmp_path / "alertmanager.log"
+    argv = [
+        program,
+        f"--config.file={config}",
+        f"--storage.path={tmp_path / 'alertmanager-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+        "--log.level=warn",
+    ]
+    proc = start(children, argv, log)
+    url = f"http://127.0.0.1:{port}"
+    ready(f"{url}/-/ready", proc, log)
+    return url
+
+
 def cluster_size(url: str) -> int:
     try:
         status = requests.get(f"{url}/api/v2/status", timeout=1).json()
@@ -526,19 +544,7 @@ def test_the_shipped_slack_and_email_templates_name_severity_hosts_holders_and_a
                 }
             )
         )  # fmt: skip
-        port = free_port()
-        log = tmp_path / "alertmanager.log"
-        argv = [
-            alertmanager,
-            f"--config.file={config}",
-            f"--storage.path={tmp_path / 'alertmanager-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ]
-        proc = start(children, argv, log)
-        url = f"http://127.0.0.1:{port}"
-        ready(f"{url}/-/ready", proc, log)
+        url = single_alertmanager(children, tmp_path, alertmanager, config)
         section = f'[alertmanager]\nurls = ["{url}"]\nhost = "{{name}}"'
         hosts = make_hosts(tmp_path, lambda name, _directory: section.format(name=name))
         holder = hold(children, hosts["host1"].locks["shared"])
@@ -597,19 +603,7 @@ def test_an_escalation_never_tells_the_warning_channel_resolved(
             }
         )
     )
-    port = free_port()
-    log = tmp_path / "alertmanager.log"
-    argv = [
-        alertmanager,
-        f"--config.file={config}",
-        f"--storage.path={tmp_path / 'alertmanager-data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-        "--log.level=warn",
-    ]
-    proc = start(children, argv, log)
-    url = f"http://127.0.0.1:{port}"
-    ready(f"{url}/-/ready", proc, log)
+    url = single_alertmanager(children, tmp_path, alertmanager, config)
     lock = tmp_path / "store.lock"
     lockwarden = write_config(
         tmp_path / "config.toml",
