@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ from lockwarden.config import AlertSettings
 from lockwarden.model import Finding, Severity, State
 from lockwarden.state.history import fold, keep_for_dedupe
 from lockwarden.state.journal import encode
+from lockwarden.state.records import JournalRecord, from_json, to_json
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 HOST = "db1"
@@ -43,19 +45,34 @@ FREE = finding(State.FREE, Severity.OK)
 UNKNOWN = finding(State.UNKNOWN, Severity.UNKNOWN)
 
 
+def typed(records: list[dict[str, Any]]) -> list[JournalRecord]:
+    """Records as the journal stores them, read back as the fold takes them."""
+    return [from_json(record) for record in records]
+
+
+def stored(plan: Plan) -> list[dict[str, Any]]:
+    """A plan's records as the journal stores them."""
+    return [to_json(record) for record in plan.records]
+
+
+def keep_stored(records: list[dict[str, Any]], **limits: Any) -> list[dict[str, Any]]:
+    """Compaction's keep_for_dedupe on stored records."""
+    return [to_json(record) for record in keep_for_dedupe(typed(records), **limits)]
+
+
 class Journal:
     """Replays plans as the alert stage would, with every service delivering (or not)."""
 
     def __init__(self, policy: LockPolicy | None = None, services: tuple[str, ...] = ("s1",)):
-        self.records: list[dict[str, object]] = []
+        self.records: list[dict[str, Any]] = []
         self.policy = policy or LockPolicy()
         self.services = services
 
     def run(self, minutes: float, *findings: Finding, delivered: bool = True) -> Plan:
         now = T0 + timedelta(minutes=minutes)
         policies = {f.name: self.policy for f in findings} or {"wa-store": self.policy}
-        plan = decide(findings, fold(self.records), now, policies, HOST)
-        self.records.extend(plan.records)
+        plan = decide(findings, fold(typed(self.records)), now, policies, HOST)
+        self.records.extend(stored(plan))
         for item in plan.outgoing:
             self.records.append(
                 {
@@ -173,7 +190,7 @@ def test_a_holder_that_dies_while_paged_is_one_incident_never_a_recovery() -> No
     assert "still blocked" in title and "PID 64969" in title and "died" in title, title
     assert "Was held by" in died.outgoing[0].message.text
     assert "RESOLVED" not in " ".join(item.message.title for item in died.outgoing)
-    assert [record["why"] for record in died.records if record["type"] == "close"] == [
+    assert [record["why"] for record in stored(died) if record["type"] == "close"] == [
         "holder died"
     ]
     assert kinds(journal.run(10, FREE)) == ["resolved"]
@@ -265,7 +282,7 @@ def test_give_up_after_records_the_message_undeliverable() -> None:
     assert journal.run(59, finding(), delivered=False).retries
     late = journal.run(60, finding(), delivered=False)
     assert late.retries == [] and len(late.given_up) == 1
-    assert any(r["type"] == "giveup" for r in late.records)
+    assert any(r["type"] == "giveup" for r in stored(late))
     assert journal.run(61, finding()).given_up == []
 
 
@@ -281,7 +298,7 @@ def test_a_lock_dropped_from_the_config_closes_silently() -> None:
     journal.run(0, finding())
     plan = journal.run(1, finding(State.FREE, Severity.OK, name="other"))
     assert kinds(plan) == []
-    assert any(r["type"] == "close" and r["why"] == "unchecked" for r in plan.records)
+    assert any(r["type"] == "close" and r["why"] == "unchecked" for r in stored(plan))
 
 
 def test_compaction_keeps_open_and_pending_incidents_and_recent_runs() -> None:
@@ -291,8 +308,8 @@ def test_compaction_keeps_open_and_pending_incidents_and_recent_runs() -> None:
         journal.run(hour * 60 + 30, FREE)
     journal.run(3700, finding(pid=5))
     journal.run(3701, finding(pid=6), delivered=False)
-    kept = keep_for_dedupe(journal.records, keep_runs=5)
-    before, after = fold(journal.records), fold(kept)
+    kept = keep_stored(journal.records, keep_runs=5)
+    before, after = fold(typed(journal.records)), fold(typed(kept))
     assert len(kept) < len(journal.records)
     assert sum(1 for r in kept if r["type"] == "run") == 5
     assert [i.key for i in after.open_incidents()] == [i.key for i in before.open_incidents()]
@@ -307,7 +324,7 @@ def test_quiet_runs_record_nothing_but_a_return_to_good_is_recorded() -> None:
     journal = Journal(LockPolicy(AlertSettings(unknown_after=3)))
     assert journal.run(0, FREE).records == []
     assert journal.run(1, UNKNOWN).records  # bad: recorded
-    assert [r["type"] for r in journal.run(2, FREE).records] == ["run"]  # the streak breaks
+    assert [r["type"] for r in stored(journal.run(2, FREE))] == ["run"]  # the streak breaks
     assert journal.run(3, FREE).records == []
     assert kinds(journal.run(4, UNKNOWN)) == []
     assert kinds(journal.run(5, UNKNOWN)) == []
@@ -319,7 +336,7 @@ def test_compaction_keeps_only_the_latest_delivered_reminder_and_reminders_stay_
     journal.run(0, finding())
     for hour in range(1, 25):
         assert kinds(journal.run(hour * 60, finding())) == ["reminder"]
-    kept = keep_for_dedupe(journal.records)
+    kept = keep_stored(journal.records)
     reminders = [r for r in kept if r["type"] == "due" and r["kind"] == "reminder"]
     assert len(reminders) == 1 and reminders[0]["message"].endswith("@2026-12-03T09:00:00Z")
     journal.records = kept
@@ -337,10 +354,10 @@ def test_compaction_budget_keeps_the_newest_closed_incidents_and_every_open_one(
         if record["type"] == "due":
             record["text"] = "x" * 2000
     records = journal.records
-    unbudgeted = fold(keep_for_dedupe(records))
+    unbudgeted = fold(typed(keep_stored(records)))
     assert sum(1 for i in unbudgeted.incidents.values() if not i.open) == 30
-    kept = keep_for_dedupe(records, closed_budget=12_000)
-    after = fold(kept)
+    kept = keep_stored(records, closed_budget=12_000)
+    after = fold(typed(kept))
     closed = sorted((i for i in after.incidents.values() if not i.open), key=lambda i: i.opened_at)
     newest = sorted(
         (i for i in unbudgeted.incidents.values() if not i.open), key=lambda i: i.opened_at
@@ -350,7 +367,7 @@ def test_compaction_budget_keeps_the_newest_closed_incidents_and_every_open_one(
     closed_ids = {i.incident_id for i in closed}
     message_ids = {m.message_id for m in after.messages.values() if m.incident in closed_ids}
     weight = sum(
-        len(encode(r))
+        len(encode(from_json(r)))
         for r in kept
         if r.get("incident") in closed_ids or r.get("message") in message_ids
     )
@@ -361,7 +378,7 @@ def test_compaction_budget_keeps_the_newest_closed_incidents_and_every_open_one(
 def test_compaction_keeps_only_the_latest_delivered_messages_of_no_incident() -> None:
     """A stale lock removed before any alert opened an incident sends a message of its own
     pseudo-incident; delivered ones beyond the latest 50 go, undelivered ones never do."""
-    records: list[dict[str, object]] = []
+    records: list[dict[str, Any]] = []
     for number in range(80):
         at = (T0 + timedelta(minutes=number)).isoformat()
         message = f"removed-{number:03d}"
@@ -382,7 +399,7 @@ def test_compaction_keeps_only_the_latest_delivered_messages_of_no_incident() ->
         records.append(
             {"type": "sent", "at": at, "message": message, "service": "s1", "ok": delivered}
         )
-    kept = fold(keep_for_dedupe(records))
+    kept = fold(typed(keep_stored(records)))
     assert len(kept.messages) == 51
     assert "removed-003" in kept.messages and kept.messages["removed-003"].pending
     assert "removed-079" in kept.messages and "removed-029" not in kept.messages

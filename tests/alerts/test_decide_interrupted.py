@@ -8,15 +8,15 @@ from datetime import timedelta
 from lockwarden.alerts.decide import decide
 from lockwarden.state.history import fold
 
-from .test_decide import FREE, HOST, T0, Journal, finding, kinds
+from .test_decide import FREE, HOST, T0, Journal, finding, kinds, stored, typed
 
 
 def die_after_records(journal: Journal, minutes: float, *findings: object) -> list[str]:
     """A run that appended its run/open/close records and died before any 'due'."""
     now = T0 + timedelta(minutes=minutes)
     policies = {"wa-store": journal.policy}
-    plan = decide(findings, fold(journal.records), now, policies, HOST)  # type: ignore[arg-type]
-    journal.records.extend(plan.records)
+    plan = decide(findings, fold(typed(journal.records)), now, policies, HOST)  # type: ignore[arg-type]
+    journal.records.extend(stored(plan))
     return kinds(plan)
 
 

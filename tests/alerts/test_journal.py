@@ -23,8 +23,29 @@ from lockwarden.state.journal import (
     check_state_dir,
     default_state_path,
 )
+from lockwarden.state.records import JournalRecord, RunRecord, to_json
+from lockwarden.support.durations import parse_time
 
 from .helpers import SRC, require_tool
+
+A, B, C, D = (f"2026-12-02T09:0{minute}:00Z" for minute in range(4))
+AFTER = "2026-12-02T11:00:00Z"
+
+
+def run(at: str) -> RunRecord:
+    """A `run` record at an RFC 3339 moment, as a run writes one."""
+    moment = parse_time(at)
+    assert moment is not None
+    return RunRecord(moment)
+
+
+def nth(number: int) -> str:
+    """The moment of the number-th of a series of runs, a second apart."""
+    return f"2026-12-02T10:{number // 60:02d}:{number % 60:02d}Z"
+
+
+def at_of(record: JournalRecord) -> str:
+    return str(to_json(record)["at"])
 
 
 def state_dir(tmp_path: Path) -> Path:
@@ -39,8 +60,8 @@ def lines(path: Path) -> list[str]:
 
 def test_append_writes_one_json_line_per_record(tmp_path: Path) -> None:
     journal = Journal(str(state_dir(tmp_path) / "state.jsonl"))
-    journal.append({"type": "run", "at": "2026-12-02T09:00:00Z", "locks": {}})
-    journal.append({"type": "run", "at": "2026-12-02T09:01:00Z", "locks": {}})
+    journal.append(run(A))
+    journal.append(run(B))
     journal.close()
     written = lines(tmp_path / "state" / "state.jsonl")
     assert [json.loads(line)["at"] for line in written] == [
@@ -59,10 +80,12 @@ def test_each_record_is_one_write_then_fsync_and_the_new_file_dir_is_fsynced(
     path = state_dir(tmp_path) / "state.jsonl"
     program = textwrap.dedent(
         f"""
+        from datetime import datetime
         from lockwarden.state.journal import Journal
+        from lockwarden.state.records import RunRecord
         journal = Journal({str(path)!r})
-        journal.append({{"type": "run", "at": "A", "locks": {{}}}})
-        journal.append({{"type": "run", "at": "B", "locks": {{}}}})
+        journal.append(RunRecord(datetime.fromisoformat({A!r})))
+        journal.append(RunRecord(datetime.fromisoformat({B!r})))
         """
     )
     trace = subprocess.run(
@@ -108,15 +131,17 @@ def test_torn_last_line_is_ignored_then_cut_before_appending(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = state_dir(tmp_path) / "state.jsonl"
-    path.write_bytes(b'{"type":"run","at":"A","locks":{}}\n{"type":"run","at":"B","lo')
+    path.write_bytes(
+        f'{{"type":"run","at":"{A}","locks":{{}}}}\n{{"type":"run","at":"{B}","lo'.encode()
+    )
     journal = Journal(str(path))
     with caplog.at_level(logging.WARNING):
         loaded = journal.load()
-    assert [record["at"] for record in loaded.records] == ["A"]
+    assert [at_of(record) for record in loaded.records] == [A]
     assert "torn" in caplog.text
-    journal.append({"type": "run", "at": "C", "locks": {}})
+    journal.append(run(C))
     journal.close()
-    assert [json.loads(line)["at"] for line in lines(path)] == ["A", "C"]
+    assert [json.loads(line)["at"] for line in lines(path)] == [A, C]
 
 
 def test_corrupt_middle_line_is_skipped_with_a_warning(
@@ -124,12 +149,13 @@ def test_corrupt_middle_line_is_skipped_with_a_warning(
 ) -> None:
     path = state_dir(tmp_path) / "state.jsonl"
     path.write_bytes(
-        b'{"type":"run","at":"A","locks":{}}\n\x00\xffgarbage{\n[1,2]\n'
-        b'{"type":"run","at":"D","locks":{}}\n'
+        f'{{"type":"run","at":"{A}","locks":{{}}}}\n'.encode()
+        + b"\x00\xffgarbage{\n[1,2]\n"
+        + f'{{"type":"run","at":"{D}","locks":{{}}}}\n'.encode()
     )
     with caplog.at_level(logging.WARNING):
         loaded = Journal(str(path)).load()
-    assert [record["at"] for record in loaded.records] == ["A", "D"]
+    assert [at_of(record) for record in loaded.records] == [A, D]
     assert "line 2 is not a journal record" in caplog.text
     assert "line 3 is not a journal record" in caplog.text
 
@@ -142,7 +168,7 @@ def test_missing_state_dir_is_made_0700_when_only_its_last_part_is_missing(
     tmp_path: Path,
 ) -> None:
     journal = Journal(str(tmp_path / "fresh" / "state.jsonl"))
-    journal.append({"type": "run", "at": "A", "locks": {}})
+    journal.append(run(A))
     journal.close()
     assert os.stat(tmp_path / "fresh").st_mode & 0o777 == 0o700
 
@@ -150,7 +176,7 @@ def test_missing_state_dir_is_made_0700_when_only_its_last_part_is_missing(
 def test_state_dir_with_missing_parent_is_a_state_error(tmp_path: Path) -> None:
     journal = Journal(str(tmp_path / "no" / "such" / "state.jsonl"))
     with pytest.raises(StateError, match="does not exist"):
-        journal.append({"type": "run", "at": "A", "locks": {}})
+        journal.append(run(A))
     assert not (tmp_path / "no").exists()
 
 
@@ -159,7 +185,7 @@ def test_symlinked_state_dir_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(real)
     with pytest.raises(StateError, match="symlink"):
-        Journal(str(link / "state.jsonl")).append({"type": "run", "at": "A", "locks": {}})
+        Journal(str(link / "state.jsonl")).append(run(A))
     assert list(real.iterdir()) == []
 
 
@@ -178,7 +204,7 @@ def test_enospc_leaves_no_partial_record(tiny_tmpfs: Path) -> None:
     directory = tiny_tmpfs / "state"
     directory.mkdir(mode=0o700)
     journal = Journal(str(directory / "state.jsonl"))
-    journal.append({"type": "run", "at": "A", "locks": {}})
+    journal.append(run(A))
     filler = os.open(tiny_tmpfs / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         with pytest.raises(OSError, match="No space left"):
@@ -186,11 +212,11 @@ def test_enospc_leaves_no_partial_record(tiny_tmpfs: Path) -> None:
                 os.write(filler, b"x" * 4096)
     finally:
         os.close(filler)
-    big = {"type": "run", "at": "B", "locks": {}, "pad": "y" * 20000}
+    big = RunRecord(run(B).at, {"y" * 20000: ("stale", None)})
     with pytest.raises(StateError, match=r"short write|No space left"):
         journal.append(big)
     journal.close()
-    assert [record["at"] for record in Journal(journal.path).load().records] == ["A"]
+    assert [at_of(record) for record in Journal(journal.path).load().records] == [A]
     assert (directory / "state.jsonl").read_bytes().endswith(b"\n")
 
 
@@ -199,16 +225,16 @@ def test_compaction_rewrites_atomically_and_keeps_what_it_is_told(tmp_path: Path
     journal = Journal(str(path), max_bytes=2000)
     (path.parent / ".state.jsonl.compact-99999").write_text("left by a run killed mid-compaction")
     for number in range(100):
-        journal.append({"type": "run", "at": f"T{number:03d}", "locks": {}})
+        journal.append(run(nth(number)))
     assert journal.needs_compaction()
     dropped = journal.compact(lambda records: records[-10:])
     assert dropped == 90
-    assert [json.loads(line)["at"] for line in lines(path)] == [f"T{n:03d}" for n in range(90, 100)]
+    assert [json.loads(line)["at"] for line in lines(path)] == [nth(n) for n in range(90, 100)]
     assert sorted(p.name for p in path.parent.iterdir()) == ["state.jsonl"]
     assert not journal.needs_compaction()
-    journal.append({"type": "run", "at": "after", "locks": {}})
+    journal.append(run(AFTER))
     journal.close()
-    assert json.loads(lines(path)[-1])["at"] == "after"
+    assert json.loads(lines(path)[-1])["at"] == AFTER
 
 
 def test_run_lock_refuses_a_second_holder_and_names_the_first(tmp_path: Path) -> None:
@@ -276,7 +302,7 @@ def test_compaction_syscalls_are_temp_file_fsync_rename_then_directory_fsync(
     fsynced in the same directory, renamed over the journal, then the directory is fsynced."""
     strace = require_tool("strace")
     path = state_dir(tmp_path) / "state.jsonl"
-    path.write_text("".join(f'{{"type":"run","at":"T{n}","locks":{{}}}}\n' for n in range(50)))
+    path.write_text("".join(f'{{"type":"run","at":"{nth(n)}","locks":{{}}}}\n' for n in range(50)))
     program = textwrap.dedent(
         f"""
         from lockwarden.state.journal import Journal

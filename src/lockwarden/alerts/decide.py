@@ -24,7 +24,7 @@ from lockwarden.check.blocked import is_blocked_name
 from lockwarden.config import AlertSettings
 from lockwarden.model import Finding, Severity, State
 from lockwarden.state.history import ALERT, GOOD, REMINDER, RESOLVED, History, Incident, Sent
-from lockwarden.state.journal import Record
+from lockwarden.state.records import CloseRecord, GiveUpRecord, JournalRecord, OpenRecord, RunRecord
 from lockwarden.support.durations import format_time
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Retry:
 class Plan:
     """What one run should send, retry or give up on, and what to journal."""
 
-    records: list[Record] = field(default_factory=list)
+    records: list[JournalRecord] = field(default_factory=list)
     outgoing: list[Outgoing] = field(default_factory=list)
     retries: list[Retry] = field(default_factory=list)
     given_up: list[Retry] = field(default_factory=list)
@@ -126,20 +126,20 @@ def decide(
 
 def _run_record(
     findings: Sequence[Finding], policies: Mapping[str, LockPolicy], now: datetime
-) -> Record:
-    locks: dict[str, list[str | None]] = {}
+) -> RunRecord:
+    locks: dict[str, tuple[str, str | None]] = {}
     for finding in findings:
         klass = state_class(finding, policies.get(finding.name, LockPolicy()).alerts)
         if klass != GOOD:
-            locks[finding.name] = [klass, incident_key(finding, klass)]
-    return {"type": "run", "at": format_time(now), "locks": locks}
+            locks[finding.name] = (klass, incident_key(finding, klass))
+    return RunRecord(now, locks)
 
 
-def _worth_recording(run: Record, history: History) -> bool:
+def _worth_recording(run: RunRecord, history: History) -> bool:
     """A run changes what the streaks count unless it is all good, nothing is open, and the
     last recorded run was all good too: skipping those keeps quiet runs free of writes."""
     last_was_bad = bool(history.runs and history.runs[-1].locks)
-    return bool(run["locks"]) or bool(history.open_incidents()) or last_was_bad
+    return bool(run.locks) or bool(history.open_incidents()) or last_was_bad
 
 
 def _decide_lock(
@@ -172,9 +172,7 @@ def _decide_lock(
     if current is not None and _holder_died(current, klass, finding):
         # Not a recovery: the holder's death left the lock, writes are still blocked. No
         # RESOLVED (shown green) between the page and the stale alert, which says who it was.
-        plan.records.append(
-            {"type": "close", "at": format_time(now), "incident": current.incident_id, "why": DIED}
-        )
+        plan.records.append(CloseRecord(now, current.incident_id, DIED))
         _open(plan, finding, klass, key, now, policy, host, died=current.holder or "its holder")
         return
     if current is not None:
@@ -228,17 +226,16 @@ def _open(
         now - timedelta(seconds=finding.held_for_s) if finding.held_for_s is not None else None
     )
     plan.records.append(
-        {
-            "type": "open",
-            "at": format_time(now),
-            "incident": identifier,
-            "lock": finding.name,
-            "key": key,
-            "class": klass,
-            "path": finding.path,
-            "holder": holder_label(finding.holder) or died,
-            "held_since": format_time(held_since) if held_since else None,
-        }
+        OpenRecord(
+            at=now,
+            incident=identifier,
+            lock=finding.name,
+            key=key,
+            state_class=klass,
+            path=finding.path,
+            holder=holder_label(finding.holder) or died,
+            held_since=held_since,
+        )
     )
     message = render_alert(finding, host, ALERT, policy.role, died=died)
     plan.outgoing.append(
@@ -298,9 +295,7 @@ def _resolve(
     host: str,
     why: str,
 ) -> None:
-    plan.records.append(
-        {"type": "close", "at": format_time(now), "incident": incident.incident_id, "why": why}
-    )
+    plan.records.append(CloseRecord(now, incident.incident_id, why))
     if why == "unchecked":
         return
     _resolve_message(plan, incident, finding, now, policy, host, superseded=why == "superseded")
@@ -424,13 +419,6 @@ def _retry_pending(
         retry = Retry(sent, sent.pending, lock)
         if (now - sent.due_at).total_seconds() >= give_up_after:
             plan.given_up.append(retry)
-            plan.records.append(
-                {
-                    "type": "giveup",
-                    "at": format_time(now),
-                    "message": sent.message_id,
-                    "services": list(sent.pending),
-                }
-            )
+            plan.records.append(GiveUpRecord(now, sent.message_id, sent.pending))
         else:
             plan.retries.append(retry)

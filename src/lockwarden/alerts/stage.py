@@ -32,11 +32,11 @@ from lockwarden.state.history import (
 )
 from lockwarden.state.journal import (
     Journal,
-    Record,
     StateError,
     default_state_path,
     state_directory_of,
 )
+from lockwarden.state.records import DueRecord, GiveUpRecord, JournalRecord, SentRecord
 from lockwarden.support.checkpoints import Checkpoint, skip
 from lockwarden.support.durations import format_duration, format_time
 
@@ -135,7 +135,7 @@ class JournalWriter:
         self.broken = False
         self.fallback = fallback
 
-    def append(self, record: Record) -> None:
+    def append(self, record: JournalRecord) -> None:
         if self.broken:
             return
         try:
@@ -176,15 +176,9 @@ def load_history(
         return History()
 
 
-def _last_delivery(records: list[Record]) -> list[datetime]:
-    from lockwarden.support.durations import parse_time
-
-    times = (
-        parse_time(record.get("at"))
-        for record in records
-        if record.get("type") == "sent" and record.get("ok")
-    )
-    latest = max((moment for moment in times if moment is not None), default=None)
+def _last_delivery(records: list[JournalRecord]) -> list[datetime]:
+    times = (record.at for record in records if isinstance(record, SentRecord) and record.ok)
+    latest = max(times, default=None)
     return [] if latest is None else [latest]
 
 
@@ -631,13 +625,7 @@ def _retry(
         log.warning("%s", dropped)
         outcome.dropped.append(dropped)
         writer.append(
-            {
-                "type": "giveup",
-                "at": format_time(now),
-                "message": retry.sent.message_id,
-                "services": gone,
-                "why": "service no longer configured",
-            }
+            GiveUpRecord(now, retry.sent.message_id, tuple(gone), "service no longer configured")
         )
     live = [service for service in retry.services if notifier.known(service)]
     # The same message (its title is what a service shows): said to be late, as its figures
@@ -677,38 +665,36 @@ def _renamed(notifier: Notifier, retry: Retry, writer: JournalWriter) -> Retry:
     return Retry(retry.sent, services, retry.lock)
 
 
-def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> Record:
+def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> DueRecord:
     sent = retry.sent
-    return {
-        "type": "due",
-        "at": format_time(sent.due_at),
-        "incident": sent.incident,
-        "message": sent.message_id,
-        "kind": sent.kind,
-        "title": sent.title,
-        "markdown": sent.markdown,
-        "text": sent.text,
-        "notify_type": sent.notify_type,
-        "tags": list(sent.tags),
-        "targets": list(targets),
-    }
+    return DueRecord(
+        at=sent.due_at,
+        incident=sent.incident,
+        message=sent.message_id,
+        kind=sent.kind,
+        title=sent.title,
+        markdown=sent.markdown,
+        text=sent.text,
+        notify_type=sent.notify_type,
+        tags=sent.tags,
+        targets=tuple(targets),
+    )
 
 
-def _due_record(item: Outgoing, targets: tuple[str, ...] | None, now: datetime) -> Record:
-    return {
-        "type": "due",
-        "at": format_time(now),
-        "incident": item.incident,
-        "message": item.message_id,
-        "kind": item.kind,
-        "lock": item.lock,
-        "title": item.message.title,
-        "markdown": item.message.markdown,
-        "text": item.message.text,
-        "notify_type": item.message.notify_type,
-        "tags": list(item.tags),
-        "targets": None if targets is None else list(targets),
-    }
+def _due_record(item: Outgoing, targets: tuple[str, ...] | None, now: datetime) -> DueRecord:
+    return DueRecord(
+        at=now,
+        incident=item.incident,
+        message=item.message_id,
+        kind=item.kind,
+        lock=item.lock,
+        title=item.message.title,
+        markdown=item.message.markdown,
+        text=item.message.text,
+        notify_type=item.message.notify_type,
+        tags=item.tags,
+        targets=None if targets is None else tuple(targets),
+    )
 
 
 def _record(
@@ -739,15 +725,9 @@ def _record(
         if message_id == NOTICE_ID:
             continue
         writer.append(
-            {
-                "type": "sent",
-                "at": format_time(now),
-                "message": message_id,
-                "service": delivery.service,
-                "url": delivery.url,
-                "ok": delivery.ok,
-                "status": delivery.status,
-            }
+            SentRecord(
+                now, message_id, delivery.service, delivery.ok, delivery.status, delivery.url
+            )
         )
 
 

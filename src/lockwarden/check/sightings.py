@@ -4,7 +4,7 @@ A kernel lock records no acquisition time, and a holder's running time is only a
 (a service started hours ago may have taken a flock a second ago). So every run that sees a lock
 held without a dated record writes one `seen` record to the state journal:
 
-    {"type": "seen", "at": T, "locks": {NAME: [IDENTITY, FIRST_SEEN]}}
+    {"type": "seen", "at": T, "locks": {NAME: [IDENTITY, FIRST_SEEN]}}   (records.SeenRecord)
 
 FIRST_SEEN is the first of an unbroken series of runs that saw NAME held by IDENTITY (PID +
 start ticks + boot id, or the inode for a holder no one could name). The next run that sees the
@@ -35,10 +35,8 @@ from datetime import datetime
 from typing import NamedTuple
 
 from lockwarden.model import Bound, Finding, State
-from lockwarden.state.journal import Record
-from lockwarden.support.durations import format_time, parse_time
+from lockwarden.state.records import JournalRecord, SeenEntry, SeenRecord
 
-SEEN = "seen"
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)
 _HELD = (State.HELD, State.HELD_TOO_LONG, State.UNKNOWN)
 # A database session's identity (databases/): its lock lives on a server, maybe another host's.
@@ -66,29 +64,18 @@ class LastSeen(NamedTuple):
     locks: dict[str, Series]
 
 
-def last_seen(records: Iterable[Record]) -> LastSeen | None:
+def last_seen(records: Iterable[JournalRecord]) -> LastSeen | None:
+    """The latest `seen` record (one of a shape this version cannot read is none: the fold
+    of the alert stage reports it)."""
     latest: LastSeen | None = None
     for record in records:
-        if record.get("type") != SEEN:
-            continue
-        at = parse_time(record.get("at"))
-        locks = record.get("locks")
-        if at is None or not isinstance(locks, dict):
-            continue
-        latest = LastSeen(at, _entries(locks, at))
+        if isinstance(record, SeenRecord):
+            locks = {
+                name: Series(entry.identity, entry.since, entry.seen_at or record.at)
+                for name, entry in record.locks.items()
+            }
+            latest = LastSeen(record.at, locks)
     return latest
-
-
-def _entries(locks: dict[object, object], at: datetime) -> dict[str, Series]:
-    entries = {}
-    for name, value in locks.items():
-        if not (isinstance(value, list) and len(value) in (2, 3) and isinstance(value[0], str)):
-            continue
-        since = parse_time(value[1])
-        seen_at = parse_time(value[2]) if len(value) == 3 else at
-        if since is not None and seen_at is not None:
-            entries[str(name)] = Series(value[0], since, seen_at)
-    return entries
 
 
 def longest_gap(warn_after: float) -> float:
@@ -118,11 +105,11 @@ def sightings_of(
     remembered: Memory,
     now: datetime,
     latest: LastSeen | None = None,
-) -> Record:
+) -> SeenRecord:
     """This run's `seen` record: every lock held with no dated record, with its series start;
     and each series of a lock this run could not look at, carried on (`latest`: the record it
     comes from, for when its holder was last seen)."""
-    locks: dict[str, list[str]] = {}
+    locks: dict[str, SeenEntry] = {}
     for finding in findings:
         carried = _carried(finding, remembered, latest)
         if carried is not None:
@@ -130,11 +117,11 @@ def sightings_of(
         if not _undated_hold(finding) or finding.identity is None:
             continue
         since = remembered.get(finding.name, {}).get(finding.identity, now)
-        locks[finding.name] = [finding.identity, format_time(since)]
-    return {"type": SEEN, "at": format_time(now), "locks": locks}
+        locks[finding.name] = SeenEntry(finding.identity, since)
+    return SeenRecord(now, locks)
 
 
-def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> list[str] | None:
+def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> SeenEntry | None:
     """A series this run could neither continue nor end (Finding.unseen). Only one still in
     memory (its gap not yet too long) is carried."""
     if not finding.unseen or latest is None:
@@ -142,21 +129,19 @@ def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> l
     series = latest.locks.get(finding.name)
     if series is None or series.identity not in remembered.get(finding.name, {}):
         return None
-    return [series.identity, format_time(series.since), format_time(series.seen_at)]
+    return SeenEntry(series.identity, series.since, series.seen_at)
 
 
-def worth_writing(record: Record, latest: LastSeen | None) -> bool:
+def worth_writing(record: SeenRecord, latest: LastSeen | None) -> bool:
     """Write a record that sees something, or an empty one that ends a series; else nothing."""
-    return bool(record["locks"]) or bool(latest is not None and latest.locks)
+    return bool(record.locks) or bool(latest is not None and latest.locks)
 
 
-def outlives_the_boot(record: Record) -> bool:
+def outlives_the_boot(record: SeenRecord) -> bool:
     """Whether a `seen` record names a database session: its server may be another host, where
     the session outlives a crash of this one, so the record is written as durably as any
     other. One naming only this boot's kernel locks is not fsynced (Journal.append)."""
-    locks = record.get("locks")
-    entries = locks.values() if isinstance(locks, dict) else ()
-    return any(str(entry[0]).startswith(_SESSION_IDENTITIES) for entry in entries)
+    return any(entry.identity.startswith(_SESSION_IDENTITIES) for entry in record.locks.values())
 
 
 def _undated_hold(finding: Finding) -> bool:
@@ -169,8 +154,8 @@ def _undated_hold(finding: Finding) -> bool:
     return held and (finding.key is not None or database_session)
 
 
-def keep_latest_seen(records: list[Record]) -> list[Record]:
+def keep_latest_seen(records: list[JournalRecord]) -> list[JournalRecord]:
     """Compaction: only the latest `seen` record matters."""
-    indexes = [index for index, record in enumerate(records) if record.get("type") == SEEN]
+    indexes = [index for index, record in enumerate(records) if isinstance(record, SeenRecord)]
     drop = set(indexes[:-1])
     return [record for index, record in enumerate(records) if index not in drop]

@@ -19,13 +19,13 @@ from lockwarden.pipeline import FileReads, RunResult, run_once
 from lockwarden.procfs.reader import HostReader, wall_clock
 from lockwarden.state.journal import (
     Journal,
-    Record,
     RunBusy,
     RunLock,
     StateError,
     default_state_path,
     state_directory_of,
 )
+from lockwarden.state.records import SeenRecord
 from lockwarden.support.checkpoints import Checkpoint, skip
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ class SightingMemory:
         merged = state_finding(self.journal.path, "; ".join([*reasons, self.unsaved]))
         return replace(alerted, result=replace(alerted.result, findings=(*others, merged)))
 
-    def _append(self, record: Record, lock_first: bool) -> str | None:
+    def _append(self, record: SeenRecord, lock_first: bool) -> str | None:
         run_lock = None
         try:
             if lock_first:

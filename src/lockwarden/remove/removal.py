@@ -38,7 +38,8 @@ from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.state.history import History
-from lockwarden.state.journal import Journal, Record, StateError
+from lockwarden.state.journal import Journal, StateError
+from lockwarden.state.records import RemovedRecord, SightingRecord
 from lockwarden.support.durations import format_duration, format_time
 from lockwarden.support.safe_read import (
     NotAnArtefact,
@@ -390,26 +391,22 @@ class _Stage:
         )
         return replace(_inspect(lock, self.now), removal=text)
 
-    def _sighting_record(self, lock: LockConfig, candidate: Candidate) -> Record:
-        return {
-            "type": "sighting",
-            "at": format_time(self.now),
-            "lock": lock.name,
-            "key": candidate.key,
-            "path": candidate.target,
-            "proof": candidate.finding.proof,
-        }
+    def _sighting_record(self, lock: LockConfig, candidate: Candidate) -> SightingRecord:
+        return SightingRecord(
+            self.now, lock.name, candidate.key, candidate.target, candidate.finding.proof
+        )
 
-    def _removed_record(self, lock: LockConfig, candidate: Candidate, quarantine: str) -> Record:
-        return {
-            "type": REMOVED,
-            "at": format_time(self.now),
-            "lock": lock.name,
-            "key": candidate.key,
-            "path": candidate.target,
-            "quarantine": quarantine,
-            "proof": candidate.finding.proof,
-        }
+    def _removed_record(
+        self, lock: LockConfig, candidate: Candidate, quarantine: str
+    ) -> RemovedRecord:
+        return RemovedRecord(
+            self.now,
+            lock.name,
+            candidate.key,
+            candidate.target,
+            quarantine,
+            candidate.finding.proof,
+        )
 
     def _message(
         self, lock: LockConfig, candidate: Candidate, quarantine: str, first_at: datetime

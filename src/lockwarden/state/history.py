@@ -1,18 +1,7 @@
-"""The journal's records folded into what dedupe needs: runs, incidents, messages, deliveries.
+"""The journal's records (state/records.py, where each kind is described) folded into what
+dedupe needs: runs, incidents, messages, deliveries, and what `remove_stale` has seen.
 
-Pure: records in, typed history out. The record kinds (one JSON object per line):
-
-* ``run``      ``{at, locks: {name: [class, key]}}`` — only locks that were not good;
-* ``open``     ``{at, incident, lock, key, class, path, holder, held_since}``;
-* ``due``      ``{at, incident, message, kind, title, markdown, text, tags, targets}`` — written
-  before sending, so a crash mid-send is retried (at most one duplicate), never lost;
-* ``sent``     ``{at, message, service, url, ok, status}`` — one per service and attempt;
-  ``url`` is apprise's privacy form, never the URL itself;
-* ``close``    ``{at, incident, why}``;
-* ``giveup``   ``{at, message, services}`` — undeliverable after give_up_after.
-* ``sighting`` ``{at, lock, key, path, proof}`` — `remove_stale`: the first run that saw this
-  stale lock (its key names the finding's identity, the inode and a digest of the record);
-* ``removed``  ``{at, lock, key, path, quarantine, proof}`` — a stale lock moved aside and deleted.
+Pure: typed records in, typed history out.
 """
 
 from __future__ import annotations
@@ -20,8 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lockwarden.state.journal import Record, encode
-from lockwarden.support.durations import parse_time
+from lockwarden.state.journal import encode
+from lockwarden.state.records import (
+    CloseRecord,
+    DueRecord,
+    GiveUpRecord,
+    JournalRecord,
+    OpenRecord,
+    RemovedRecord,
+    RunRecord,
+    SentRecord,
+    SightingRecord,
+    Unreadable,
+)
 
 GOOD = "good"
 # The kinds of message an incident journals (its "due" and "sent" records' `kind`).
@@ -155,97 +155,83 @@ class History:
         return count
 
 
-def fold(records: list[Record]) -> History:
+def fold(records: list[JournalRecord]) -> History:
     """The records, in order, into a History. A record of a shape this version cannot read
     teaches nothing, and the rest still counts; it is listed in `malformed`, never skipped in
     silence (a lost `open` or `sent` means a duplicate alert, which a person should hear of)."""
     history = History()
     for number, record in enumerate(records, start=1):
-        try:
+        if isinstance(record, Unreadable):
+            at = record.raw.get("at")
+            history.malformed.append(
+                f"record {number} ({record.kind!r} at {at!r}) cannot be read: {record.problem}"
+            )
+        else:
             _apply(history, record)
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            history.malformed.append(_malformed(number, record, error))
     return history
 
 
-def _malformed(number: int, record: Record, error: Exception) -> str:
-    kind = record.get("type") if isinstance(record, dict) else None
-    what = f"missing {error}" if isinstance(error, KeyError) else type(error).__name__
-    return f"record {number} ({kind!r} at {record.get('at')!r}) cannot be read: {what}"
-
-
-def _apply(history: History, record: Record) -> None:
-    kind = record["type"]
-    at = parse_time(record.get("at"))
-    if at is None:
-        return
-    if kind == "run":
-        locks = {str(name): (str(v[0]), v[1]) for name, v in dict(record["locks"]).items()}
-        history.runs.append(RunSummary(at, locks))
-    elif kind == "open":
-        history.incidents[record["incident"]] = Incident(
-            incident_id=record["incident"],
-            lock=record["lock"],
-            key=record["key"],
-            state_class=record["class"],
-            path=record.get("path") or "",
-            holder=record.get("holder"),
-            opened_at=at,
-            held_since=parse_time(record.get("held_since")),
-        )
-    elif kind == "close":
-        incident = history.incidents.get(record["incident"])
-        if incident is not None and incident.open:
-            incident.closed_at, incident.why_closed = at, record.get("why")
-    elif kind == "due":
-        _apply_due(history, record, at)
-    elif kind == "sent":
-        message = history.messages.get(record["message"])
-        if message is not None:
-            message.attempts.append(
-                Attempt(
-                    at,
-                    record["service"],
-                    record.get("url", "?"),
-                    bool(record["ok"]),
-                    str(record.get("status")),
-                )
+def _apply(history: History, record: JournalRecord) -> None:
+    match record:
+        case RunRecord():
+            history.runs.append(RunSummary(record.at, dict(record.locks)))
+        case OpenRecord():
+            history.incidents[record.incident] = Incident(
+                incident_id=record.incident,
+                lock=record.lock,
+                key=record.key,
+                state_class=record.state_class,
+                path=record.path,
+                holder=record.holder,
+                opened_at=record.at,
+                held_since=record.held_since,
             )
-    elif kind == "giveup":
-        message = history.messages.get(record["message"])
-        if message is not None:
-            message.gave_up.update(record["services"])
-    elif kind in ("sighting", "removed"):
-        _apply_removal(history, kind, str(record["lock"]), str(record["key"]), at)
+        case CloseRecord():
+            incident = history.incidents.get(record.incident)
+            if incident is not None and incident.open:
+                incident.closed_at, incident.why_closed = record.at, record.why
+        case DueRecord():
+            _apply_due(history, record)
+        case SentRecord():
+            message = history.messages.get(record.message)
+            if message is not None:
+                message.attempts.append(
+                    Attempt(record.at, record.service, record.url, record.ok, record.status)
+                )
+        case GiveUpRecord():
+            message = history.messages.get(record.message)
+            if message is not None:
+                message.gave_up.update(record.services)
+        case SightingRecord() | RemovedRecord():
+            _apply_removal(history, record)
 
 
-def _apply_removal(history: History, kind: str, lock: str, key: str, at: datetime) -> None:
+def _apply_removal(history: History, record: SightingRecord | RemovedRecord) -> None:
     """A sighting of a new key replaces the lock's last one; a removal ends it."""
-    current = history.sightings.get(lock)
-    if kind == "removed":
-        if current is not None and current.key == key:
-            del history.sightings[lock]
-    elif current is None or current.key != key:
-        history.sightings[lock] = Sighting(key, at)
+    current = history.sightings.get(record.lock)
+    if isinstance(record, RemovedRecord):
+        if current is not None and current.key == record.key:
+            del history.sightings[record.lock]
+    elif current is None or current.key != record.key:
+        history.sightings[record.lock] = Sighting(record.key, record.at)
 
 
-def _apply_due(history: History, record: Record, at: datetime) -> None:
-    targets = None if record.get("targets") is None else tuple(record["targets"])
-    previous = history.messages.get(record["message"])
+def _apply_due(history: History, record: DueRecord) -> None:
+    previous = history.messages.get(record.message)
     if previous is not None:  # its services resolved later: the same message, now addressed
-        previous.targets = targets
+        previous.targets = record.targets
         return
     message = Sent(
-        message_id=record["message"],
-        incident=record["incident"],
-        kind=record["kind"],
-        due_at=at,
-        title=record["title"],
-        markdown=record["markdown"],
-        text=record["text"],
-        tags=tuple(record.get("tags") or ()),
-        targets=targets,
-        notify_type=str(record.get("notify_type") or "info"),
+        message_id=record.message,
+        incident=record.incident,
+        kind=record.kind,
+        due_at=record.at,
+        title=record.title,
+        markdown=record.markdown,
+        text=record.text,
+        tags=record.tags,
+        targets=record.targets,
+        notify_type=record.notify_type,
     )
     history.messages[message.message_id] = message
     incident = history.incidents.get(message.incident)
@@ -254,8 +240,8 @@ def _apply_due(history: History, record: Record, at: datetime) -> None:
 
 
 def keep_for_dedupe(
-    records: list[Record], keep_runs: int = KEEP_RUNS, closed_budget: int | None = None
-) -> list[Record]:
+    records: list[JournalRecord], keep_runs: int = KEEP_RUNS, closed_budget: int | None = None
+) -> list[JournalRecord]:
     """What compaction keeps: open incidents, incidents with messages still pending, the last
     KEEP_CLOSED_INCIDENTS closed ones (for `history`), and the last `keep_runs` run records;
     of an incident's delivered reminders only the latest (a week-long incident stays small).
@@ -280,17 +266,34 @@ def keep_for_dedupe(
     for incident in history.incidents.values():
         dropped_messages |= incident.superseded_reminders()
     dropped_messages |= _old_orphans(history)
-    runs = [index for index, record in enumerate(records) if record.get("type") == "run"]
+    runs = [index for index, record in enumerate(records) if isinstance(record, RunRecord)]
     kept_runs = set(runs[-keep_runs:])
-    kept: list[Record] = []
+    kept: list[JournalRecord] = []
     for index, record in enumerate(records):
-        kind = record.get("type")
-        if kind == "run" and index not in kept_runs:
+        if isinstance(record, RunRecord) and index not in kept_runs:
             continue
-        if record.get("incident") in dropped or record.get("message") in dropped_messages:
+        if _incident_of(record) in dropped or _message_of(record) in dropped_messages:
             continue
         kept.append(record)
     return kept
+
+
+def _incident_of(record: JournalRecord) -> str | None:
+    if isinstance(record, OpenRecord | CloseRecord | DueRecord):
+        return record.incident
+    if isinstance(record, Unreadable):
+        found = record.raw.get("incident")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def _message_of(record: JournalRecord) -> str | None:
+    if isinstance(record, DueRecord | SentRecord | GiveUpRecord):
+        return record.message
+    if isinstance(record, Unreadable):
+        found = record.raw.get("message")
+        return found if isinstance(found, str) else None
+    return None
 
 
 def _old_orphans(history: History) -> set[str]:
@@ -308,13 +311,13 @@ def _old_orphans(history: History) -> set[str]:
     return {message.message_id for message in old}
 
 
-def _incident_sizes(records: list[Record], history: History) -> dict[str, int]:
+def _incident_sizes(records: list[JournalRecord], history: History) -> dict[str, int]:
     """Bytes each incident's records take in the journal (its messages' deliveries too)."""
     sizes: dict[str, int] = {}
     for record in records:
-        incident = record.get("incident")
-        if not isinstance(incident, str):
-            message = history.messages.get(str(record.get("message")))
+        incident = _incident_of(record)
+        if incident is None:
+            message = history.messages.get(_message_of(record) or "")
             incident = message.incident if message is not None else None
         if isinstance(incident, str):
             sizes[incident] = sizes.get(incident, 0) + len(encode(record))
@@ -340,28 +343,26 @@ def _has_pending(incident: Incident) -> bool:
 KEEP_REMOVALS = 20
 
 
-def keep_for_removal(records: list[Record]) -> list[Record]:
+def keep_for_removal(records: list[JournalRecord]) -> list[JournalRecord]:
     """What compaction keeps of `remove_stale`'s records: each lock's current sighting (the
     record that started it, so the confirm delay is never shortened) and the last
     KEEP_REMOVALS removals; superseded sightings go."""
     current = fold(records).sightings
-    removals = [index for index, record in enumerate(records) if record.get("type") == "removed"]
+    removals = [i for i, record in enumerate(records) if isinstance(record, RemovedRecord)]
     kept_removals = set(removals[-KEEP_REMOVALS:])
-    kept: list[Record] = []
+    kept: list[JournalRecord] = []
     started: set[str] = set()
     for index, record in enumerate(records):
-        kind = record.get("type")
-        if kind == "removed" and index not in kept_removals:
+        if isinstance(record, RemovedRecord) and index not in kept_removals:
             continue
-        if kind == "sighting":
-            lock = record.get("lock")
-            sighting = current.get(lock) if isinstance(lock, str) else None
-            if sighting is None or lock in started or not _starts(record, sighting):
+        if isinstance(record, SightingRecord):
+            sighting = current.get(record.lock)
+            if sighting is None or record.lock in started or not _starts(record, sighting):
                 continue
-            started.add(str(lock))
+            started.add(record.lock)
         kept.append(record)
     return kept
 
 
-def _starts(record: Record, sighting: Sighting) -> bool:
-    return record.get("key") == sighting.key and parse_time(record.get("at")) == sighting.first_at
+def _starts(record: SightingRecord, sighting: Sighting) -> bool:
+    return record.key == sighting.key and record.at == sighting.first_at

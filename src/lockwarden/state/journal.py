@@ -29,13 +29,13 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
+from lockwarden.state.records import JournalRecord, from_json, to_json
 from lockwarden.support.checkpoints import Checkpoint, skip
 
 log = logging.getLogger(__name__)
 
-Record = dict[str, Any]
 JOURNAL_NAME = "state.jsonl"
 RUN_LOCK_NAME = "run.lock"
 COMPACT_PREFIX = f".{JOURNAL_NAME}.compact-"
@@ -173,7 +173,7 @@ def fsync_directory(directory: str) -> None:
 class Loaded:
     """What a load found: the good records, warnings, and where a torn tail starts."""
 
-    records: list[Record] = field(default_factory=list)
+    records: list[JournalRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     torn_at: int | None = None
     size: int = 0
@@ -192,26 +192,29 @@ def parse_lines(data: bytes, path: str) -> Loaded:
         record = _parse_line(line)
         if record is None:
             loaded.warnings.append(f"{path}: line {number} is not a journal record; skipped")
-        elif record:
+        elif record is not False:
             loaded.records.append(record)
     return loaded
 
 
-def _parse_line(line: bytes) -> Record | None:
-    """A record, {} for a blank line, or None for a corrupt one."""
+def _parse_line(line: bytes) -> JournalRecord | Literal[False] | None:
+    """A record (records.Unreadable for a kind or shape this version cannot read), False
+    for a blank line, or None for a line that is no JSON object with a `type`."""
     if not line.strip():
-        return {}
+        return False
     try:
         value = json.loads(line)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         return None
-    return value
+    return from_json(value)
 
 
-def encode(record: Record) -> bytes:
-    text = json.dumps(record, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
+def encode(record: JournalRecord) -> bytes:
+    """One journal line."""
+    stored = to_json(record)
+    text = json.dumps(stored, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
     return text.encode() + b"\n"
 
 
@@ -265,7 +268,7 @@ class Journal:
             log.warning("%s", warning)
         return loaded
 
-    def append(self, record: Record, durable: bool = True) -> None:
+    def append(self, record: JournalRecord, durable: bool = True) -> None:
         """One write(), length checked, then fsync; raise StateError on any failure.
 
         `durable=False` skips the fsync, for a record that every run writes afresh, that
@@ -336,7 +339,7 @@ class Journal:
         except OSError:
             return False
 
-    def compact(self, keep: Callable[[list[Record]], list[Record]]) -> int:
+    def compact(self, keep: Callable[[list[JournalRecord]], list[JournalRecord]]) -> int:
         """Rewrite the journal as `keep(records)`: temp file, fsync, rename, fsync dir."""
         records = self.load().records
         kept = keep(records)

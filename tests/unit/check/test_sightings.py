@@ -9,6 +9,7 @@ import pytest
 
 from lockwarden.check import sightings
 from lockwarden.model import Bound, Finding, Severity, State
+from lockwarden.state.records import JournalRecord, SeenRecord, from_json, to_json
 from lockwarden.support.durations import format_time
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -16,9 +17,17 @@ FIRST = NOW - timedelta(minutes=7)
 HOLDER = "pid:4242:1000:boot-a"
 
 
-def seen(at: datetime, **locks: tuple[str, datetime]) -> dict[str, object]:
+def seen(at: datetime, **locks: tuple[str, datetime]) -> JournalRecord:
+    """A `seen` record as the journal stores it, read back as a typed record."""
     entries = {name: [identity, format_time(since)] for name, (identity, since) in locks.items()}
-    return {"type": "seen", "at": format_time(at), "locks": entries}
+    return from_json({"type": "seen", "at": format_time(at), "locks": entries})
+
+
+def stored(record: SeenRecord) -> dict[str, object]:
+    """The `locks` of a record as the journal stores them."""
+    locks = to_json(record)["locks"]
+    assert isinstance(locks, dict)
+    return locks
 
 
 def finding(state: State = State.HELD, bound: Bound = Bound.AT_MOST, **changes: object) -> Finding:
@@ -55,7 +64,7 @@ def test_only_the_latest_seen_record_counts() -> None:
     records = [
         seen(FIRST, store=(HOLDER, FIRST)),
         seen(NOW - timedelta(minutes=1)),  # a run that saw it free ended the series
-        {"type": "run", "at": format_time(NOW), "locks": {}},
+        from_json({"type": "run", "at": format_time(NOW), "locks": {}}),
     ]
     latest = sightings.last_seen(records)
     assert latest is not None and latest.locks == {}
@@ -66,8 +75,8 @@ def test_a_run_carries_the_series_start_for_the_same_holder_and_restarts_for_ano
     remembered = {"store": {HOLDER: FIRST}}
     same = sightings.sightings_of([finding()], remembered, NOW)
     other = sightings.sightings_of([finding(identity="pid:9:1:boot-a")], remembered, NOW)
-    assert same["locks"] == {"store": [HOLDER, format_time(FIRST)]}
-    assert other["locks"] == {"store": ["pid:9:1:boot-a", format_time(NOW)]}
+    assert stored(same) == {"store": [HOLDER, format_time(FIRST)]}
+    assert stored(other) == {"store": ["pid:9:1:boot-a", format_time(NOW)]}
 
 
 @pytest.mark.parametrize(
@@ -83,7 +92,7 @@ def test_a_run_carries_the_series_start_for_the_same_holder_and_restarts_for_ano
 )
 def test_only_undated_holds_are_remembered(state: State, bound: Bound, recorded: bool) -> None:
     record = sightings.sightings_of([finding(state, bound)], {}, NOW)
-    assert bool(record["locks"]) is recorded
+    assert bool(stored(record)) is recorded
 
 
 def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -> None:
@@ -95,7 +104,7 @@ def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -
     remembered = sightings.memory(latest, NOW, {"store": 180.0})
     blind = finding(State.UNKNOWN, Bound.UNKNOWN, identity=None, key=None)
     record = sightings.sightings_of([blind], remembered, NOW, latest)
-    assert record["locks"] == {"store": [HOLDER, format_time(FIRST), format_time(before)]}
+    assert stored(record) == {"store": [HOLDER, format_time(FIRST), format_time(before)]}
     carried = sightings.last_seen([record])
     later = NOW + timedelta(minutes=1)  # two minutes after the holder was last seen
     assert sightings.memory(carried, later, {"store": 180.0}) == {"store": {HOLDER: FIRST}}
@@ -105,7 +114,7 @@ def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -
     assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 90.0}) == {}
     assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 600.0}) != {}
     again = sightings.sightings_of([finding()], {"store": {HOLDER: FIRST}}, later, carried)
-    assert again["locks"] == {"store": [HOLDER, format_time(FIRST)]}  # seen again: continued
+    assert stored(again) == {"store": [HOLDER, format_time(FIRST)]}  # seen again: continued
 
 
 @pytest.mark.parametrize(
@@ -121,10 +130,10 @@ def test_a_run_that_did_look_carries_nothing(looked: Finding) -> None:
     latest = sightings.last_seen([seen(before, store=(HOLDER, FIRST))])
     remembered = sightings.memory(latest, NOW, {"store": 180.0})
     record = sightings.sightings_of([looked], remembered, NOW, latest)
-    assert [entry[0] for entry in record["locks"].values()] == (
+    assert [entry[0] for entry in stored(record).values()] == (
         [] if looked.identity is None else [looked.identity]
     )
-    assert all(len(entry) == 2 for entry in record["locks"].values())
+    assert all(len(entry) == 2 for entry in stored(record).values())
 
 
 def test_a_series_past_its_gap_is_not_carried() -> None:
@@ -132,7 +141,7 @@ def test_a_series_past_its_gap_is_not_carried() -> None:
     latest = sightings.last_seen([seen(long_ago, store=(HOLDER, FIRST))])
     remembered = sightings.memory(latest, NOW, {"store": 180.0})
     blind = finding(State.UNKNOWN, Bound.UNKNOWN, identity=None, key=None)
-    assert sightings.sightings_of([blind], remembered, NOW, latest)["locks"] == {}
+    assert stored(sightings.sightings_of([blind], remembered, NOW, latest)) == {}
 
 
 def test_a_quiet_run_writes_one_empty_record_to_end_a_series_and_then_nothing() -> None:
@@ -143,7 +152,11 @@ def test_a_quiet_run_writes_one_empty_record_to_end_a_series_and_then_nothing() 
 
 
 def test_compaction_keeps_only_the_latest_seen_record() -> None:
-    records = [seen(FIRST), {"type": "run", "at": format_time(NOW)}, seen(NOW)]
+    records = [
+        seen(FIRST),
+        from_json({"type": "run", "at": format_time(NOW), "locks": {}}),
+        seen(NOW),
+    ]
     assert sightings.keep_latest_seen(records) == records[1:]
 
 
@@ -176,6 +189,6 @@ def test_only_a_record_naming_a_database_session_outlives_the_boot() -> None:
         at,
     )
     mysql = sightings.sightings_of([finding(identity="mysql-connection:9:2")], {}, at)
-    assert [bool(record["locks"]) for record in (kernel, session, mysql)] == [True, True, True]
+    assert [bool(stored(record)) for record in (kernel, session, mysql)] == [True, True, True]
     assert [sightings.outlives_the_boot(r) for r in (kernel, session, mysql)] == [False, True, True]
-    assert not sightings.outlives_the_boot({"type": "seen", "at": "x", "locks": {}})
+    assert not sightings.outlives_the_boot(SeenRecord(NOW))

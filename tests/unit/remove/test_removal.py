@@ -466,7 +466,9 @@ def test_compaction_keeps_each_locks_current_sighting_and_the_latest_removals() 
     def sighting(at: str, lock: str, key: str) -> dict[str, Any]:
         return {"type": "sighting", "at": at, "lock": lock, "key": key}
 
-    records = [
+    from lockwarden.state.records import from_json, to_json
+
+    stored = [
         sighting("2026-01-01T00:00:00Z", "a", "k1"),
         sighting("2026-01-01T00:01:00Z", "a", "k2"),  # a new key replaces k1
         sighting("2026-01-01T00:00:00Z", "b", "k3"),
@@ -475,7 +477,9 @@ def test_compaction_keeps_each_locks_current_sighting_and_the_latest_removals() 
             for n in range(KEEP_REMOVALS + 5)
         ),
     ]
-    kept = keep_for_removal(records)
+    records = [from_json(record) for record in stored]
+    kept = [to_json(record) for record in keep_for_removal(records)]
     assert [r["key"] for r in kept if r["type"] == "sighting"] == ["k2", "k3"]
     assert len([r for r in kept if r["type"] == "removed"]) == KEEP_REMOVALS
-    assert fold(kept).sightings == fold(records).sightings
+    records_kept = [from_json(record) for record in kept]
+    assert fold(records_kept).sightings == fold(records).sightings

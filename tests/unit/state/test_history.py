@@ -9,23 +9,25 @@ from pathlib import Path
 
 from conftest import FLOCK_HOLDER, Children, run_cli, write_config
 from lockwarden.state.history import fold
+from lockwarden.state.records import from_json
 
 AT = "2026-12-04T10:00:00Z"
 
 
 def test_a_record_the_fold_cannot_read_is_named_and_the_rest_still_counts() -> None:
-    records = [
+    stored = [
         {"type": "open", "at": AT, "incident": "a1", "lock": "wa-store", "key": "k",
          "class": "held_too_long"},
         {"type": "open", "at": AT, "incident": "b2", "class": "stale"},  # no lock, no key
         {"type": "run", "at": AT, "locks": ["not", "a", "table"]},
         {"type": "close", "at": AT, "incident": "a1", "why": "resolved"},
     ]  # fmt: skip
+    records = [from_json(record) for record in stored]
     history = fold(records)
     assert list(history.incidents) == ["a1"] and not history.incidents["a1"].open
     assert history.malformed == [
-        "record 2 ('open' at '2026-12-04T10:00:00Z') cannot be read: missing 'lock'",
-        "record 3 ('run' at '2026-12-04T10:00:00Z') cannot be read: ValueError",
+        "record 2 ('open' at '2026-12-04T10:00:00Z') cannot be read: lock is missing",
+        "record 3 ('run' at '2026-12-04T10:00:00Z') cannot be read: locks is not a table",
     ]
     assert fold(records[:1]).malformed == []
 
@@ -46,6 +48,6 @@ def test_a_run_says_which_record_it_could_not_read(tmp_path: Path, children: Chi
     completed = run_cli("--once", "--config", config)
     assert completed.returncode == 0, completed.stderr
     assert (
-        f"warning: {journal}: record 1 ('open' at '{AT}') cannot be read: missing 'lock'; "
+        f"warning: {journal}: record 1 ('open' at '{AT}') cannot be read: lock is missing; "
         "what it said was left out"
     ) in completed.stderr
