@@ -32,9 +32,9 @@ def preload() -> None:
     import apprise  # noqa: F401  (imported here so no child pays for it)
     import requests  # noqa: F401
 
+    import lockwarden.alerts.delivery
     import lockwarden.alerts.heartbeat
     import lockwarden.alerts.notify
-    import lockwarden.alerts.stage
     import lockwarden.cli.alert_commands
     import lockwarden.cli.commands
     import lockwarden.output.prometheus  # noqa: F401

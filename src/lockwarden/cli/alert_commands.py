@@ -53,7 +53,7 @@ def once(
 
     alerted = run_and_alert(config, now, dry_run, on_start, checkpoint)
     if alerted.outcome is not None and not dry_run:
-        from lockwarden.alerts.stage import report_failures
+        from lockwarden.alerts.outcome import report_failures
 
         report_failures(alerted.outcome)
     if finish is not None:
@@ -70,7 +70,7 @@ def once(
 
 def _own_job_failed(alerted: AlertedRun) -> bool:
     """lockwarden's own findings: its state could not be used, or its textfile written."""
-    from lockwarden.alerts.stage import STATE_FINDING
+    from lockwarden.alerts.outcome import STATE_FINDING
     from lockwarden.output.prometheus import TEXTFILE_FINDING
 
     own = (STATE_FINDING, TEXTFILE_FINDING)
@@ -288,11 +288,10 @@ def notify_test(config: Config, tags: list[str], now: datetime, as_json: bool = 
 
 
 def history(config: Config, lock: str | None, as_json: bool) -> Output:
-    from lockwarden.alerts.stage import state_path
     from lockwarden.state.history import fold
     from lockwarden.state.journal import Journal, StateError
 
-    journal = Journal(state_path(config), config.state.max_bytes)
+    journal = Journal(config.state.journal_path, config.state.max_bytes)
     try:
         records = journal.load().records
     except StateError as error:

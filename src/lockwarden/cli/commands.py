@@ -705,13 +705,12 @@ def runtime_problems(config: config_module.Config, view: NotifyView) -> list[str
     """What a valid file still cannot do at run time: notify URLs apprise's own parser rejects
     (checked without sending), a lock whose notify_tags no service carries, a state directory
     a run would refuse, and a Prometheus textfile directory it cannot write."""
-    from lockwarden.alerts.stage import state_directory
     from lockwarden.state.journal import state_dir_problem
 
     where = config.source or "built-in defaults"
     problems = _notify_problems(view, list(enumerate(config.locks, start=1)), where)
     writes = config.notify.configured or any(lock.remove_stale for lock in config.locks)
-    state_problem = state_dir_problem(state_directory(config)) if writes else None
+    state_problem = state_dir_problem(config.state.directory) if writes else None
     if state_problem:
         problems.append(f"{where}: state.path: {state_problem}")
     problems.extend(_password_file_problems(config, where))

@@ -31,7 +31,7 @@ from lockwarden.support.checkpoints import Checkpoint, skip
 if TYPE_CHECKING:
     from lockwarden.alerts.alertmanager import ManagerOutcome
     from lockwarden.alerts.decide import Outgoing
-    from lockwarden.alerts.stage import AlertOutcome
+    from lockwarden.alerts.outcome import AlertOutcome
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,8 @@ def _alert(
     state_unusable: str | None,
     checkpoint: Checkpoint = skip,
 ) -> AlertedRun:
-    from lockwarden.alerts.stage import alert_stage, with_outcome
+    from lockwarden.alerts.delivery import alert_stage
+    from lockwarden.alerts.outcome import with_outcome
 
     checkpoint("after-snapshot")
     checked: tuple[Finding, ...] = result.findings
@@ -226,7 +227,7 @@ class SightingMemory:
         the alert stage's own, if it made one."""
         if self.unsaved is None:
             return alerted
-        from lockwarden.alerts.stage import STATE_FINDING, state_finding
+        from lockwarden.alerts.outcome import STATE_FINDING, state_finding
 
         findings = alerted.result.findings
         reasons = [finding.reason for finding in findings if finding.name == STATE_FINDING]

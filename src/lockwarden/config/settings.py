@@ -16,6 +16,7 @@ from lockwarden.config.schema import (
     STATE_OPTIONS,
     schema_default,
 )
+from lockwarden.state.journal import default_state_path, state_directory_of
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,16 @@ class StateSettings:
 
     path: str | None = None
     max_bytes: int = schema_default(STATE_OPTIONS, "max_bytes")
+
+    @property
+    def journal_path(self) -> str:
+        """The journal's file: `path`, else this user's default."""
+        return self.path or default_state_path()
+
+    @property
+    def directory(self) -> str:
+        """The state directory: the journal's, the run lock's, alertmanager.json's."""
+        return state_directory_of(self.path)
 
 
 @dataclass(frozen=True)

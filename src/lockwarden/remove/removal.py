@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from lockwarden.alerts.decide import Outgoing
+from lockwarden.alerts.delivery import JournalWriter, load_history
 from lockwarden.alerts.messages import Message, Row, render_markdown, render_text
-from lockwarden.alerts.stage import JournalWriter, load_history, state_path
 from lockwarden.check.classify import classify
 from lockwarden.check.identify import gather, request_for
 from lockwarden.config import Config, LockConfig
@@ -287,7 +287,7 @@ def removal_stage(
     wanted = {lock.name: lock for lock in config.locks if lock.remove_stale}
     if not wanted:
         return RemovalOutcome(findings)
-    journal = Journal(state_path(config), config.state.max_bytes, state_unusable)
+    journal = Journal(config.state.journal_path, config.state.max_bytes, state_unusable)
     problems: list[str] = []
     history = load_history(journal, problems, read_only=dry_run or not may_write)
     stage = _Stage(history, JournalWriter(journal, problems), hostname, now, dry_run)

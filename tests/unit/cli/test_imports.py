@@ -79,7 +79,7 @@ def test_quiet_once_imports_neither_apprise_nor_requests(
     assert result["code"] == 0, document
     assert [lock["state"] for lock in document["locks"]] == ["held", "held"]
     assert "lockwarden.pipeline" in result["modules"]  # the list is real, not empty
-    assert ("lockwarden.alerts.stage" in result["modules"]) is alerting
+    assert ("lockwarden.alerts.delivery" in result["modules"]) is alerting
     assert ("lockwarden.alerts.notify" in result["modules"]) is False  # nothing to send
     assert ("lockwarden.alerts.messages" in result["modules"]) is False  # nor to compose
     for package in HEAVY:
