@@ -313,7 +313,7 @@ def run_once(
     what_if: bool = False,
 ) -> RunResult:
     """`host` and `reads`: the run's host reader and its file reads, when the caller started
-    them (cli/once.py probes the state directory in the same child as the claims). `clock`:
+    them (run.py probes the state directory in the same child as the claims). `clock`:
     the wall clock the host snapshot is dated by (its boot time derives from it); `now` may
     differ (`--now` asks what a run would say at another time)."""
     if host is None:

@@ -159,15 +159,18 @@ import sys
 from datetime import UTC, datetime
 sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
 from factories import make_finding
-from lockwarden.cli.once import SightingMemory
 from lockwarden.config import load
 from lockwarden.model import Bound, State
 from lockwarden.pipeline import RunResult
+from lockwarden.run import SightingMemory
+from lockwarden.state.run_state import RunState
 now = datetime.now(UTC)
 finding = make_finding(state=State.HELD, held_bound=Bound.AT_MOST, identity="pg-backend:7:1")
-memory = SightingMemory(load({path!r}), now, None)
-result = memory.remember(RunResult("host", "boot", now, (finding,)), lock_first=False)
-assert not result.notes, result.notes
+config = load({path!r})
+state = RunState.open(config.state.journal_path, config.state.max_bytes)
+memory = SightingMemory(config, now, state)
+memory.remember(RunResult("host", "boot", now, (finding,)))
+assert memory.unsaved is None, memory.unsaved
 """
     traces = _traced(tmp_path, "-c", program)
     journal = tmp_path / "state" / "state.jsonl"

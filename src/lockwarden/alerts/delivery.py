@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -33,20 +33,17 @@ from lockwarden.state.history import (
     KEEP_RUNS,
     UNRESOLVED,
     History,
-    fold,
     keep_for_dedupe,
     keep_for_removal,
 )
-from lockwarden.state.journal import Journal, StateError
 from lockwarden.state.records import DueRecord, GiveUpRecord, JournalRecord, SentRecord
+from lockwarden.state.run_state import RunState
 from lockwarden.state.runtime import (
     degraded_marker,
     private_directory,
     read_marker,
-    runtime_directory,
     write_marker,
 )
-from lockwarden.support.checkpoints import Checkpoint, skip
 from lockwarden.support.durations import format_duration, format_time
 
 if TYPE_CHECKING:
@@ -69,122 +66,54 @@ def policies(
     }
 
 
-class JournalWriter:
-    """Appends records; after the first failure it stops trying and remembers why.
-
-    With a `fallback` journal (the runtime directory's), a record the journal cannot take goes
-    there instead, and so does every later one: a journal that loads but cannot be written
-    (read-only, full) then still remembers what this run sent, and the next run does not send
-    it again."""
-
-    def __init__(
-        self, journal: Journal, problems: list[str], fallback: Journal | None = None
-    ) -> None:
-        self.journal = journal
-        self.problems = problems
-        self.broken = False
-        self.fallback = fallback
-
-    def append(self, record: JournalRecord) -> None:
-        if self.broken:
-            return
-        try:
-            self.journal.append(record)
-        except StateError as error:
-            self.problems.append(str(error))
-            if (
-                self.fallback is None
-                or self.fallback is self.journal
-                or not private_directory(self.fallback.directory)
-            ):
-                self.broken = True
-                return
-            self.journal.close()
-            self.journal = self.fallback
-            self.append(record)
-
-
-def load_history(
-    journal: Journal,
-    problems: list[str],
-    read_only: bool,
-    last_delivery: list[datetime] | None = None,
-) -> History:
-    """The journal's history; a state problem is noted and the run goes on with none."""
-    try:
-        if not read_only:  # only a run that will write may create the state directory
-            journal.check_directory()
-        records = journal.load().records
-        if last_delivery is not None:
-            last_delivery.extend(_last_delivery(records))
-        history = fold(records)
-        for problem in history.malformed:  # what it said is not known: a duplicate may follow
-            log.warning("%s: %s; what it said was left out", journal.path, problem)
-        return history
-    except StateError as error:
-        problems.append(str(error))
-        return History()
-
-
-def _last_delivery(records: list[JournalRecord]) -> list[datetime]:
+def _last_delivery(records: list[JournalRecord]) -> datetime | None:
+    """The journal's latest confirmed delivery."""
     times = (record.at for record in records if isinstance(record, SentRecord) and record.ok)
-    latest = max(times, default=None)
-    return [] if latest is None else [latest]
+    return max(times, default=None)
 
 
 def alert_stage(
     config: Config,
+    state: RunState,
     findings: tuple[Finding, ...],
     hostname: str,
     now: datetime,
     dry_run: bool = False,
     extra: tuple[Outgoing, ...] = (),
-    state_unusable: str | None = None,
-    checkpoint: Checkpoint = skip,
     still_blocked: frozenset[str] = frozenset(),
 ) -> AlertOutcome:
     """Decide, send, journal. With no [notify] service configured, alerting is off: the
     journal is only read (never created), and the report says how many alerts were due.
     `extra` are messages an earlier stage of the run wants sent (a stale lock removed).
     `still_blocked`: blocked-writer findings this run saw within their budget (their count
-    started over): their incidents are not over.
-    `state_unusable`: why the state directory is not touched this run (a hung mount).
-    `checkpoint`: called at each step of the run (checkpoints.py)."""
-    journal = Journal(config.state.journal_path, config.state.max_bytes, state_unusable, checkpoint)
-    problems: list[str] = []
+    started over): their incidents are not over."""
     read_only = dry_run or not config.notify.configured
-    delivered_before: list[datetime] = []
-    history = load_history(journal, problems, read_only, delivered_before)
-    fallback = None if read_only else _fallback_journal(config)
-    if fallback is not None:
-        journal, history = _with_fallback(journal, history, fallback, problems)
+    delivered_before = _last_delivery(state.records)
+    history = state.history()
     plan = decide(
         findings, history, now, policies(config, findings, history), hostname, still_blocked
     )
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
-    checkpoint("after-decide")
-    outcome = AlertOutcome(plan, journal.path, state_problems=problems)
-    outcome.last_delivered_at = delivered_before[0] if delivered_before else None
+    state.journal.checkpoint("after-decide")
+    outcome = AlertOutcome(plan, state.journal.path, state_problems=state.problems)
+    outcome.last_delivered_at = delivered_before
     if read_only:
-        outcome.state_problems = [] if not dry_run else problems
+        outcome.state_problems = [] if not dry_run else state.problems
         outcome.unsent = 0 if dry_run else len(plan.outgoing)
         if dry_run and config.notify.configured:  # what a real run would say of the services
             said(outcome, check_now(config))
         return outcome
-    writer = JournalWriter(journal, problems, fallback)
     for record in plan.records:
-        writer.append(record)
-    _deliver(config, plan, writer, outcome, hostname, now)
-    _compact(writer.journal, writer, config)
-    journal.close()
-    writer.journal.close()
+        state.append(record)
+    _deliver(config, plan, state, outcome, hostname, now)
+    state.compact(_keep(config))
     return outcome
 
 
 def _deliver(
     config: Config,
     plan: Plan,
-    writer: JournalWriter,
+    state: RunState,
     outcome: AlertOutcome,
     hostname: str,
     now: datetime,
@@ -200,28 +129,28 @@ def _deliver(
     from lockwarden.alerts.notify import Notifier, NotifyConfigError  # only a run that sends
 
     try:
-        notifier = Notifier(config.notify, checkpoint=writer.journal.checkpoint)
+        notifier = Notifier(config.notify, checkpoint=state.journal.checkpoint)
     except NotifyConfigError as error:
         said(outcome, remember_check(config, NotifyCheck(problem=str(error))))
         outcome.unsent = len(plan.outgoing) + len(plan.retries)
         for item in plan.outgoing:  # targets unresolved: sent once notify works again
-            writer.append(_due_record(item, None, now))
+            state.append(_due_record(item, None, now))
         return
     said(outcome, remember_check(config, checked(notifier, config)))
     if not notifier.services:  # every URL unusable (said above): kept for when one works
         outcome.unsent = len(plan.outgoing) + len(plan.retries)
         for item in plan.outgoing:
-            writer.append(_due_record(item, None, now))
+            state.append(_due_record(item, None, now))
         return
     for retry in plan.retries:  # one due while notify was broken is routed only now
         if UNRESOLVED in retry.services and not notifier.targets(retry.sent.tags):
             outcome.unrouted_messages += 1
-    jobs = [_retry(notifier, retry, writer, now, outcome) for retry in plan.retries]
+    jobs = [_retry(notifier, retry, state, now, outcome) for retry in plan.retries]
     for item in plan.outgoing:  # each one's due record is journaled before anything is sent
         targets = notifier.targets(item.tags)
         if not targets and notifier.services:  # sent to nobody: counted as undelivered
             outcome.unrouted_messages += 1
-        writer.append(_due_record(item, targets, now))
+        state.append(_due_record(item, targets, now))
         jobs.append(Job(item.message_id, item.kind, item.lock, item.message, targets))
     notice = _degraded_notice(notifier, outcome, config.state.journal_path, hostname, now)
     if notice is not None:
@@ -230,7 +159,7 @@ def _deliver(
     # holds back neither another service nor this run past its budget.
     results = notifier.send_batch([(job.message, job.targets) for job in jobs])
     for job, sent in zip(jobs, results, strict=True):
-        _record(writer, outcome, job.message_id, job.kind, job.lock, job.message, sent, now)
+        _record(state, outcome, job.message_id, job.kind, job.lock, job.message, sent, now)
         if job.message_id == NOTICE_ID:
             _remember_notice(outcome, config.state.journal_path, sent)
     for sending in outcome.deliveries:
@@ -284,71 +213,21 @@ def _remember_notice(outcome: AlertOutcome, path: str, sent: list[Delivery]) -> 
     write_marker(marker, _cause(outcome) if outcome.state_problems else None)
 
 
-def _fallback_journal(config: Config) -> Journal | None:
-    """The runtime directory's journal: where a run records what the state journal cannot
-    take, so each run does not page again for the same incident. Nothing is made until it
-    is needed. None without a runtime directory (then an unusable state journal means a
-    repeat each run)."""
-    directory = runtime_directory(config.state.journal_path)
-    if directory is None:
-        return None
-    return Journal(os.path.join(directory, "state.jsonl"), config.state.max_bytes)
-
-
-def _with_fallback(
-    journal: Journal, history: History, fallback: Journal, problems: list[str]
-) -> tuple[Journal, History]:
-    """The journal this run writes and the history it decides on, given the fallback.
-
-    While the state journal cannot be read, the run decides on the fallback's records and
-    writes there. Once it can, what the fallback holds (the runs it could not record) is
-    appended to it and the fallback removed; a journal that still refuses the write keeps the
-    run on the fallback, deciding on both."""
-    if not os.path.lexists(fallback.path) and not problems:
-        return journal, history  # the usual run: nothing to remember from a degraded one
-    if not private_directory(fallback.directory):
-        return journal, history
-    try:
-        remembered = fallback.load().records
-    except StateError as error:
-        log.debug("no fallback journal: %s", error)
-        return journal, history
-    if problems:
-        return fallback, fold(remembered)
-    try:
-        mine = journal.load().records
-        for record in remembered:
-            journal.append(record)
-    except StateError as error:
-        problems.append(str(error))
-        journal.close()
-        return fallback, fold(mine + remembered)
-    _remove_fallback(fallback)
-    return journal, fold(mine + remembered)
-
-
-def _remove_fallback(fallback: Journal) -> None:
-    try:
-        os.unlink(fallback.path)
-    except OSError as error:  # the next run appends its records again: a duplicate, not a loss
-        log.debug("cannot remove %s: %s", fallback.path, error.strerror)
-
-
 def _retry(
-    notifier: Notifier, retry: Retry, writer: JournalWriter, now: datetime, outcome: AlertOutcome
+    notifier: Notifier, retry: Retry, state: RunState, now: datetime, outcome: AlertOutcome
 ) -> Job:
     if UNRESOLVED in retry.services:  # due while notify was broken: resolve its services now
         targets = notifier.targets(retry.sent.tags)
-        writer.append(_resolved_due(retry, targets))
+        state.append(_resolved_due(retry, targets))
         retry = Retry(retry.sent, targets, retry.lock)
-    retry = _renamed(notifier, retry, writer)
+    retry = _renamed(notifier, retry, state)
     gone = [service for service in retry.services if not notifier.known(service)]
     readdressed = notifier.targets(retry.sent.tags)
     if gone and len(gone) == len(retry.services) and not retry.sent.delivered and readdressed:
         # Nobody has it and none of its services is left (a bad URL fixed, a service
         # replaced): it goes to the services configured now, as one due while notify was
         # broken does, rather than nobody being told until a reminder.
-        writer.append(_resolved_due(retry, readdressed))
+        state.append(_resolved_due(retry, readdressed))
         retry, gone = Retry(retry.sent, readdressed, retry.lock), []
     if gone:  # a service removed from the config can never confirm: stop waiting for it
         dropped = (
@@ -357,7 +236,7 @@ def _retry(
         )
         log.warning("%s", dropped)
         outcome.dropped.append(dropped)
-        writer.append(
+        state.append(
             GiveUpRecord(now, retry.sent.message_id, tuple(gone), "service no longer configured")
         )
     live = [service for service in retry.services if notifier.known(service)]
@@ -379,7 +258,7 @@ def _retry(
     return Job(retry.sent.message_id, retry.sent.kind, retry.lock, message, tuple(live))
 
 
-def _renamed(notifier: Notifier, retry: Retry, writer: JournalWriter) -> Retry:
+def _renamed(notifier: Notifier, retry: Retry, state: RunState) -> Retry:
     """A retry whose services were journaled under other ids (an older lockwarden, or apprise
     naming a config-file service differently) is readdressed to the ids they have now."""
     shown = {attempt.service: attempt.url for attempt in retry.sent.attempts}
@@ -394,7 +273,7 @@ def _renamed(notifier: Notifier, retry: Retry, writer: JournalWriter) -> Retry:
         return retry
     services = tuple(renamed.get(service, service) for service in retry.services)
     targets = tuple(renamed.get(t, t) for t in (retry.sent.targets or ()))
-    writer.append(_resolved_due(retry, targets))
+    state.append(_resolved_due(retry, targets))
     return Retry(retry.sent, services, retry.lock)
 
 
@@ -431,7 +310,7 @@ def _due_record(item: Outgoing, targets: tuple[str, ...] | None, now: datetime) 
 
 
 def _record(
-    writer: JournalWriter,
+    state: RunState,
     outcome: AlertOutcome,
     message_id: str,
     kind: str,
@@ -441,7 +320,7 @@ def _record(
     now: datetime,
 ) -> None:
     if deliveries and message_id != NOTICE_ID:
-        writer.journal.checkpoint("after-send")  # delivered, not yet journaled
+        state.journal.checkpoint("after-send")  # delivered, not yet journaled
     for delivery in deliveries:
         outcome.deliveries.append(
             Sending(
@@ -457,31 +336,23 @@ def _record(
         )
         if message_id == NOTICE_ID:
             continue
-        writer.append(
+        state.append(
             SentRecord(
                 now, message_id, delivery.service, delivery.ok, delivery.status, delivery.url
             )
         )
 
 
-def _compact(journal: Journal, writer: JournalWriter, config: Config) -> None:
-    if writer.broken or not journal.needs_compaction():
-        return
+def _keep(config: Config) -> Callable[[list[JournalRecord]], list[JournalRecord]]:
+    """What compaction keeps: what dedupe, removal and the sighting memory need."""
     longest = max(
         (max(lock.alerts.resolve_after, lock.alerts.unknown_after) for lock in config.locks),
         default=0,
     )
     keep_runs = max(KEEP_RUNS, longest + 1)
-    try:
-        dropped = journal.compact(
-            lambda records: keep_latest_seen(
-                keep_for_removal(
-                    # closed incidents may fill half the threshold, so that what is kept stays
-                    # well below it and quiet runs do not compact again and again
-                    keep_for_dedupe(records, keep_runs, closed_budget=config.state.max_bytes // 2)
-                )
-            )
-        )
-        log.debug("compacted %s: %d records dropped", journal.path, dropped)
-    except StateError as error:
-        writer.problems.append(str(error))
+    # closed incidents may fill half the threshold, so that what is kept stays well below it
+    # and quiet runs do not compact again and again
+    budget = config.state.max_bytes // 2
+    return lambda records: keep_latest_seen(
+        keep_for_removal(keep_for_dedupe(records, keep_runs, closed_budget=budget))
+    )

@@ -25,7 +25,7 @@ incident), and a series is never carried much further than a gap would be.
 
 This memory is written whether or not alerting is on: a timer-driven agent with no [notify]
 service must still escalate a lock held continuously (its exit code, its report, the
-Prometheus textfile). Pure functions here; cli/once.py reads and appends.
+Prometheus textfile). Pure functions here; run.py reads and appends.
 """
 
 from __future__ import annotations

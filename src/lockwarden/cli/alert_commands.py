@@ -1,19 +1,18 @@
-"""The alerting side of the command line: `--once` (with the heartbeat), `--once --dry-run`,
-`notify-test` and `history`. Each returns its exit code and text; cli.py prints and exits."""
+"""The alerting side of the command line: what `--once` prints (a busy run lock, the dry run,
+the JSON of deliveries), `notify-test` and `history`. Each returns its exit code and text;
+cli.py prints and exits."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lockwarden.cli.once import AlertedRun, run_and_alert
 from lockwarden.config import Config
 from lockwarden.model import Holder
 from lockwarden.output.report import json_document, render_text
-from lockwarden.support.checkpoints import Checkpoint, skip
+from lockwarden.run import AlertedRun
 from lockwarden.support.durations import format_duration, stamp
 from lockwarden.support.exit_codes import EXIT_CONFIG, EXIT_NOTIFY_FAILED, EXIT_UNKNOWN
 
@@ -29,52 +28,6 @@ class Output:
     code: int
     stdout: str = ""
     error: str = ""
-
-
-def once(
-    config: Config,
-    now: datetime,
-    dry_run: bool,
-    checkpoint: Checkpoint = skip,
-    finish: Callable[[AlertedRun], AlertedRun] | None = None,
-) -> AlertedRun:
-    """One checked, alerted, journaled run, then the heartbeat (never for a dry run).
-    `checkpoint`: called at each step of the run (checkpoints.py). `finish`: what the caller
-    does with the run before the heartbeat (the Prometheus textfile), which may add a finding;
-    the heartbeat says /fail when lockwarden's own job failed (its state, its notify services,
-    its textfile), whatever the locks' states."""
-    beat = config.heartbeat.url is not None and not dry_run
-    if beat:
-        from lockwarden.alerts import heartbeat
-
-    def on_start() -> None:
-        if beat and config.heartbeat.send_start:
-            heartbeat.ping(config.heartbeat, heartbeat.START)
-
-    alerted = run_and_alert(config, now, dry_run, on_start, checkpoint)
-    if alerted.outcome is not None and not dry_run:
-        from lockwarden.alerts.outcome import report_failures
-
-        report_failures(alerted.outcome)
-    if finish is not None:
-        alerted = finish(alerted)
-    if beat:
-        failed = (
-            (alerted.outcome is not None and alerted.outcome.failed)
-            or (alerted.alertmanager is not None and alerted.alertmanager.failed)
-            or _own_job_failed(alerted)
-        )
-        heartbeat.ping(config.heartbeat, heartbeat.FAIL if failed else None)
-    return alerted
-
-
-def _own_job_failed(alerted: AlertedRun) -> bool:
-    """lockwarden's own findings: its state could not be used, or its textfile written."""
-    from lockwarden.alerts.outcome import STATE_FINDING
-    from lockwarden.output.prometheus import TEXTFILE_FINDING
-
-    own = (STATE_FINDING, TEXTFILE_FINDING)
-    return any(finding.name in own for finding in alerted.result.findings)
 
 
 STUCK_AFTER_S = 600.0

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden import __version__
 from lockwarden import config as config_module
-from lockwarden.cli.once import AlertedRun
 from lockwarden.formats import format_names
 from lockwarden.model import Finding, Severity, State
 from lockwarden.output.report import render_blocks, render_json, report_blocks
@@ -547,26 +546,13 @@ def load_config(path: str | None) -> config_module.Config:
 
 def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -> int:
     from lockwarden.cli import alert_commands
+    from lockwarden.run import once
     from lockwarden.state.journal import RunBusy
 
     config = as_the_unit(load_config(arguments.config), announce=False)
     started = time.monotonic()
-
-    def textfile(alerted: AlertedRun) -> AlertedRun:
-        """Written before the heartbeat and the report: a failure is said in both."""
-        if not config.prometheus_textfile or arguments.dry_run:
-            return alerted
-        elapsed = time.monotonic() - started
-        unwritten = write_metrics(config.prometheus_textfile, alerted, elapsed)
-        if unwritten is None:
-            return alerted
-        findings = (*alerted.result.findings, unwritten)
-        return replace(alerted, result=replace(alerted.result, findings=findings))
-
     try:
-        alerted = alert_commands.once(
-            config, now_of(arguments), arguments.dry_run, checkpoint, textfile
-        )
+        alerted = once(config, now_of(arguments), arguments.dry_run, checkpoint)
     except RunBusy as busy:
         holder = alert_commands.run_lock_holder(busy, now_of(arguments))
         journal = logs.writes_to_journal(sys.stderr, os.environ)
@@ -600,27 +586,6 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
             return EXIT_UNKNOWN
         log.info("%s lists no [[lock]]: only blocked writers were looked for", config.source)
     return int(result.status)
-
-
-def write_metrics(path: str, alerted: AlertedRun, duration: float) -> Finding | None:
-    """Written before the report is printed: a file that cannot be written is logged and
-    becomes the `lockwarden:prometheus` finding (unknown; a critical lock still outranks it)."""
-    from lockwarden.output.prometheus import RunFacts, unwritten, write_textfile
-
-    outcome = alerted.outcome
-    run = RunFacts(
-        alerted.result.checked_at,
-        duration,
-        alerted.undelivered,
-        len(outcome.invalid_services) if outcome is not None else 0,
-        outcome.last_delivered_at if outcome is not None else None,
-    )
-    try:
-        write_textfile(path, alerted.result.findings, run)
-    except OSError as error:
-        log.error("could not write the Prometheus textfile %s: %s", path, error)
-        return unwritten(path, error)
-    return None
 
 
 # Where systemd's LoadCredential=NAME looks for a credential of a system service.

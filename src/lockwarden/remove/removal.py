@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from lockwarden.alerts.decide import Outgoing
-from lockwarden.alerts.delivery import JournalWriter, load_history
 from lockwarden.alerts.messages import Message, Row, render_markdown, render_text
 from lockwarden.check.classify import classify
 from lockwarden.check.identify import gather, request_for
@@ -37,9 +36,8 @@ from lockwarden.formats.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_RE
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
-from lockwarden.state.history import History
-from lockwarden.state.journal import Journal, StateError
 from lockwarden.state.records import RemovedRecord, SightingRecord
+from lockwarden.state.run_state import RunState
 from lockwarden.support.durations import format_duration, format_time
 from lockwarden.support.safe_read import (
     NotAnArtefact,
@@ -278,21 +276,18 @@ def removal_stage(
     hostname: str,
     now: datetime,
     dry_run: bool,
-    may_write: bool = True,
-    state_unusable: str | None = None,
+    state: RunState,
 ) -> RemovalOutcome:
     """For each stale lock with remove_stale: record a sighting, or remove it once confirmed.
-    `may_write` is false when this run does not hold the run lock: then it only says why not.
-    `state_unusable`: why the state directory is not touched this run (a hung mount)."""
+    A run that holds no run lock, or whose state has a problem, only says why not."""
     wanted = {lock.name: lock for lock in config.locks if lock.remove_stale}
     if not wanted:
         return RemovalOutcome(findings)
-    journal = Journal(config.state.journal_path, config.state.max_bytes, state_unusable)
-    problems: list[str] = []
-    history = load_history(journal, problems, read_only=dry_run or not may_write)
-    stage = _Stage(history, JournalWriter(journal, problems), hostname, now, dry_run)
-    if not may_write and not dry_run:
-        problems.append(_why_no_run_lock(journal))
+    problems = list(state.problems)  # why nothing may be removed or recorded now
+    no_lock = None if dry_run else state.why_no_run_lock()
+    if no_lock is not None:
+        problems.append(no_lock)
+    stage = _Stage(state, hostname, now, dry_run)
     result = []
     for finding in findings:
         lock = wanted.get(finding.name)
@@ -300,29 +295,13 @@ def removal_stage(
             result.append(finding)
         else:
             result.append(stage.consider(lock, finding, problems))
-    journal.close()
     return RemovalOutcome(tuple(result), stage.outgoing)
 
 
-def _why_no_run_lock(journal: Journal) -> str:
-    try:
-        journal.check_directory()
-    except StateError as error:
-        return str(error)
-    return f"the run lock in {journal.directory} could not be taken"
-
-
 class _Stage:
-    def __init__(
-        self,
-        history: History,
-        writer: JournalWriter,
-        hostname: str,
-        now: datetime,
-        dry_run: bool,
-    ) -> None:
-        self.history = history
-        self.writer = writer
+    def __init__(self, state: RunState, hostname: str, now: datetime, dry_run: bool) -> None:
+        self.state = state
+        self.history = state.history()
         self.hostname = hostname
         self.now = now
         self.dry_run = dry_run
@@ -352,7 +331,7 @@ class _Stage:
         if self.dry_run:
             text = f"would remove {candidate.target} (stale since {since}; proof: "
             return replace(finding, removal=f"{text}{candidate.finding.proof})")
-        if problems or self.writer.broken:
+        if problems or self.state.broken:
             raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
         return self._remove(lock, candidate, sighting.first_at)
 
@@ -361,9 +340,9 @@ class _Stage:
         if problems:
             raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
         if not self.dry_run:
-            self.writer.append(self._sighting_record(lock, candidate))
-            if self.writer.broken:
-                raise Refused(f"cannot record the sighting ({'; '.join(problems)})")
+            self.state.append(self._sighting_record(lock, candidate))
+            if self.state.broken:
+                raise Refused(f"cannot record the sighting ({'; '.join(self.state.problems)})")
         due = format_time(self.now + timedelta(seconds=lock.stale_confirm))
         text = (
             f"seen once; will remove after {format_duration(lock.stale_confirm)} if still stale "
@@ -378,7 +357,7 @@ class _Stage:
         if final.key != seen.key or final.finding.proof != seen.finding.proof:
             raise Refused("it changed between the check and the removal")
         quarantine, delete_error = move_aside_and_delete(final, self.now)
-        self.writer.append(self._removed_record(lock, final, quarantine))
+        self.state.append(self._removed_record(lock, final, quarantine))
         self.outgoing.append(self._message(lock, final, quarantine, first_at))
         deleted = (
             "and deleted"

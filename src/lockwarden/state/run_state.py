@@ -1,0 +1,221 @@
+"""One run's state, opened once: the run lock, the journal loaded once, the fallback journal,
+and the one list of state problems.
+
+Every stage of a run reads the journal's records from here and appends through here; none
+opens or loads the journal itself. A problem (an unreadable journal, a refused write) is
+added to `problems`, the one channel the run reports from: stages only read it.
+
+The fallback journal lives in the runtime directory (state/runtime.py). A record the state
+journal cannot take goes there instead, and so does every later one: a journal that loads but
+cannot be written (read-only, full) then still remembers what this run sent, and the next run
+does not send it again. While the state journal cannot be read, the run decides on the
+fallback's records; once it can, they are appended to it and the fallback is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from lockwarden.state.history import History, fold
+from lockwarden.state.journal import Journal, RunBusy, RunLock, StateError
+from lockwarden.state.records import JournalRecord
+from lockwarden.state.runtime import private_directory, runtime_directory
+from lockwarden.support.checkpoints import Checkpoint, skip
+
+log = logging.getLogger(__name__)
+
+Keep = Callable[[list[JournalRecord]], list[JournalRecord]]
+
+
+class RunState:
+    """The state of one run. `open` takes the run lock (a run that writes), checks the state
+    directory and loads the journal; `close` releases both."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        records: list[JournalRecord],
+        problems: list[str],
+        run_lock: RunLock | None = None,
+        writes: bool = False,
+    ) -> None:
+        self.state_journal = journal
+        self.journal = journal  # where appends go: the state journal, or the fallback
+        self.records = records  # what the journal held at the start, and what this run added
+        self.problems = problems
+        self.run_lock = run_lock
+        self.writes = writes
+        self.broken = False  # an append failed and no fallback took it: nothing more is tried
+        self.fallback: Journal | None = None
+
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        max_bytes: int,
+        unusable: str | None = None,
+        writes: bool = False,
+        checkpoint: Checkpoint = skip,
+        fallback: bool = False,
+    ) -> RunState:
+        """`writes`: this run appends (alerting, removal, Alertmanager, not a dry run): it
+        takes the run lock (raising RunBusy when another run holds it) and may create the
+        state directory. `unusable`: why the state directory is not to be touched at all (its
+        file system did not answer); every access then fails at once with that. `fallback`:
+        a run that sends alerts keeps what its journal cannot take in the fallback journal."""
+        journal = Journal(path, max_bytes, unusable, checkpoint)
+        problems: list[str] = []
+        run_lock = _take_run_lock(journal) if writes and unusable is None else None
+        state = cls(journal, [], problems, run_lock, writes)
+        try:
+            if writes:  # only a run that will write may create the state directory
+                journal.check_directory()
+            if writes or unusable is not None or os.path.lexists(journal.path):
+                state.records = journal.load().records
+        except StateError as error:
+            problems.append(str(error))
+        if fallback and writes:
+            state.use_fallback()
+        for problem in fold(state.records).malformed:
+            log.warning("%s: %s; what it said was left out", journal.path, problem)
+        return state
+
+    def history(self) -> History:
+        """The records so far, folded."""
+        return fold(self.records)
+
+    def append(self, record: JournalRecord, durable: bool = True) -> None:
+        """Append to the journal (the fallback once the journal refused); after a failure with
+        no fallback to take it, stop trying: the problem is said once, in `problems`."""
+        if self.broken:
+            return
+        try:
+            self.journal.append(record, durable)
+        except StateError as error:
+            self.problems.append(str(error))
+            if not self._fall_back():
+                self.broken = True
+                return
+            self.append(record, durable)
+            return
+        self.records.append(record)
+
+    def _fall_back(self) -> bool:
+        fallback = self.fallback
+        if (
+            fallback is None
+            or fallback is self.journal
+            or not private_directory(fallback.directory)
+        ):
+            return False
+        self.journal.close()
+        self.journal = fallback
+        return True
+
+    def append_alone(self, record: JournalRecord, durable: bool, keep: Keep) -> str | None:
+        """Append one record to the state journal alone (never the fallback), its failure
+        returned rather than added to `problems`: the sighting memory's `seen` record, which
+        says for itself what not saving it means. A run that holds no run lock (alerting off)
+        takes it for this write alone and compacts the journal with `keep` if it is due; a
+        busy lock means another run is recording the same."""
+        holds = self.run_lock is not None
+        run_lock = None
+        try:
+            if not holds:
+                run_lock = RunLock.acquire(self.state_journal.directory)
+            self.state_journal.append(record, durable)
+            self.records.append(record)
+            if not holds and self.state_journal.needs_compaction():
+                self.state_journal.compact(keep)
+        except RunBusy:
+            return None
+        except StateError as error:
+            return str(error)
+        finally:
+            self.state_journal.close()
+            if run_lock is not None:
+                run_lock.release()
+        return None
+
+    def use_fallback(self) -> None:
+        """The runtime directory's journal, for a run that writes: decide on its records while
+        the state journal cannot be read (and write there); once it can, append them to it and
+        remove the fallback (a journal that still refuses keeps the run on the fallback)."""
+        fallback = _fallback_journal(self.state_journal)
+        self.fallback = fallback
+        if fallback is None or (not os.path.lexists(fallback.path) and not self.problems):
+            return  # the usual run: nothing to remember from a degraded one
+        if not private_directory(fallback.directory):
+            return
+        try:
+            remembered = fallback.load().records
+        except StateError as error:
+            log.debug("no fallback journal: %s", error)
+            return
+        if self.problems:
+            self.journal, self.records = fallback, remembered
+            return
+        try:
+            for record in remembered:
+                self.state_journal.append(record)
+        except StateError as error:
+            self.problems.append(str(error))
+            self.state_journal.close()
+            self.journal, self.records = fallback, self.records + remembered
+            return
+        _remove_quietly(fallback.path)
+        self.records = self.records + remembered
+
+    def compact(self, keep: Keep) -> None:
+        """Compact the journal appends go to, when it is due (never after a failed write)."""
+        if self.broken or not self.journal.needs_compaction():
+            return
+        try:
+            dropped = self.journal.compact(keep)
+            log.debug("compacted %s: %d records dropped", self.journal.path, dropped)
+        except StateError as error:
+            self.problems.append(str(error))
+
+    def why_no_run_lock(self) -> str | None:
+        """Why a run that writes holds no run lock (its state directory is unusable)."""
+        if not self.writes or self.run_lock is not None:
+            return None
+        try:
+            self.state_journal.check_directory()
+        except StateError as error:
+            return str(error)
+        return f"the run lock in {self.state_journal.directory} could not be taken"
+
+    def close(self) -> None:
+        self.journal.close()
+        self.state_journal.close()
+        if self.run_lock is not None:
+            self.run_lock.release()
+            self.run_lock = None
+
+
+def _take_run_lock(journal: Journal) -> RunLock | None:
+    """The run lock (RunBusy when another run holds it); None when the state directory is
+    unusable (the load that follows says why)."""
+    try:
+        return RunLock.acquire(journal.directory)
+    except StateError:
+        return None
+
+
+def _fallback_journal(journal: Journal) -> Journal | None:
+    """The runtime directory's journal. Nothing is made until it is needed. None without a
+    runtime directory (then an unusable state journal means a repeat each run)."""
+    directory = runtime_directory(journal.path)
+    if directory is None:
+        return None
+    return Journal(os.path.join(directory, "state.jsonl"), journal.max_bytes)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as error:  # the next run appends its records again: a duplicate, not a loss
+        log.debug("cannot remove %s: %s", path, error.strerror)
