@@ -36,8 +36,13 @@ def key_of(path: Path) -> tuple[int, int]:
     return (status.st_dev, status.st_ino)
 
 
+def kernel_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+
+
 def test_a_process_is_its_kernel_identity(children: Children) -> None:
     child = children.python(SLEEPER, "--role", "maintenance-job")
+    assert wait_until(lambda: kernel_state(child.pid) == "S")  # past its print, asleep
     process = HostReader(wall_clock).process(child.pid)
     assert process is not None
     assert process.start_ticks == start_ticks(child.pid)
@@ -50,7 +55,7 @@ def test_a_process_is_its_kernel_identity(children: Children) -> None:
 def test_a_dead_process_is_none_and_a_zombie_holds_nothing(children: Children) -> None:
     child = children.python(SLEEPER)
     os.kill(child.pid, signal.SIGKILL)  # not reaped yet: a zombie
-    assert wait_until(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] == "Z")
+    assert wait_until(lambda: kernel_state(child.pid) == "Z")
     zombie = HostReader(wall_clock).process(child.pid)
     assert zombie is not None and zombie.state == "Z" and not zombie.alive
     child.wait()
