@@ -126,8 +126,8 @@ def test_a_database_lock_shows_its_connection_and_not_a_path() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="the effective config leaves out [host] and [alertmanager] watchdog and "
-    "runbook_url, so check-config does not show every setting it runs with (reported to "
-    "the lead; remove this mark once render.py writes them)",
+    "runbook_url, so check-config does not show every setting it runs with (a defect of "
+    "render.py; remove this mark once it writes them)",
 )
 def test_every_section_and_key_of_the_schema_is_shown() -> None:
     document = effective(loaded())
