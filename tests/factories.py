@@ -7,13 +7,26 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lockwarden.check.classify import Policy
 from lockwarden.check.identify import Evidence
-from lockwarden.model import Finding, Holder, InodeKey, Process, Severity, State
+from lockwarden.model import (
+    Claim,
+    Finding,
+    Holder,
+    InodeKey,
+    KernelLock,
+    Process,
+    Severity,
+    State,
+    Waiter,
+)
 from lockwarden.procfs.reader import HostReader, Request, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 BOOTED = NOW - timedelta(days=1)
+KEY: InodeKey = (2049, 131)
+"""(st_dev, st_ino) of the lock file the factories' claim and kernel lock are about."""
 
 
 def make_process(**fields: Any) -> Process:
@@ -57,6 +70,55 @@ def make_evidence(**fields: Any) -> Evidence:
 def make_holder(**fields: Any) -> Holder:
     base = Holder(pid=4242, alive=True, name="tool", started_at=NOW - timedelta(hours=2))
     return replace(base, **fields)
+
+
+def make_claim(**fields: Any) -> Claim:
+    """What an owner-record format reads of a present mkdir lock at /srv/store/LOCK: the
+    owner.json inside names make_process()'s PID on this host ("here"), a maintenance job that
+    took the lock when it started two hours ago."""
+    base = Claim(
+        format="owner-record",
+        path="/srv/store/LOCK",
+        present=True,
+        existence_is_lock=True,
+        keys=(KEY,),
+        pid=4242,
+        role="maintenance-job",
+        host="here",
+        started_at=NOW - timedelta(hours=2),
+        created_at=NOW - timedelta(hours=2),
+        record_path="/srv/store/LOCK/owner.json",
+        remove_path="/srv/store/LOCK",
+        owner_uid=0,
+    )
+    return replace(base, **fields)
+
+
+def make_waiter(**fields: Any) -> Waiter:
+    """A writer blocked for its flock on the factories' lock file, started a minute ago."""
+    base = Waiter(
+        pid=5151,
+        cmdline=("node", "write.js"),
+        name="node",
+        user="root",
+        started_at=NOW - timedelta(minutes=1),
+        lock_kind="FLOCK WRITE",
+    )
+    return replace(base, **fields)
+
+
+def make_policy(**fields: Any) -> Policy:
+    """classify's policy as a lock's defaults give it: warn at 15 minutes, page at an hour."""
+    base = Policy(warn_after=900.0, critical_after=3600.0, stale_after=600.0)
+    return replace(base, **fields)
+
+
+def make_kernel_lock(**fields: Any) -> KernelLock:
+    """One /proc/locks line: make_process()'s exclusive flock on the whole lock file."""
+    base = KernelLock(
+        number=1, kind="FLOCK", mode="WRITE", pid=4242, key=KEY, start=0, end=None, waiting=False
+    )
+    return base._replace(**fields)
 
 
 def make_finding(**fields: Any) -> Finding:

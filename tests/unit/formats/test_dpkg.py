@@ -11,9 +11,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from format_helpers import inspect
-
 from conftest import POSIX_HOLDER, require_tool, run_json, wait_until
+from format_helpers import inspect
 from lockwarden import config
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.model import State

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from format_helpers import inspect
 
 from conftest import require_tool, run_json, wait_until
 from factories import capture_host
+from format_helpers import inspect
 from lockwarden.model import State, UnknownCause
 
 DESC = "%NAME%\nlockwarden-test\n\n%VERSION%\n1.0-1\n\n%ARCH%\nany\n\n"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from format_helpers import inspect
 
 from conftest import require_tool, run_json, wait_until
+from format_helpers import inspect
 from lockwarden import config
 from lockwarden.model import State, UnknownCause
 

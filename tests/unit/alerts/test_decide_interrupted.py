@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from test_decide import FREE, HOST, T0, Journal, finding, kinds, stored, typed
+
 from lockwarden.alerts.decide import decide
 from lockwarden.state.history import fold
-
-from .test_decide import FREE, HOST, T0, Journal, finding, kinds, stored, typed
 
 
 def die_after_records(journal: Journal, minutes: float, *findings: object) -> list[str]:

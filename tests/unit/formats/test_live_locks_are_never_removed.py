@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from test_chromium_profile import CHROMIUM_FLAGS
+from test_chromium import CHROMIUM_FLAGS
 from test_emacs import edit_in_emacs
 from test_filelock_soft import hold_soft_lock
 from test_git import make_bare_dotfiles, start_commit_waiting_for_its_editor

@@ -20,11 +20,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from format_helpers import inspect, unrelated_process
 
 from buildenv import build_environment
 from conftest import run_json
 from factories import capture_host
+from format_helpers import inspect, unrelated_process
 from lockwarden.formats.filelock_soft import decode_start_token, parse_link_name, pid_readings
 from lockwarden.model import State, UnknownCause
 

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from format_helpers import inspect, start_sqlite_shell
 
 from conftest import require_tool, run_json
+from format_helpers import inspect, start_sqlite_shell
 from lockwarden.model import State, UnknownCause
 
 

@@ -9,9 +9,8 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
-from format_helpers import inspect
-
 from conftest import run_json
+from format_helpers import inspect
 from lockwarden.formats.terraform import TerraformState
 from lockwarden.model import State, UnknownCause
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from format_helpers import inspect
 from test_git import make_bare_dotfiles, make_repository, start_commit_waiting_for_its_editor
 
 from conftest import Children, require_tool
+from format_helpers import inspect
 from lockwarden.model import State
 
 HOUR = 3600

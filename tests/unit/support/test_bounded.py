@@ -1,0 +1,135 @@
+"""support/bounded.py: which mount a path lies on, from /proc/self/mountinfo lines, by the
+path's name alone (the mount itself is never touched): a table of real mountinfo lines. And
+BoundedRun with its real child processes: outcomes in order, an item that does not answer
+given up at its deadline with its mount named, the rest of that mount never touched again, a
+child that dies replaced. (Real hung FUSE mounts are tests/hung's.)"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from lockwarden.support.bounded import (
+    BoundedRun,
+    Mount,
+    Unanswered,
+    WorkerEnded,
+    mount_of,
+    parse_mount,
+    read_mounts,
+)
+
+LINES = [
+    "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw",
+    "45 22 0:40 / /srv/share rw,nosuid,nodev,relatime shared:2 - fuse.sshfs host:/x rw",
+    "46 22 0:41 / /mnt/my\\040disk rw,relatime - nfs4 server:/export rw,vers=4.2",
+    "47 22 0:42 / /srv/share rw,relatime shared:3 master:2 - cifs //nas/share rw",
+    "48 22 0:43 / /srv/share-old rw - tmpfs tmpfs rw",
+]
+MOUNTS = tuple(mount for mount in map(parse_mount, LINES) if mount is not None)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/etc/passwd", Mount("/", "ext4")),
+        ("/srv/share/store/LOCK", Mount("/srv/share", "cifs")),  # stacked: the last one listed
+        ("/srv/share", Mount("/srv/share", "cifs")),
+        ("/srv/share-old/LOCK", Mount("/srv/share-old", "tmpfs")),  # not a prefix of a name
+        ("/mnt/my disk/repo/lock.exclusive", Mount("/mnt/my disk", "nfs4")),  # \040 is a space
+        ("/srv/share/../other/LOCK", Mount("/", "ext4")),  # by the normalised name
+    ],
+)
+def test_a_path_lies_on_the_longest_mount_point_above_it(path: str, expected: Mount) -> None:
+    assert mount_of(path, MOUNTS) == expected
+
+
+def test_lines_that_are_not_mounts_are_skipped() -> None:
+    assert parse_mount("") is None
+    assert parse_mount("22 1 254:0 / / rw,relatime shared:1 ext4 /dev/vda rw") is None
+    assert len(MOUNTS) == len(LINES)
+
+
+def test_this_process_sees_its_root_mount() -> None:
+    mounts = read_mounts()
+    assert mount_of("/", mounts) is not None
+
+
+def test_the_reason_names_the_mount_and_the_deadline() -> None:
+    assert str(Unanswered(Mount("/srv/share", "fuse.sshfs"), 3.0)) == (
+        "its file system did not answer within 3s (a hung mount?): /srv/share (fuse.sshfs)"
+    )
+    assert str(Unanswered(None, 0.5)).endswith(
+        "within 0.5s (a hung mount?): its mount could not be named"
+    )
+
+
+HUNG = Mount("/srv/hung", "fuse.test")
+ROOT = Mount("/", "ext4")
+
+
+def bounded(work, deadline: float = 5.0) -> BoundedRun[str, object]:  # type: ignore[no-untyped-def]
+    return BoundedRun(
+        work, path_of=lambda item: item, timeout=lambda item: deadline, mounts=(ROOT, HUNG)
+    )
+
+
+def test_outcomes_come_in_order_with_the_items_each_adds(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "b").write_text("")
+
+    def walk(path: str) -> tuple[object, Sequence[str]]:
+        if os.path.isdir(path):
+            return "directory", [os.path.join(path, name) for name in sorted(os.listdir(path))]
+        return os.lstat(path).st_ino, ()
+
+    items = [str(tmp_path / "a"), str(tmp_path / "d"), str(tmp_path / "gone")]
+    outcomes = list(bounded(walk).run(items))
+    assert [item for item, _ in outcomes] == [*items, str(tmp_path / "d" / "b")]
+    assert outcomes[0][1] == (tmp_path / "a").stat().st_ino
+    assert outcomes[1][1] == "directory"
+    assert isinstance(outcomes[2][1], FileNotFoundError)  # the work's own error, carried back
+    assert outcomes[3][1] == (tmp_path / "d" / "b").stat().st_ino
+
+
+def test_an_item_past_its_deadline_is_unanswered_and_its_mount_never_touched_again(
+    tmp_path: Path,
+) -> None:
+    touched = tmp_path / "touched"
+
+    def work(path: str) -> tuple[object, Sequence[str]]:
+        with touched.open("a") as log:  # the child's own record of what it worked on
+            log.write(path + "\n")
+        if path.endswith("/hang"):
+            time.sleep(60)
+        return path.upper(), ()
+
+    run = bounded(work, deadline=0.3)
+    started = time.monotonic()
+    outcomes = list(run.run(["/a", "/srv/hung/hang", "/srv/hung/next", "/b"]))
+    assert time.monotonic() - started < 10
+    assert [item for item, _ in outcomes] == ["/a", "/srv/hung/hang", "/srv/hung/next", "/b"]
+    assert (outcomes[0][1], outcomes[3][1]) == ("/A", "/B")
+    hung, skipped = outcomes[1][1], outcomes[2][1]
+    assert isinstance(hung, Unanswered) and (hung.mount, hung.seconds) == (HUNG, 0.3)
+    assert skipped is hung
+    assert touched.read_text().split() == ["/a", "/srv/hung/hang", "/b"]
+    assert set(run.hung) == {"/srv/hung"}
+
+
+def test_a_child_that_dies_is_that_items_error_and_another_goes_on() -> None:
+    def work(path: str) -> tuple[object, Sequence[str]]:
+        if path == "/crash":
+            os._exit(3)
+        return os.getpid(), ()
+
+    outcomes = list(bounded(work).run(["/a", "/crash", "/b"]))
+    assert isinstance(outcomes[1][1], WorkerEnded)
+    first, second = outcomes[0][1], outcomes[2][1]
+    assert isinstance(first, int) and isinstance(second, int)
+    assert len({first, second, os.getpid()}) == 3  # two children, neither this process
