@@ -54,6 +54,11 @@ def effective(config: Config) -> dict[str, Any]:
         "state": _state_document(config.state),
         "notify": _notify_document(config.notify),
         "heartbeat": _heartbeat_document(config.heartbeat),
+        "host": {
+            "blocked_writers": config.host.blocked_writers,
+            "blocked_after": _seconds(config.host.blocked_after),
+            "blocked_critical_after": _seconds(config.host.blocked_critical_after),
+        },
     }
     if config.alertmanager.configured:
         document["alertmanager"] = _alertmanager_document(config.alertmanager)
@@ -86,9 +91,7 @@ def _alerts_document(alerts: AlertSettings, keys: tuple[str, ...]) -> dict[str, 
 
 
 def _state_document(state: StateSettings) -> dict[str, Any]:
-    from lockwarden.state.journal import default_state_path
-
-    return {"path": state.path or default_state_path(), "max_bytes": state.max_bytes}
+    return {"path": state.journal_path, "max_bytes": state.max_bytes}
 
 
 def _notify_document(notify: NotifySettings) -> dict[str, Any]:
@@ -117,6 +120,8 @@ def _alertmanager_document(settings: AlertmanagerSettings) -> dict[str, Any]:
     document: dict[str, Any] = {
         "urls": [hide_url(url) for url in settings.urls],
         "ends_after": _seconds(settings.ends_after),
+        "watchdog": settings.watchdog,
+        "runbook_url": settings.runbook_url,
         "timeout": _seconds(settings.timeout),
     }
     if settings.host:

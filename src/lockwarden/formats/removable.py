@@ -13,6 +13,7 @@ ELIGIBLE_FORMATS = frozenset(
         "pidfile",
         "filelock-soft",
         "chromium-profile",
+        "firefox-profile",
         "mercurial",
         "emacs",
         "git",

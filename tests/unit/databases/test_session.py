@@ -5,10 +5,13 @@ its content, and the time limits a check derives from its watch."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import cli_env, require_tool
 from lockwarden.config import DatabaseWatch
 from lockwarden.databases.session import (
     CONNECT_ATTEMPTS,
@@ -78,13 +81,41 @@ def test_a_huge_file_is_read_only_up_to_the_limit(tmp_path: Path) -> None:
     assert password == "p" * PASSWORD_LIMIT
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: no permission to refuse")
 def test_a_file_this_user_may_not_read_is_named(tmp_path: Path) -> None:
+    """Root reads any file, so as root the read is made by an unprivileged user (nobody,
+    through util-linux's setpriv) in a child: the file it may not read is named."""
     secret = tmp_path / "db-password"
     secret.write_text(PASSWORD)
     secret.chmod(0)
-    with pytest.raises(CheckProblem, match="Permission denied"):
-        read_password(watch(password_file=str(secret)), {})
+    if os.geteuid() != 0:
+        with pytest.raises(CheckProblem, match="Permission denied"):
+            read_password(watch(password_file=str(secret)), {})
+        return
+    tmp_path.chmod(0o755)  # nobody may reach the file, not read it
+    program = (
+        "from lockwarden.config import DatabaseWatch\n"
+        "from lockwarden.databases.session import CheckProblem, read_password\n"
+        "try:\n"
+        "    read_password(\n"
+        "        DatabaseWatch('postgresql', 'service=app', 'advisory_key', 'prisma',\n"
+        f"                      password_file={str(secret)!r}), {{}})\n"
+        "except CheckProblem as problem:\n"
+        "    print(problem)\n"
+    )
+    setpriv = require_tool("setpriv")
+    unprivileged = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    completed = subprocess.run(
+        [*unprivileged, sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env={**cli_env(), "HOME": "/"},
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    said = completed.stdout.strip()
+    assert said == f"cannot read password_file {secret}: Permission denied", said
+    assert PASSWORD not in completed.stdout + completed.stderr
 
 
 @pytest.mark.parametrize(("seconds", "whole"), [(0.5, 2), (1.0, 2), (2.0, 2), (2.1, 3), (10.0, 10)])

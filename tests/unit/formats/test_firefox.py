@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
-from conftest import require_tool, run_json, wait_until
+from conftest import require_tool, run_json, wait_until, write_config
 from lockcheck import kill_group
 
 
@@ -60,6 +61,21 @@ def test_a_running_firefox_holds_its_profile_and_a_killed_one_leaves_it_stale(
         assert (code, stale["state"]) == (2, "stale")
         assert f"PID {browser.pid} is not running on this host" in stale["proof"]
         assert stale["action"]["argv"] == ["rm", "-f", "--", str(profile / "lock")]
+
+        # remove_stale takes the leftover away, as its action says, after two sightings
+        config = write_config(
+            tmp_path / "config.toml",
+            f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+            f'[[lock]]\nname = "profile"\npath = "{profile}"\nformat = "firefox-profile"\n'
+            'remove_stale = true\nstale_confirm = "1s"\n',
+        )
+        _code, first = run_json("--once", "--config", config)
+        assert first["locks"][0]["removal"].startswith("seen once"), first["locks"][0]
+        time.sleep(1.2)
+        _code, second = run_json("--once", "--config", config)
+        assert second["locks"][0]["removal"].startswith("removed"), second["locks"][0]
+        assert not os.path.lexists(profile / "lock")
+        assert (profile / ".parentlock").exists()  # the browser's own file stays
     finally:
         kill_group(browser)  # type: ignore[arg-type]
 

@@ -67,6 +67,19 @@ def chromium_profile(children: Children, tmp_path: Path) -> Started:
     return profile, browser
 
 
+def firefox_profile(children: Children, tmp_path: Path) -> Started:
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    browser = children.start(
+        [require_tool("firefox-esr"), "--headless", "--no-remote", "--profile", str(profile)],
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "MOZ_CRASHREPORTER_DISABLE": "1"},
+        start_new_session=True,
+    )
+    assert wait_until(lambda: (profile / "lock").is_symlink(), timeout=90)
+    return profile, browser
+
+
 def mercurial(children: Children, tmp_path: Path) -> Started:
     repository = tmp_path / "repo"
     subprocess.run([require_tool("hg"), "init", str(repository)], check=True, env=HG_ENV)
@@ -108,6 +121,7 @@ HOLDERS: dict[str, Callable[[Children, Path], Started]] = {
     "pidfile": pidfile,
     "filelock-soft": filelock_soft,
     "chromium-profile": chromium_profile,
+    "firefox-profile": firefox_profile,
     "mercurial": mercurial,
     "emacs": emacs,
     "git": git,
@@ -122,9 +136,12 @@ def test_every_format_removal_may_touch_has_a_live_holder_here() -> None:
 
 def artefacts(lock: Path, lock_format: str) -> set[str]:
     """What the lock consists of on disk now: a symlink's target, a lock directory's entries,
-    a file (a Chromium profile's lock is its SingletonLock; the rest of it is the browser's)."""
+    a file (a Chromium profile's lock is its SingletonLock, a Firefox one's its `lock`; the
+    rest of a profile is the browser's)."""
     if lock_format == "chromium-profile":
         lock = lock / "SingletonLock"
+    if lock_format == "firefox-profile":
+        lock = lock / "lock"
     if lock.is_symlink():
         return {os.readlink(lock)}
     if lock.is_dir():

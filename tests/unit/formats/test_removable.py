@@ -59,11 +59,5 @@ def test_the_config_accepts_remove_stale_on_a_removable_format(lock_format: str)
     assert (lock.format, lock.remove_stale) == (lock_format, True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="firefox-profile is in neither table: check-config accepts remove_stale for it, "
-    "and the removal stage then refuses every run (a defect of the table; remove this mark "
-    "once the table names it)",
-)
 def test_every_registered_format_is_either_removable_or_never_removed() -> None:
     assert set(ELIGIBLE_FORMATS) | set(NEVER_REMOVED) == set(FORMATS)
