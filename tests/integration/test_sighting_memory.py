@@ -161,10 +161,10 @@ sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
 from factories import make_finding
 from lockwarden.cli.once import SightingMemory
 from lockwarden.config import load
-from lockwarden.model import Bound, State
+from lockwarden.model import Bound, Held, State
 from lockwarden.pipeline import RunResult
 now = datetime.now(UTC)
-finding = make_finding(state=State.HELD, held_bound=Bound.AT_MOST, identity="pg-backend:7:1")
+finding = make_finding(state=State.HELD, held=Held(bound=Bound.AT_MOST), identity="pg-backend:7:1")
 memory = SightingMemory(load({path!r}), now, None)
 result = memory.remember(RunResult("host", "boot", now, (finding,)), lock_first=False)
 assert not result.notes, result.notes
