@@ -26,6 +26,7 @@ from test_postgres import postgres_program, server_user
 
 from buildenv import build_environment
 from conftest import Children, require_tool, run_cli, wait_until, write_config
+from lockwarden.support.durations import format_time
 
 psycopg = (
     pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else __import__("psycopg")
@@ -404,8 +405,10 @@ def _waiting(server: Server) -> int:
         return int(row[0])
 
 
-def _liquibase_row(server: Server, locked_by: str, age: timedelta) -> None:
-    granted = (datetime.now() - age).strftime("%Y-%m-%d %H:%M:%S")  # local time, as Liquibase
+def _liquibase_row(server: Server, locked_by: str, age: timedelta) -> datetime:
+    """Lock the row as Liquibase would; LOCKGRANTED is returned as the moment it names."""
+    moment = (datetime.now() - age).replace(microsecond=0)
+    granted = moment.strftime("%Y-%m-%d %H:%M:%S")  # local time, as Liquibase
     with server.admin() as connection:
         connection.execute(
             "CREATE TABLE IF NOT EXISTS databasechangeloglock (id int PRIMARY KEY, locked "
@@ -415,6 +418,7 @@ def _liquibase_row(server: Server, locked_by: str, age: timedelta) -> None:
         connection.execute(
             "INSERT INTO databasechangeloglock VALUES (1, true, %s, %s)", (granted, locked_by)
         )
+    return moment.astimezone(UTC)
 
 
 def _liquibase_processes() -> list[str]:
@@ -440,11 +444,13 @@ def test_liquibase_row_is_stale_only_with_proof(server: Server, tmp_path: Path) 
     )
     lock = lock_text(server, 'liquibase_table = "databasechangeloglock"')
     here = os.uname().nodename
-    _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(hours=2))
+    granted = _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(hours=2))
     code, finding = check(tmp_path, lock)
     assert (code, finding["state"]) == (2, "stale"), finding
     assert "no Liquibase process runs here" in finding["proof"]
     assert finding["action"]["line"].startswith("liquibase release-locks")
+    assert finding["held"]["bound"] == "exact"  # the row records when it was granted
+    assert finding["held"]["since"] == format_time(granted)
 
     _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(minutes=1))
     assert check(tmp_path, lock)[1]["state"] == "unknown"
@@ -452,10 +458,34 @@ def test_liquibase_row_is_stale_only_with_proof(server: Server, tmp_path: Path) 
     _liquibase_row(server, "build-7.example.net (10.0.0.7)", timedelta(hours=2))
     _code, finding = check(tmp_path, lock, minutes=0)
     assert finding["state"] in ("held", "held_too_long") and "another host" in finding["reason"]
+    held = finding["held"]  # LOCKGRANTED, read in the server's time zone: exact, dated
+    assert held["bound"] == "exact" and held["seconds"] is not None and held["since"]
 
     with server.admin() as connection:
         connection.execute("UPDATE databasechangeloglock SET locked = false")
     assert check(tmp_path, lock)[1]["state"] == "free"
+
+
+def test_liquibase_row_held_for_hours_by_a_run_here_pages_since_it_was_granted(
+    server: Server, tmp_path: Path, children: Children
+) -> None:
+    """A row this host locked two hours ago while Liquibase still runs here: held too long,
+    exactly since LOCKGRANTED (the row's own record), naming the Liquibase process."""
+    runner = children.start(["bash", "-c", "exec -a liquibase sleep 120"])
+    command = Path(f"/proc/{runner.pid}/cmdline")
+    assert wait_until(lambda: command.read_bytes().startswith(b"liquibase\0"))
+    here = os.uname().nodename
+    granted = _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(hours=2))
+    lock = lock_text(server, 'liquibase_table = "databasechangeloglock"')
+    code, finding = check(tmp_path, lock)
+    assert (code, finding["state"], finding["severity"]) == (2, "held_too_long", "critical")
+    assert finding["held"]["bound"] == "exact"
+    assert finding["held"]["since"] == format_time(granted)
+    assert finding["held"]["seconds"] == pytest.approx(7200, abs=5)
+    assert [holder["pid"] for holder in finding["holders"]] == [runner.pid]
+    assert f"PID {runner.pid}" in finding["reason"] and "runs Liquibase here" in finding["reason"]
+    with server.admin() as connection:
+        connection.execute("UPDATE databasechangeloglock SET locked = false")
 
 
 def test_statement_that_would_block_is_unknown_not_a_hang(

@@ -349,9 +349,9 @@ def _liquibase_held(
     granted: datetime | None,
     who: str,
 ) -> Finding:
-    held_for = None if granted is None else max((now - granted).total_seconds(), 0.0)
-    state, severity = grade(State.HELD, held_for, policy)
-    since = f" for {format_duration(held_for)}" if held_for is not None else ""
+    held = _granted(granted, now)
+    state, severity = grade(State.HELD, held.seconds, policy, held.bound)
+    since = f" for {format_duration(held.seconds)}" if held.seconds is not None else ""
     running = f", {process.describe()} runs Liquibase here" if process else ""
     lead = f"writes to {base.name} blocked: " if state is State.HELD_TOO_LONG else "held: "
     return replace(
@@ -359,7 +359,7 @@ def _liquibase_held(
         state=state,
         severity=severity,
         reason=f"{lead}Liquibase's lock row is {who}{running}{since}",
-        held=Held.of(held_for, Bound.UNKNOWN, now),
+        held=held,
         holder=process,
         action=(
             advise_holder(process, (), "") if process is not None and needs_action(state) else None
@@ -367,6 +367,12 @@ def _liquibase_held(
         identity=identity,
         note=f"LOCKGRANTED {_stamp(granted)}",
     )
+
+
+def _granted(granted: datetime | None, now: datetime) -> Held:
+    """The row records when its lock was granted (LOCKGRANTED): held exactly since then, as
+    a lock whose own record dates it (a row granted ahead of our clock is just taken)."""
+    return NOT_HELD if granted is None else Held.began(granted, Bound.EXACT, now)
 
 
 def _liquibase_left_over(
@@ -398,7 +404,7 @@ def _liquibase_left_over(
             state=State.STALE,
             severity=policy.stale_severity,
             reason="stale: Liquibase's lock row is left over from a run that is gone",
-            held=Held.of(age, Bound.UNKNOWN, now),
+            held=_granted(row.granted, now),
             proof=proof,
             action=f"{LIQUIBASE_RELEASE} (with this database's connection settings)",
             identity=identity,
