@@ -23,6 +23,7 @@ from lockwarden.config import (
     Config,
     LockConfig,
 )
+from lockwarden.databases.observe import Observation
 from lockwarden.formats import read_claim
 from lockwarden.model import Claim, Finding, InodeKey, Severity, State, UnknownCause, worst
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
@@ -34,6 +35,7 @@ from lockwarden.procfs.snapshot import (
     parse_lock_line,
     reachable_path,
 )
+from lockwarden.procfs.sockets import NO_CLIENTS, ClientQuestion
 from lockwarden.support.bounded import BoundedRun, Unanswered
 
 log = logging.getLogger(__name__)
@@ -84,10 +86,11 @@ def inspect(
     reads: FileReads | None = None,
     what_if: bool = False,
 ) -> Inspection:
-    """Four steps: read every lock's claim; capture the host once for all of them (one
-    descriptor scan, and every follow-up read their judging needs); gather each lock's
-    evidence from that frozen snapshot (a database lock's server is asked here, and its
-    clients named through `host`: databases/check.py); then judge, which is pure.
+    """Four steps: read every lock's claim, and ask each database lock's server, while the
+    files are read (databases/check.py); capture the host once for all of them (one
+    descriptor scan, every follow-up read their judging needs, and what the servers'
+    answers name: their sessions' clients); gather each lock's evidence from that frozen
+    snapshot; then judge, which is pure.
     `remembered`: the sighting memory of kernel locks (sightings.py). `reads`: the claims of
     these locks already being read (FileReads), else they are read here. `what_if`: the run
     journals nothing (`inspect`, `--dry-run`), so a `now` past the capture asks what a later
@@ -95,16 +98,17 @@ def inspect(
     on_files = [lock for lock in locks if not lock.database]
     if reads is None:
         reads = FileReads(on_files, host.pid_max)
+    answers = _ask_servers(locks, host.hostname)
     read = iter(reads.claims())
     claims = [None if lock.database else next(read) for lock in locks]
-    snapshot = host.capture(request_for(claim for claim in claims if isinstance(claim, Claim)))
+    request = request_for(claim for claim in claims if isinstance(claim, Claim))
+    snapshot = host.capture(replace(request, clients=_servers_question(answers)))
     memory = remembered or {}
-    silent: dict[tuple[str, str], str] = {}  # database servers that did not answer this run
     gathered = [
         _gather(lock, claim, snapshot)
         if claim is not None
-        else _judge_database(lock, host, now, memory.get(lock.name), silent, what_if)
-        for lock, claim in zip(locks, claims, strict=True)
+        else _judge_database(lock, answers[index], snapshot, now, memory.get(lock.name), what_if)
+        for index, (lock, claim) in enumerate(zip(locks, claims, strict=True))
     ]
     findings = tuple(
         _with_store(lock, _judge(lock, seen, now, memory.get(lock.name), what_if))
@@ -197,22 +201,59 @@ def _path_of(item: LockConfig | str) -> str:
     return item if isinstance(item, str) else item.path
 
 
+Answer = tuple[Observation, ClientQuestion] | Exception
+"""A database lock's server's answer and what it asks of the capture, or why asking failed."""
+
+
+def _ask_servers(locks: Sequence[LockConfig], hostname: str) -> dict[int, Answer]:
+    """Each database lock's server asked, by the lock's index, each within its deadline
+    (databases/check.py): a server that did not answer is not asked again this run. Its
+    driver loads only when a database lock is configured."""
+    if not any(lock.database for lock in locks):
+        return {}
+    from lockwarden.databases.check import host_question, observe
+
+    silent: dict[tuple[str, str], str] = {}  # database servers that did not answer this run
+    answers: dict[int, Answer] = {}
+    for index, lock in enumerate(locks):
+        if lock.database is None:
+            continue
+        try:
+            observation = observe(lock.database, os.environ, silent)
+            answers[index] = observation, host_question(lock, observation, hostname)
+        except Exception as error:
+            answers[index] = error
+    return answers
+
+
+def _servers_question(answers: dict[int, Answer]) -> ClientQuestion:
+    """Everything the servers' answers ask of the capture, as one question."""
+    question = NO_CLIENTS
+    for answer in answers.values():
+        if not isinstance(answer, Exception):
+            question = question | answer[1]
+    return question
+
+
 def _judge_database(
     lock: LockConfig,
-    host: HostReader,
+    answer: Answer,
+    snapshot: Snapshot,
     now: datetime,
     seen_since: dict[str, datetime] | None,
-    silent: dict[tuple[str, str], str],
     what_if: bool = False,
 ) -> Finding:
-    """A lock inside a database server (databases/): its driver loads only when one is set.
-    `seen_since`: the sighting memory of its sessions (a session's lock has no grant time).
-    `silent`: the servers that did not answer earlier in this run (not asked again)."""
+    """A lock inside a database server (databases/), from its server's answer and the host
+    as the capture saw it. `seen_since`: the sighting memory of its sessions (a session's
+    lock has no grant time)."""
+    if isinstance(answer, Exception):
+        return _internal_error(lock, answer)
     try:
-        from lockwarden.databases.check import inspect_database
+        from lockwarden.databases.check import judge_database
 
-        return inspect_database(
-            lock, policy_for(lock), host, now, first_seen=seen_since, silent=silent, what_if=what_if
+        observation, _question = answer
+        return judge_database(
+            lock, observation, snapshot, policy_for(lock), now, seen_since, what_if
         )
     except Exception as error:
         return _internal_error(lock, error)

@@ -1,5 +1,6 @@
 """The pure parts of database locks: advisory keys as pg_locks shows them, the migration tools'
-keys, /proc/net/tcp endpoints, and the bound on how long a session lock has been held."""
+keys, /proc/net/tcp endpoints (procfs/sockets.py), and the bound on how long a session lock
+has been held."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from lockwarden.databases.keys import (
     tool_of,
 )
 from lockwarden.databases.observe import Backend, Hold
-from lockwarden.databases.peers import parse_endpoint
 from lockwarden.model import Bound
+from lockwarden.procfs.sockets import parse_endpoint
 
 
 @pytest.mark.parametrize(
