@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockwarden.check.classify import Policy
@@ -28,7 +28,7 @@ from lockwarden.databases.judge import (
 from lockwarden.databases.observe import WAITS, Backend, Client, Observation, Tree
 from lockwarden.databases.peers import client_question, find_clients
 from lockwarden.databases.session import answer_deadline_s, unanswered
-from lockwarden.model import Finding, Holder
+from lockwarden.model import Finding, Holder, InodeKey
 from lockwarden.procfs.reader import HostReader, Request
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.procfs.sockets import ClientQuestion
@@ -90,6 +90,45 @@ def _ask(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
     from lockwarden.databases import postgres
 
     return postgres.observe(watch, environ)
+
+
+@dataclass(frozen=True)
+class ServerClaim:
+    """A lock inside a database server, as its server answered in the claims phase: what the
+    answer asks of the capture, and its judging (check/source.py's Claimed)."""
+
+    lock: LockConfig
+    observation: Observation
+    clients: ClientQuestion
+
+    @property
+    def question(self) -> Request:
+        return Request(clients=self.clients)
+
+    @property
+    def keys(self) -> tuple[InodeKey, ...]:
+        return ()
+
+    def judge(
+        self,
+        snapshot: Snapshot,
+        policy: Policy,
+        now: datetime,
+        seen_since: Mapping[str, datetime] | None,
+        what_if: bool,
+    ) -> Finding:
+        return judge_database(
+            self.lock, self.observation, snapshot, policy, now, seen_since, what_if
+        )
+
+
+def ask_server(lock: LockConfig, hostname: str, silent: Unanswered | None = None) -> ServerClaim:
+    """The claims phase of a database lock: its server asked within its deadline (`silent`:
+    the run's servers that did not answer, not asked again), and what the answer names."""
+    watch = lock.database
+    assert watch is not None, "ask_server is for database locks"
+    observation = observe(watch, os.environ, silent)
+    return ServerClaim(lock, observation, host_question(lock, observation, hostname))
 
 
 def host_question(lock: LockConfig, observation: Observation, hostname: str) -> ClientQuestion:
