@@ -29,7 +29,7 @@ sys.path.insert(0, SRC)
 import psycopg  # noqa: E402
 
 from lockwarden.config import LockConfig, parse  # noqa: E402
-from lockwarden.databases.check import inspect_database  # noqa: E402
+from lockwarden.databases.check import ask_server  # noqa: E402
 from lockwarden.pipeline import policy_for  # noqa: E402
 from lockwarden.procfs.reader import HostReader, Request, wall_clock  # noqa: E402
 
@@ -99,7 +99,10 @@ def main(rounds: int) -> None:
         host.capture(Request())  # a run takes it anyway: not the database check's cost
 
         def check() -> None:
-            finding = inspect_database(lock, policy, host, datetime.now(UTC))
+            # the server asked, then what its answer names read by a capture, then judged
+            claim = ask_server(lock, host.hostname)
+            snapshot = host.capture(Request(read_locks=False, clients=claim.clients))
+            finding = claim.judge(snapshot, policy, datetime.now(UTC), None, False)
             assert finding.state.value == "held", finding.reason
 
         check()  # warm-up: imports, the first connection

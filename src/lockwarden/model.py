@@ -6,7 +6,7 @@ import enum
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 
@@ -300,6 +300,41 @@ _BOUND_WORDS = {
 }
 
 
+@dataclass(frozen=True)
+class Held:
+    """How long a lock has been held (or its writers blocked), what kind of figure that is, and
+    when the hold began: one value for every kind of lock, file, kernel or database.
+
+    `since` is `now - seconds` for the `now` it was judged at, with the same bound, and None
+    exactly when `seconds` is: build it with `Held.of` or `Held.began`, the one place the three
+    are put together."""
+
+    seconds: float | None = None
+    bound: Bound = Bound.UNKNOWN
+    since: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if (self.seconds is None) != (self.since is None):
+            raise ValueError("a hold's start is known exactly when its duration is: Held.of")
+
+    @classmethod
+    def of(cls, seconds: float | None, bound: Bound, now: datetime) -> Held:
+        """Held for `seconds` as of `now` (None: for an unknown time, whatever the bound)."""
+        if seconds is None:
+            return NOT_HELD
+        return cls(seconds, bound, now - timedelta(seconds=seconds))
+
+    @classmethod
+    def began(cls, moment: datetime, bound: Bound, now: datetime) -> Held:
+        """Held since a recorded moment; one after `now` (the recorder's clock runs ahead of
+        ours) is a hold just taken."""
+        return cls.of(max((now - moment).total_seconds(), 0.0), bound, now)
+
+
+NOT_HELD = Held()
+"""Nothing known of how long: free, unknown, or held for a time nothing tells."""
+
+
 class UnknownCause(enum.StrEnum):
     """Why a lock's state cannot be told, for a machine to route on (the reason says it in
     words, naming the path, host or right involved)."""
@@ -351,11 +386,8 @@ class Finding:
     state: State
     severity: Severity
     reason: str
-    held_for_s: float | None = None
-    """How long it has been held, as far as `held_bound` says (see Bound)."""
-    held_bound: Bound = Bound.UNKNOWN
-    held_since: datetime | None = None
-    """When the hold began, with the same bound as held_for_s (checked_at - held_for_s)."""
+    held: Held = NOT_HELD
+    """How long it has been held, what that figure is (see Bound), and since when."""
     proof: str | None = None
     holder: Holder | None = None
     waiters: tuple[Waiter, ...] = ()
@@ -379,6 +411,20 @@ class Finding:
     gone_pids: tuple[int, ...] = ()
     """For a stale lock: the PIDs its record names as holders, each proven gone (dead, or now
     another process: never a PID to kill), as the proof says."""
+
+    @property
+    def held_for_s(self) -> float | None:
+        """How long it has been held, as far as `held_bound` says."""
+        return self.held.seconds
+
+    @property
+    def held_bound(self) -> Bound:
+        return self.held.bound
+
+    @property
+    def held_since(self) -> datetime | None:
+        """When the hold began, with the same bound as held_for_s."""
+        return self.held.since
 
     @property
     def holders(self) -> tuple[Holder, ...]:

@@ -1,4 +1,4 @@
-"""Wire the stages for one run: config -> claims -> snapshot -> evidence -> findings.
+"""Wire the stages for one run: config -> claims (files and servers) -> snapshot -> findings.
 
 No argparse, no printing, no exit: the CLI does that. `now` and the clock the host snapshot
 is dated by are passed in.
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockwarden.check import blocked
-from lockwarden.check.classify import Policy, classify
-from lockwarden.check.identify import Evidence, gather, request_for
+from lockwarden.check.classify import Policy
 from lockwarden.check.sightings import Memory
+from lockwarden.check.source import Claimed, FileClaim, Judged, combined
 from lockwarden.config import (
     DEFAULT_CRITICAL_AFTER,
     DEFAULT_FS_TIMEOUT,
@@ -84,33 +84,25 @@ def inspect(
     reads: FileReads | None = None,
     what_if: bool = False,
 ) -> Inspection:
-    """Four steps: read every lock's claim; capture the host once for all of them (one
-    descriptor scan, and every follow-up read their judging needs); gather each lock's
-    evidence from that frozen snapshot (a database lock's server is asked here, and its
-    clients named through `host`: databases/check.py); then judge, which is pure.
+    """Three steps: each lock's claim (check/source.py), a file lock's read from its files
+    while a database lock's server is asked (databases/check.py); capture the host once for
+    all their questions (one descriptor scan, every follow-up read their judging needs, and
+    what the servers' answers name: their sessions' clients); then judge each lock from its
+    claim and that frozen snapshot, the same way whatever it is.
     `remembered`: the sighting memory of kernel locks (sightings.py). `reads`: the claims of
     these locks already being read (FileReads), else they are read here. `what_if`: the run
     journals nothing (`inspect`, `--dry-run`), so a `now` past the capture asks what a later
     run would say if the locks stayed as they are (classify.projected)."""
-    on_files = [lock for lock in locks if not lock.database]
     if reads is None:
-        reads = FileReads(on_files, host.pid_max)
-    read = iter(reads.claims())
-    claims = [None if lock.database else next(read) for lock in locks]
-    snapshot = host.capture(request_for(claim for claim in claims if isinstance(claim, Claim)))
+        reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
+    claimed = _claims(locks, reads, host.hostname)
+    snapshot = host.capture(combined(each.question for each in claimed))
     memory = remembered or {}
-    silent: dict[tuple[str, str], str] = {}  # database servers that did not answer this run
-    gathered = [
-        _gather(lock, claim, snapshot)
-        if claim is not None
-        else _judge_database(lock, host, now, memory.get(lock.name), silent, what_if)
-        for lock, claim in zip(locks, claims, strict=True)
-    ]
     findings = tuple(
-        _with_store(lock, _judge(lock, seen, now, memory.get(lock.name), what_if))
-        for lock, seen in zip(locks, gathered, strict=True)
+        _with_store(lock, _judge(lock, each, snapshot, now, memory.get(lock.name), what_if))
+        for lock, each in zip(locks, claimed, strict=True)
     )
-    keys = frozenset(key for claim in claims if isinstance(claim, Claim) for key in claim.keys)
+    keys = frozenset(key for each in claimed for key in each.keys)
     return Inspection(snapshot, findings, keys)
 
 
@@ -197,25 +189,35 @@ def _path_of(item: LockConfig | str) -> str:
     return item if isinstance(item, str) else item.path
 
 
-def _judge_database(
-    lock: LockConfig,
-    host: HostReader,
-    now: datetime,
-    seen_since: dict[str, datetime] | None,
-    silent: dict[tuple[str, str], str],
-    what_if: bool = False,
-) -> Finding:
-    """A lock inside a database server (databases/): its driver loads only when one is set.
-    `seen_since`: the sighting memory of its sessions (a session's lock has no grant time).
-    `silent`: the servers that did not answer earlier in this run (not asked again)."""
+def _claims(locks: Sequence[LockConfig], reads: FileReads, hostname: str) -> list[Claimed]:
+    """Each lock's claim, in the order of `locks`: a database lock's server asked while the
+    file locks' claims are read (`reads`, in its child), then theirs."""
     try:
-        from lockwarden.databases.check import inspect_database
+        claimed = _ask_servers(locks, hostname)
+    except BaseException:
+        reads.close()  # the child reading the files is not waited for
+        raise
+    on_files = [index for index in range(len(locks)) if index not in claimed]
+    for index, claim in zip(on_files, reads.claims(), strict=True):
+        claimed[index] = _file_claim(locks[index], claim)
+    return [claimed[index] for index in range(len(locks))]
 
-        return inspect_database(
-            lock, policy_for(lock), host, now, first_seen=seen_since, silent=silent, what_if=what_if
-        )
-    except Exception as error:
-        return _internal_error(lock, error)
+
+def _ask_servers(locks: Sequence[LockConfig], hostname: str) -> dict[int, Claimed]:
+    """Each database lock's claim, by the lock's index: its server asked within its deadline
+    (databases/check.py); a server that did not answer is not asked again this run. Its
+    driver loads only when a database lock is configured."""
+    silent: dict[tuple[str, str], str] = {}  # database servers that did not answer this run
+    claimed: dict[int, Claimed] = {}
+    for index, lock in enumerate(locks):
+        if lock.database is not None:
+            try:
+                from lockwarden.databases.check import ask_server
+
+                claimed[index] = ask_server(lock, hostname, silent)
+            except Exception as error:
+                claimed[index] = Judged(_internal_error(lock, error))
+    return claimed
 
 
 def _claim_or_error(lock: LockConfig, outcome: object) -> Claim | Exception:
@@ -227,35 +229,28 @@ def _claim_or_error(lock: LockConfig, outcome: object) -> Claim | Exception:
     return RuntimeError(f"reading it ended with {outcome!r}")
 
 
-Gathered = tuple[Claim, Evidence] | Finding
-"""A lock's claim with its evidence, or already its finding (unknown, or a database lock's)."""
-
-
-def _gather(lock: LockConfig, claim: Claim | Exception, snapshot: Snapshot) -> Gathered:
+def _file_claim(lock: LockConfig, claim: Claim | Exception) -> Claimed:
     if isinstance(claim, Unanswered):
-        return _unknown(lock, str(claim), UnknownCause.NO_ANSWER)
+        return Judged(_unknown(lock, str(claim), UnknownCause.NO_ANSWER))
     if isinstance(claim, PermissionError):
-        return _unknown(lock, permission_problem(lock.path), UnknownCause.MISSING_RIGHT)
+        return Judged(_unknown(lock, permission_problem(lock.path), UnknownCause.MISSING_RIGHT))
     if isinstance(claim, Exception):
-        return _internal_error(lock, RuntimeError(f"could not read {lock.path}: {claim}"))
-    try:
-        return claim, gather(claim, snapshot)
-    except Exception as error:
-        return _internal_error(lock, error)
+        error = RuntimeError(f"could not read {lock.path}: {claim}")
+        return Judged(_internal_error(lock, error))
+    return FileClaim(lock.name, claim)
 
 
 def _judge(
     lock: LockConfig,
-    gathered: Gathered,
+    claimed: Claimed,
+    snapshot: Snapshot,
     now: datetime,
     seen_since: dict[str, datetime] | None = None,
     what_if: bool = False,
 ) -> Finding:
-    if isinstance(gathered, Finding):
-        return gathered
-    claim, evidence = gathered
+    """Any lock, file or database, judged the one way: from its claim and the snapshot."""
     try:
-        return classify(lock.name, claim, evidence, policy_for(lock), now, seen_since, what_if)
+        return claimed.judge(snapshot, policy_for(lock), now, seen_since, what_if)
     except Exception as error:
         return _internal_error(lock, error)
 

@@ -16,7 +16,7 @@ from typing import Any
 from lockwarden.alerts.messages import Ended, render_alert, render_resolved
 from lockwarden.alerts.notify import Notifier
 from lockwarden.config import NotifySettings
-from lockwarden.model import Finding, Holder, Severity, State
+from lockwarden.model import Bound, Finding, Held, Holder, Severity, State
 
 from .helpers import Receiver, Smtp
 
@@ -28,7 +28,7 @@ HELD = Finding(
     state=State.HELD_TOO_LONG,
     severity=Severity.CRITICAL,
     reason="writes to wa-store blocked by PID 64969 (maintenance-job) for 2h01m",
-    held_for_s=7260.0,
+    held=Held.of(7260.0, Bound.UNKNOWN, NOW),
     holder=Holder(
         pid=64969,
         alive=True,

@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,7 +26,8 @@ import pytest
 from test_postgres import postgres_program, server_user
 
 from buildenv import build_environment
-from conftest import Children, require_tool, run_cli, wait_until, write_config
+from conftest import Children, cli_env, require_tool, run_cli, wait_until, write_config
+from lockwarden.support.durations import format_time
 
 psycopg = (
     pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else __import__("psycopg")
@@ -404,8 +406,10 @@ def _waiting(server: Server) -> int:
         return int(row[0])
 
 
-def _liquibase_row(server: Server, locked_by: str, age: timedelta) -> None:
-    granted = (datetime.now() - age).strftime("%Y-%m-%d %H:%M:%S")  # local time, as Liquibase
+def _liquibase_row(server: Server, locked_by: str, age: timedelta) -> datetime:
+    """Lock the row as Liquibase would; LOCKGRANTED is returned as the moment it names."""
+    moment = (datetime.now() - age).replace(microsecond=0)
+    granted = moment.strftime("%Y-%m-%d %H:%M:%S")  # local time, as Liquibase
     with server.admin() as connection:
         connection.execute(
             "CREATE TABLE IF NOT EXISTS databasechangeloglock (id int PRIMARY KEY, locked "
@@ -415,6 +419,7 @@ def _liquibase_row(server: Server, locked_by: str, age: timedelta) -> None:
         connection.execute(
             "INSERT INTO databasechangeloglock VALUES (1, true, %s, %s)", (granted, locked_by)
         )
+    return moment.astimezone(UTC)
 
 
 def _liquibase_processes() -> list[str]:
@@ -424,10 +429,9 @@ def _liquibase_processes() -> list[str]:
     found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
-            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
             if LIQUIBASE_COMMAND.search(command.lower()):
-                words = command.decode(errors="replace").split("\0")
-                found.append(f"PID {entry}: {' '.join(words)}")
+                found.append(f"PID {entry}: {' '.join(command.split(chr(0)))}")
     return found
 
 
@@ -440,11 +444,13 @@ def test_liquibase_row_is_stale_only_with_proof(server: Server, tmp_path: Path) 
     )
     lock = lock_text(server, 'liquibase_table = "databasechangeloglock"')
     here = os.uname().nodename
-    _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(hours=2))
+    granted = _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(hours=2))
     code, finding = check(tmp_path, lock)
     assert (code, finding["state"]) == (2, "stale"), finding
     assert "no Liquibase process runs here" in finding["proof"]
     assert finding["action"]["line"].startswith("liquibase release-locks")
+    assert finding["held"]["bound"] == "exact"  # the row records when it was granted
+    assert finding["held"]["since"] == format_time(granted)
 
     _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(minutes=1))
     assert check(tmp_path, lock)[1]["state"] == "unknown"
@@ -452,10 +458,102 @@ def test_liquibase_row_is_stale_only_with_proof(server: Server, tmp_path: Path) 
     _liquibase_row(server, "build-7.example.net (10.0.0.7)", timedelta(hours=2))
     _code, finding = check(tmp_path, lock, minutes=0)
     assert finding["state"] in ("held", "held_too_long") and "another host" in finding["reason"]
+    held = finding["held"]  # LOCKGRANTED, read in the server's time zone: exact, dated
+    assert held["bound"] == "exact" and held["seconds"] is not None and held["since"]
 
     with server.admin() as connection:
         connection.execute("UPDATE databasechangeloglock SET locked = false")
     assert check(tmp_path, lock)[1]["state"] == "free"
+
+
+def test_liquibase_row_held_for_hours_by_a_run_here_pages_since_it_was_granted(
+    server: Server, tmp_path: Path, children: Children
+) -> None:
+    """A row this host locked two hours ago while Liquibase still runs here: held too long,
+    exactly since LOCKGRANTED (the row's own record), naming the Liquibase process."""
+    runner = children.start(["bash", "-c", "exec -a liquibase sleep 120"])
+    command = Path(f"/proc/{runner.pid}/cmdline")
+    assert wait_until(lambda: command.read_bytes().startswith(b"liquibase\0"))
+    here = os.uname().nodename
+    granted = _liquibase_row(server, f"{here} (127.0.0.1)", timedelta(hours=2))
+    lock = lock_text(server, 'liquibase_table = "databasechangeloglock"')
+    code, finding = check(tmp_path, lock)
+    assert (code, finding["state"], finding["severity"]) == (2, "held_too_long", "critical")
+    assert finding["held"]["bound"] == "exact"
+    assert finding["held"]["since"] == format_time(granted)
+    assert finding["held"]["seconds"] == pytest.approx(7200, abs=5)
+    assert [holder["pid"] for holder in finding["holders"]] == [runner.pid]
+    assert f"PID {runner.pid}" in finding["reason"] and "runs Liquibase here" in finding["reason"]
+    with server.admin() as connection:
+        connection.execute("UPDATE databasechangeloglock SET locked = false")
+
+
+AUDITED_INSPECTION = """
+import json, sys
+from datetime import UTC, datetime
+events = []
+
+def audit(event, args):
+    if event in ("open", "os.listdir", "os.scandir") and isinstance(args[0], str | bytes):
+        path = args[0] if isinstance(args[0], str) else args[0].decode()
+        if path.startswith("/proc"):
+            events.append(path)
+
+sys.addaudithook(audit)
+from lockwarden.config import load
+from lockwarden.pipeline import inspect_locks
+from lockwarden.procfs import reader
+
+capture = reader.HostReader.capture
+
+def marked(self, request):
+    snapshot = capture(self, request)
+    events.append("CAPTURED")
+    return snapshot
+
+reader.HostReader.capture = marked
+host = reader.HostReader(reader.wall_clock)
+found = inspect_locks(load(sys.argv[1]).locks, host, datetime.now(UTC))
+holders = {finding.name: [holder.pid for holder in finding.holders] for finding in found}
+print(json.dumps({"events": events, "holders": holders}))
+"""
+
+
+def test_after_the_capture_nothing_reads_proc_yet_the_clients_are_named(
+    server: Server, sessions: list[Psql], tmp_path: Path, children: Children
+) -> None:
+    """The servers are asked before the host is captured, and their answers say what the
+    capture reads besides: a session's client (its socket's owner, over TCP) and the Liquibase
+    processes a locked row names. Judging then reads no /proc file and lists no /proc
+    directory, and still names both."""
+    holder = psql(server, sessions, tcp=True)
+    holder.run("SELECT pg_advisory_lock(72707369);")
+    runner = children.start(["bash", "-c", "exec -a liquibase sleep 120"])
+    command = Path(f"/proc/{runner.pid}/cmdline")
+    assert wait_until(lambda: command.read_bytes().startswith(b"liquibase\0"))
+    _liquibase_row(server, f"{os.uname().nodename} (127.0.0.1)", timedelta(minutes=5))
+    advisory = lock_text(server, 'advisory_key = "prisma"', True, password_file(tmp_path))
+    liquibase = lock_text(server, 'liquibase_table = "databasechangeloglock"')
+    config = write_config(
+        tmp_path / "config.toml",
+        "[[lock]]\n" + advisory + "\n[[lock]]\n" + liquibase.replace('"app-db"', '"app-lb"'),
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", AUDITED_INSPECTION, config],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    seen = json.loads(completed.stdout)
+    assert seen["holders"] == {"app-db": [holder.pid], "app-lb": [runner.pid]}
+    events = seen["events"]
+    assert events.count("CAPTURED") == 1
+    assert events[events.index("CAPTURED") + 1 :] == []
+    with server.admin() as connection:
+        connection.execute("UPDATE databasechangeloglock SET locked = false")
 
 
 def test_statement_that_would_block_is_unknown_not_a_hang(

@@ -160,12 +160,12 @@ from datetime import UTC, datetime
 sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
 from factories import make_finding
 from lockwarden.config import load
-from lockwarden.model import Bound, State
+from lockwarden.model import Bound, Held, State
 from lockwarden.pipeline import RunResult
 from lockwarden.run import SightingMemory
 from lockwarden.state.run_state import RunState
 now = datetime.now(UTC)
-finding = make_finding(state=State.HELD, held_bound=Bound.AT_MOST, identity="pg-backend:7:1")
+finding = make_finding(state=State.HELD, held=Held(bound=Bound.AT_MOST), identity="pg-backend:7:1")
 config = load({path!r})
 state = RunState.open(config.state.journal_path, config.state.max_bytes)
 memory = SightingMemory(config, now, state)

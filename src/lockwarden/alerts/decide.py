@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -222,9 +222,7 @@ def _open(
     from lockwarden.alerts.messages import holder_label, render_alert
 
     identifier = incident_id(key, now)
-    held_since = (
-        now - timedelta(seconds=finding.held_for_s) if finding.held_for_s is not None else None
-    )
+    held_since = finding.held.since
     plan.records.append(
         OpenRecord(
             at=now,

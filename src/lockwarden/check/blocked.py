@@ -13,11 +13,11 @@ Pure: the pipeline finds the waiters and judges their locks; this makes the find
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import datetime
 
 from lockwarden.config import HostSettings
-from lockwarden.model import Bound, Finding, Severity, State, command_text
+from lockwarden.model import NOT_HELD, Bound, Finding, Held, Severity, State, command_text
 from lockwarden.support.durations import format_duration
 
 PREFIX = "blocked:"
@@ -28,27 +28,20 @@ def is_blocked_name(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
-@dataclass(frozen=True)
-class Wait:
-    """How long the writers of one lock have been blocked, and how sure that is."""
-
-    seconds: float | None
-    bound: Bound
-
-
-def wait_of(lock: Finding, first_seen: datetime | None, now: datetime) -> Wait:
-    """A floor from the sighting memory, else a ceiling from the oldest waiter's age."""
+def wait_of(lock: Finding, first_seen: datetime | None, now: datetime) -> Held:
+    """How long the writers of one lock have been blocked, and how sure that is: a floor from
+    the sighting memory, else a ceiling from the oldest waiter's age."""
     if first_seen is not None:
-        return Wait(max(0.0, (now - first_seen).total_seconds()), Bound.AT_LEAST)
+        return Held.began(first_seen, Bound.AT_LEAST, now)
     ages = [
         (now - waiter.started_at).total_seconds()
         for waiter in lock.waiters
         if waiter.started_at is not None
     ]
-    return Wait(max(ages), Bound.AT_MOST) if ages else Wait(None, Bound.UNKNOWN)
+    return Held.of(max(ages), Bound.AT_MOST, now) if ages else NOT_HELD
 
 
-def grade(wait: Wait, settings: HostSettings) -> tuple[State, Severity]:
+def grade(wait: Held, settings: HostSettings) -> tuple[State, Severity]:
     """Past a budget only on a floor (an at-most wait says nothing of how long it was)."""
     if wait.bound is not Bound.AT_LEAST or wait.seconds is None:
         return State.HELD, Severity.OK
@@ -114,14 +107,8 @@ def blocked_finding(
         state=state,
         severity=severity,
         reason=reason,
-        held_for_s=wait.seconds,
-        held_bound=wait.bound,
-        held_since=None if wait.seconds is None else _since(now, wait.seconds),
+        held=wait,
         identity=identity_of(lock),
         store="writers blocked on a lock nobody configured",
         unknown_cause=None,
     )
-
-
-def _since(now: datetime, seconds: float) -> datetime:
-    return now - timedelta(seconds=seconds)

@@ -1,11 +1,11 @@
-"""One database lock, checked: ask the server, find the clients here, judge.
+"""One database lock, checked: ask the server, say what the host must show, judge.
 
-The one documented exception to "the snapshot is captured once, then nothing reads /proc":
-which processes are worth reading here (a session's client socket, the Liquibase processes)
-is known only once the server has answered, and a server is asked only when its lock is
-checked, after the capture. So this stage reads, through the run's HostReader (the same boot
-time, the same process cache), only what the server's answer names: the sessions' clients
-(peers.py) or the Liquibase processes. Its judging (judge.py) stays pure: it receives them.
+A server is asked in the run's claims phase (pipeline.py), while the file locks' claims are
+read, under its deadline. Which processes are worth reading here (a session's client socket,
+the Liquibase processes) is known only from its answer, so the answer says what the run's one
+capture must read as well (`host_question`: procfs/sockets.py reads the sockets, their owners
+and what runs below them, and command lines under the capture's deadline). Judging
+(judge.py) then looks them up in the frozen snapshot: nothing here reads the host.
 """
 
 from __future__ import annotations
@@ -13,25 +13,32 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockwarden.check.classify import Policy
 from lockwarden.check.identify import holder_from_process
 from lockwarden.config import DatabaseWatch, LockConfig
-from lockwarden.databases.judge import LiquibaseHost, judge_holds, judge_liquibase
+from lockwarden.databases.judge import (
+    LiquibaseHost,
+    judge_holds,
+    judge_liquibase,
+    names_this_host,
+)
 from lockwarden.databases.observe import WAITS, Backend, Client, Observation, Tree
-from lockwarden.databases.peers import find_clients
+from lockwarden.databases.peers import client_question, find_clients
 from lockwarden.databases.session import answer_deadline_s, unanswered
-from lockwarden.model import Finding, Holder
-from lockwarden.procfs.reader import HostReader
+from lockwarden.model import Finding, Holder, InodeKey
+from lockwarden.procfs.reader import HostReader, Request
+from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.sockets import ClientQuestion
 from lockwarden.support import abandon
 
 # What a running Liquibase looks like: its launcher script, its jar, or its Java main class
 # (a path that merely contains the word, such as a config file's, is not Liquibase).
 LIQUIBASE_COMMAND = re.compile(
-    rb"(?:^|\0)(?:[^\0]*/)?liquibase(?:\.sh|\.bat)?(?:\0|$)"
-    rb"|liquibase[^\0/]*\.jar(?:\0|$)|(?:^|\0)liquibase\.integration\."
+    r"(?:^|\0)(?:[^\0]*/)?liquibase(?:\.sh|\.bat)?(?:\0|$)"
+    r"|liquibase[^\0/]*\.jar(?:\0|$)|(?:^|\0)liquibase\.integration\."
 )
 
 
@@ -85,31 +92,90 @@ def _ask(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
     return postgres.observe(watch, environ)
 
 
-def inspect_database(
+@dataclass(frozen=True)
+class ServerClaim:
+    """A lock inside a database server, as its server answered in the claims phase: what the
+    answer asks of the capture, and its judging (check/source.py's Claimed)."""
+
+    lock: LockConfig
+    observation: Observation
+    clients: ClientQuestion
+
+    @property
+    def question(self) -> Request:
+        return Request(clients=self.clients)
+
+    @property
+    def keys(self) -> tuple[InodeKey, ...]:
+        return ()
+
+    def judge(
+        self,
+        snapshot: Snapshot,
+        policy: Policy,
+        now: datetime,
+        seen_since: Mapping[str, datetime] | None,
+        what_if: bool,
+    ) -> Finding:
+        return judge_database(
+            self.lock, self.observation, snapshot, policy, now, seen_since, what_if
+        )
+
+
+def ask_server(lock: LockConfig, hostname: str, silent: Unanswered | None = None) -> ServerClaim:
+    """The claims phase of a database lock: its server asked within its deadline (`silent`:
+    the run's servers that did not answer, not asked again), and what the answer names."""
+    watch = lock.database
+    assert watch is not None, "ask_server is for database locks"
+    observation = observe(watch, os.environ, silent)
+    return ServerClaim(lock, observation, host_question(lock, observation, hostname))
+
+
+def host_question(lock: LockConfig, observation: Observation, hostname: str) -> ClientQuestion:
+    """What the run's capture must read for this lock, given its server's answer: the clients
+    of the sessions that hold or wait (and of the database's other sessions, which may work
+    under a hold), or the Liquibase processes when a locked row names this host."""
+    watch = lock.database
+    assert watch is not None, "host_question is for database locks"
+    if watch.watch == "liquibase_table":
+        row = observation.liquibase
+        names = (hostname, *lock.host_aliases)
+        if row is None or not row.locked or not names_this_host(row.locked_by, names):
+            return ClientQuestion()
+        return ClientQuestion(commands=frozenset({LIQUIBASE_COMMAND.pattern}))
+    return _sessions_question(observation)
+
+
+def _sessions_question(observation: Observation) -> ClientQuestion:
+    sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
+    if not sessions:
+        return ClientQuestion()
+    return ClientQuestion(client_question(sessions), client_question(observation.sessions))
+
+
+def judge_database(
     lock: LockConfig,
+    observation: Observation,
+    snapshot: Snapshot,
     policy: Policy,
-    host: HostReader,
     now: datetime,
-    environ: Mapping[str, str] | None = None,
     first_seen: Mapping[str, datetime] | None = None,
-    silent: Unanswered | None = None,
     what_if: bool = False,
 ) -> Finding:
-    """`first_seen`: the sighting memory of this lock (session identity -> first sighting).
-    `silent`: the run's servers that did not answer (observe). `what_if`: a run that journals
-    nothing, whose `now` may ask about a later time (classify.projected)."""
+    """The server's answer and the host as the capture saw it (asked `host_question`) into
+    a finding. `first_seen`: the sighting memory of this lock (session identity -> first
+    sighting). `what_if`: a run that journals nothing, whose `now` may ask about a later time
+    (classify.projected, from when the host was seen)."""
     watch = lock.database
-    assert watch is not None, "inspect_database is for database locks"
-    observation = observe(watch, os.environ if environ is None else environ, silent)
+    assert watch is not None, "judge_database is for database locks"
     if watch.watch == "liquibase_table":
-        here = liquibase_host(host, lock.host_aliases) if _locked(observation) else None
-        empty = LiquibaseHost((host.hostname,), ())
-        return judge_liquibase(lock.name, lock.path, observation, here or empty, policy, now)
-    seen_at = host.clock() if what_if else None
+        here = liquibase_host(snapshot, lock.host_aliases, observation)
+        return judge_liquibase(lock.name, lock.path, observation, here, policy, now)
+    seen_at = snapshot.captured_at if what_if else None
     sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
-    clients = find_clients(sessions, host, "client") if sessions else {}
+    clients = find_clients(sessions, snapshot, "client") if sessions else {}
     trees = {
-        hold.holder.pid: work_under(hold.holder, clients, observation.sessions, host)
+        hold.holder.pid: work_under(hold.holder, clients, observation.sessions, snapshot)
         for hold in observation.holds
     }
     return judge_holds(
@@ -135,12 +201,15 @@ def inspect_waits(
 ) -> list[Finding]:
     """A WAITS watch (`why --database`): one finding per session at the root of a wait chain,
     each with the sessions queued behind it (a lock's finding judges one hold: its longest
-    queue). A server that cannot tell, or nothing waiting, is the one finding that says so."""
+    queue). A server that cannot tell, or nothing waiting, is the one finding that says so.
+    The host is captured once, for what the server's answer names."""
     watch = lock.database
     assert watch is not None and watch.watch == WAITS, "inspect_waits is for --database"
     observation = observe(watch, os.environ if environ is None else environ)
+    question = _sessions_question(observation)
+    snapshot = host.capture(Request(read_locks=False, clients=question))
     sessions = [backend for hold in observation.holds for backend in (hold.holder, *hold.waiters)]
-    clients = find_clients(sessions, host, "client") if sessions else {}
+    clients = find_clients(sessions, snapshot, "client") if sessions else {}
     separate = [replace(observation, holds=(hold,)) for hold in observation.holds]
     return [
         judge_holds(
@@ -152,7 +221,7 @@ def inspect_waits(
             policy,
             now,
             trees={
-                hold.holder.pid: work_under(hold.holder, clients, observation.sessions, host)
+                hold.holder.pid: work_under(hold.holder, clients, observation.sessions, snapshot)
                 for hold in one.holds
             },
         )
@@ -161,7 +230,7 @@ def inspect_waits(
 
 
 def work_under(
-    holder: Backend, clients: Mapping[int, Client], others: Sequence[Backend], host: HostReader
+    holder: Backend, clients: Mapping[int, Client], others: Sequence[Backend], snapshot: Snapshot
 ) -> Tree:
     """What works under a hold besides its session: the holder's client's descendants (a
     migration tool runs each change in a child, a psql of its own), and the sessions they
@@ -170,16 +239,16 @@ def work_under(
     client = clients.get(holder.pid, Client(None)).holder
     if client is None or client.pid is None:
         return Tree()
-    below = host.descendants(client.pid)
+    below = snapshot.descendants(client.pid)
     processes = tuple(
         holder_from_process(found, "works under the lock")
-        for found in map(host.process, below)
+        for found in map(snapshot.process, below)
         if found is not None and found.alive
     )
     # The descendants' sessions only: the client's own other connections may be a pool's
     # (pgbouncer, an application server), unrelated to the lock.
     family = set(below)
-    theirs = find_clients(others, host, "works under the lock") if others and family else {}
+    theirs = find_clients(others, snapshot, "works under the lock") if others and family else {}
     sessions = tuple(
         backend
         for backend in others
@@ -190,27 +259,22 @@ def work_under(
     return Tree(processes, sessions)
 
 
-def _locked(observation: Observation) -> bool:
-    return observation.liquibase is not None and observation.liquibase.locked
-
-
-def liquibase_host(host: HostReader, aliases: tuple[str, ...]) -> LiquibaseHost:
-    """This host's names, and the Liquibase processes running here (None when a process's
-    command line could not be read, or the host's processes are not all visible)."""
-    names = (host.hostname, *aliases)
-    if host.nested_pid_namespace:
+def liquibase_host(
+    snapshot: Snapshot, aliases: tuple[str, ...], observation: Observation
+) -> LiquibaseHost:
+    """This host's names, and the Liquibase processes running here when a locked row names
+    it (None when a process's command line could not be read, or the host's processes are
+    not all visible)."""
+    names = (snapshot.hostname, *aliases)
+    row = observation.liquibase
+    if row is None or not row.locked or not names_this_host(row.locked_by, names):
+        return LiquibaseHost(names, ())
+    running = snapshot.running(LIQUIBASE_COMMAND.pattern)
+    if running is None:
         return LiquibaseHost(names, None)
     found: list[Holder] = []
-    for entry in host.pid_entries():
-        try:
-            with open(f"{host.proc}/{entry}/cmdline", "rb") as handle:
-                command = handle.read(1 << 16).lower()
-        except FileNotFoundError:
-            continue
-        except OSError:
-            return LiquibaseHost(names, None)
-        if LIQUIBASE_COMMAND.search(command) and int(entry) != os.getpid():
-            process = host.process(int(entry))
-            if process is not None and process.alive:
-                found.append(holder_from_process(process))
+    for pid in running:
+        process = snapshot.process(pid)
+        if process is not None and process.alive:
+            found.append(holder_from_process(process))
     return LiquibaseHost(names, tuple(found))

@@ -16,22 +16,28 @@ from datetime import datetime
 from lockwarden.check.advice import SQL_ADVICE, advise_holder, needs_action
 from lockwarden.check.classify import Policy, budget_words, grade, projected
 from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation, Tree
-from lockwarden.model import Bound, Finding, Holder, Severity, State, UnknownCause, Waiter
+from lockwarden.model import (
+    NOT_HELD,
+    Bound,
+    Finding,
+    Held,
+    Holder,
+    Severity,
+    State,
+    UnknownCause,
+    Waiter,
+)
 from lockwarden.support.durations import format_duration, format_time
 
 LIQUIBASE_RELEASE = "liquibase release-locks"
 
 
-@dataclass(frozen=True)
-class HoldBound:
-    """How long a lock has been held, and what kind of bound that figure is."""
-
-    seconds: float | None
-    kind: str  # "exact", "at least", "at most" or "unknown"
-    since: str | None = None  # what the figure counts from, for the report
+Measured = tuple[Held, str | None]
+"""How long a lock has been held, and what that figure counts from (`xact_start`, `first
+sighting`, ...), which the report names."""
 
 
-def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) -> HoldBound:
+def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) -> Measured:
     """pg_locks records no grant time. A lock of the holder's transaction (every table lock)
     was taken at or after xact_start, and the transaction's age is how long it is held (what
     the budget is measured against). Any other lock was taken at or after backend_start: an
@@ -41,20 +47,17 @@ def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) ->
     backend = hold.holder
     if hold.transaction_scoped and backend.xact_start is not None:
         # the server's clock may run ahead of ours: then it is just taken
-        return HoldBound(
-            max((now - backend.xact_start).total_seconds(), 0.0), "at most", "xact_start"
-        )
+        return Held.began(backend.xact_start, Bound.AT_MOST, now), "xact_start"
     known = first_seen is not None and first_seen <= now
     if backend.backend_start is not None and not hold.transaction_scoped and not known:
-        seconds = max((now - backend.backend_start).total_seconds(), 0.0)
-        return HoldBound(seconds, "at most", "backend_start")
+        return Held.began(backend.backend_start, Bound.AT_MOST, now), "backend_start"
     lower = [(backend.idle_for_s, "last command")] if backend.idle_for_s is not None else []
     if first_seen is not None and first_seen <= now:
         lower.append(((now - first_seen).total_seconds(), "first sighting"))
     if lower:
         seconds, since = max(lower)
-        return HoldBound(seconds, "at least", since)
-    return HoldBound(None, "unknown")
+        return Held.of(seconds, Bound.AT_LEAST, now), since
+    return NOT_HELD, None
 
 
 def judge_holds(
@@ -93,8 +96,11 @@ def judge_holds(
     hold = max(observation.holds, key=lambda each: (len(each.waiters), _age(each, now)))
     identity = _session_identity(hold.holder)
     earlier = (first_seen or {}).get(identity)
-    bound = hold_bound(hold, now, earlier if seen_at is None else projected(earlier, seen_at, now))
-    state, severity = grade(State.HELD, bound.seconds, policy, _graded(hold, bound))
+    measured = hold_bound(
+        hold, now, earlier if seen_at is None else projected(earlier, seen_at, now)
+    )
+    held = measured[0]
+    state, severity = grade(State.HELD, held.seconds, policy, _graded(hold, measured))
     client = clients.get(hold.holder.pid, Client(None))
     holder = client.holder or _backend_holder(hold.holder)
     tree = (trees or {}).get(hold.holder.pid, Tree())
@@ -102,9 +108,8 @@ def judge_holds(
         base,
         state=state,
         severity=severity,
-        reason=_reason(name, hold, client, bound, state, policy, now),
-        held_for_s=bound.seconds,
-        held_bound=BOUNDS[bound.kind],
+        reason=_reason(name, hold, client, measured, state, policy, now),
+        held=held,
         holder=holder,
         waiters=tuple(_waiter(waiter, clients) for waiter in hold.waiters),
         sharers=(
@@ -117,20 +122,13 @@ def judge_holds(
     )
 
 
-BOUNDS = {
-    "exact": Bound.EXACT,
-    "at least": Bound.AT_LEAST,
-    "at most": Bound.AT_MOST,
-    "unknown": Bound.UNKNOWN,
-}
-
-
-def _graded(hold: Hold, bound: HoldBound) -> Bound:
+def _graded(hold: Hold, measured: Measured) -> Bound:
     """What the budget is measured on: a transaction's age (its locks last as long as it
     does), else only a duration known exactly or as a lower bound (ARCHITECTURE "Never" 7)."""
-    if hold.transaction_scoped and bound.since == "xact_start":
+    held, origin = measured
+    if hold.transaction_scoped and origin == "xact_start":
         return Bound.EXACT
-    return BOUNDS[bound.kind]
+    return held.bound
 
 
 def _blank(name: str, path: str, format_name: str) -> Finding:
@@ -154,14 +152,14 @@ def _free_words(format_name: str) -> str:
 
 
 def _age(hold: Hold, now: datetime) -> float:
-    return hold_bound(hold, now).seconds or 0.0
+    return hold_bound(hold, now)[0].seconds or 0.0
 
 
 def _reason(
     name: str,
     hold: Hold,
     client: Client,
-    bound: HoldBound,
+    measured: Measured,
     state: State,
     policy: Policy,
     now: datetime,
@@ -169,9 +167,10 @@ def _reason(
     who = hold.holder.describe()
     if client.holder is not None:
         who += f" for {client.holder.describe()} on this host"
+    held, origin = measured
     duration = (
-        f" for {bound.kind} {format_duration(bound.seconds)} (since its {bound.since})"
-        if bound.seconds is not None
+        f" for {_kind(held.bound)} {format_duration(held.seconds)} (since its {origin})"
+        if held.seconds is not None
         else ""
     )
     waiting = f"; {len(hold.waiters)} waiting" if hold.waiters else ""
@@ -179,17 +178,22 @@ def _reason(
         return (
             f"writes to {name} blocked: {hold.what} is held by {who}{duration}{waiting} — stop it"
         )
-    at_most = _longest(hold, bound, now)
+    at_most = _longest(hold, held, now)
     return (
         f"held: {hold.what} by {who}{duration}{waiting}{budget_words(at_most, policy.warn_after)}"
     )
 
 
-def _longest(hold: Hold, bound: HoldBound, now: datetime) -> float | None:
+def _kind(bound: Bound) -> str:
+    """`at most`, `at least`: how a database lock's reason words its figure."""
+    return bound.value.replace("_", " ")
+
+
+def _longest(hold: Hold, held: Held, now: datetime) -> float | None:
     """The longest the lock can have been held: an exact or at-most figure, else the session's
     age (a lock is taken after the session starts)."""
-    if bound.seconds is not None and bound.kind in ("exact", "at most"):
-        return bound.seconds
+    if held.seconds is not None and held.bound in (Bound.EXACT, Bound.AT_MOST):
+        return held.seconds
     started = hold.holder.backend_start
     return max((now - started).total_seconds(), 0.0) if started is not None else None
 
@@ -345,9 +349,9 @@ def _liquibase_held(
     granted: datetime | None,
     who: str,
 ) -> Finding:
-    held_for = None if granted is None else max((now - granted).total_seconds(), 0.0)
-    state, severity = grade(State.HELD, held_for, policy)
-    since = f" for {format_duration(held_for)}" if held_for is not None else ""
+    held = _granted(granted, now)
+    state, severity = grade(State.HELD, held.seconds, policy, held.bound)
+    since = f" for {format_duration(held.seconds)}" if held.seconds is not None else ""
     running = f", {process.describe()} runs Liquibase here" if process else ""
     lead = f"writes to {base.name} blocked: " if state is State.HELD_TOO_LONG else "held: "
     return replace(
@@ -355,7 +359,7 @@ def _liquibase_held(
         state=state,
         severity=severity,
         reason=f"{lead}Liquibase's lock row is {who}{running}{since}",
-        held_for_s=held_for,
+        held=held,
         holder=process,
         action=(
             advise_holder(process, (), "") if process is not None and needs_action(state) else None
@@ -363,6 +367,12 @@ def _liquibase_held(
         identity=identity,
         note=f"LOCKGRANTED {_stamp(granted)}",
     )
+
+
+def _granted(granted: datetime | None, now: datetime) -> Held:
+    """The row records when its lock was granted (LOCKGRANTED): held exactly since then, as
+    a lock whose own record dates it (a row granted ahead of our clock is just taken)."""
+    return NOT_HELD if granted is None else Held.began(granted, Bound.EXACT, now)
 
 
 def _liquibase_left_over(
@@ -394,7 +404,7 @@ def _liquibase_left_over(
             state=State.STALE,
             severity=policy.stale_severity,
             reason="stale: Liquibase's lock row is left over from a run that is gone",
-            held_for_s=age,
+            held=_granted(row.granted, now),
             proof=proof,
             action=f"{LIQUIBASE_RELEASE} (with this database's connection settings)",
             identity=identity,

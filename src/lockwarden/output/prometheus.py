@@ -122,14 +122,14 @@ class HoldStart:
     bound: str  # exact, at_least, at_most or unknown: how the held duration is known
 
 
-def hold_start(finding: Finding, checked_at: float) -> HoldStart:
-    """The start of the hold as of `checked_at`, with the bound its duration has (model.Bound):
-    exact from a record, at_least from the sighting memory, at_most from a running time."""
-    if finding.held_since is not None:
-        return HoldStart(finding.held_since.timestamp(), finding.held_bound.value)
-    if finding.held_for_s is None:
+def hold_start(finding: Finding) -> HoldStart:
+    """The start of the hold as the finding's judge saw it (model.Held), with the bound its
+    duration has: exact from a record, at_least from the sighting memory, at_most from a
+    running time."""
+    held = finding.held
+    if held.since is None:
         return HoldStart(math.nan, Bound.UNKNOWN.value)
-    return HoldStart(checked_at - finding.held_for_s, finding.held_bound.value)
+    return HoldStart(held.since.timestamp(), held.bound.value)
 
 
 def escape_label_value(value: str) -> str:
@@ -231,32 +231,32 @@ def severity_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
             yield labels, float(finding.severity is severity)
 
 
-def hold_start_samples(findings: Sequence[Finding], checked_at: float) -> Iterable[Sample]:
+def hold_start_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
     for finding in findings:
         if finding.state is not State.FREE:
-            start = hold_start(finding, checked_at)
+            start = hold_start(finding)
             if not math.isnan(start.at):
                 yield lock_labels(finding), start.at
 
 
-def held_bound_samples(findings: Sequence[Finding], checked_at: float) -> Iterable[Sample]:
+def held_bound_samples(findings: Sequence[Finding]) -> Iterable[Sample]:
     """One-hot, like the state: the bound changes during one hold (at_most on the first run,
     at_least after), and a label of the start's own series would make it a new series."""
     for finding in findings:
         if finding.state is not State.FREE:
-            known = hold_start(finding, checked_at).bound
+            known = hold_start(finding).bound
             for bound in Bound:
                 yield lock_labels(finding, bound=bound.value), float(bound.value == known)
 
 
-def per_lock(findings: Sequence[Finding], checked_at: float) -> list[str]:
+def per_lock(findings: Sequence[Finding]) -> list[str]:
     return [
         *family(LOCK_STATE, state_samples(findings)),
         *family(LOCK_SEVERITY, severity_samples(findings)),
         *family(LOCK_HOLDER_INFO, holder_info_samples(findings)),
         *family(LOCK_HELD_SECONDS, held_samples(findings)),
-        *family(LOCK_HOLD_STARTED, hold_start_samples(findings, checked_at)),
-        *family(LOCK_HELD_BOUND, held_bound_samples(findings, checked_at)),
+        *family(LOCK_HOLD_STARTED, hold_start_samples(findings)),
+        *family(LOCK_HELD_BOUND, held_bound_samples(findings)),
         *family(LOCK_WAITERS, ((lock_labels(f), float(len(f.waiters))) for f in findings)),
     ]
 
@@ -270,7 +270,7 @@ def family(metric: Metric, samples: Iterable[Sample]) -> list[str]:
 def render_metrics(findings: Sequence[Finding], run: RunFacts) -> str:
     """The whole textfile for one run, in the Prometheus text exposition format."""
     lines = [
-        *per_lock(findings, run.checked_at.timestamp()),
+        *per_lock(findings),
         *family(LAST_RUN, [({}, run.checked_at.timestamp())]),
         *family(RUN_DURATION, [({}, run.duration_s)]),
         *family(ALERTS_UNDELIVERED, [({}, float(run.undelivered))]),

@@ -11,16 +11,16 @@ quiet run cheap as when these reads were made on demand:
 * blocked calls only for the openers of a lock with an OFD waiter;
 * namespace twins only for a record-named existence lock that no kernel lock holds;
 * working directories only when a present lock names directories its workers work in;
-* process details for every PID the record names, /proc/locks names, or a descriptor shows.
-
-After the capture the reader is still the host's edge for the one stage that must ask after
-judging began to gather: a database lock's clients (databases/peers.py), which only the
-server's answer names. It reads them through this reader, with the capture's boot time.
+* process details for every PID the record names, /proc/locks names, or a descriptor shows;
+* database sessions' client sockets, their owners and what runs below them, and command lines
+  looked for, only for what the servers' answers (asked before the capture) name
+  (sockets.py, databases/check.py).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -62,6 +62,12 @@ from lockwarden.procfs.snapshot import (
     processes_under,
     read_within,
     unit_from_cgroup,
+)
+from lockwarden.procfs.sockets import (
+    NO_CLIENTS,
+    ClientQuestion,
+    ClientSockets,
+    read_client_sockets,
 )
 
 Clock = Callable[[], datetime]
@@ -107,6 +113,8 @@ class Request:
     """Processes whose details are wanted whatever the locks say (hold: its own)."""
     name_hidden: bool = False
     """Details of every process whose descriptors could not be read (removal)."""
+    clients: ClientQuestion = NO_CLIENTS
+    """Database sessions' clients, and command lines looked for (databases/check.py)."""
 
 
 @dataclass
@@ -184,7 +192,7 @@ class _Base:
 
 
 class HostReader:
-    """Reads /proc for one run (`capture`), and a database lock's clients after it."""
+    """Reads /proc for one run (`capture`)."""
 
     def __init__(
         self, clock: Clock, proc: str = "/proc", read_timeout: float = PROC_READ_TIMEOUT_S
@@ -237,6 +245,9 @@ class HostReader:
         cwds, working_in, hidden_workers = self._working_directories(request.locks)
         wanted = _pids_to_read(request, looks, working_in, cwds, scan.hidden)
         wanted.update(pid for hidden in hidden_workers.values() for pid in hidden)
+        sockets, children, clients = self._clients(request.clients)
+        commands = {pattern: self._running(pattern) for pattern in request.clients.commands}
+        wanted.update(clients, *(found for found in commands.values() if found))
         processes = {pid: self.process(pid) for pid in sorted(wanted)}
         return Snapshot(
             boot_id=base.boot_id,
@@ -265,6 +276,9 @@ class HostReader:
             fd_targets=_frozen(self._fd_targets(scan) if request.all_locked else {}),
             processes=_frozen(processes),
             machine_id=_machine_id() if _wants_machine_id(request) else None,
+            client_sockets=sockets,
+            children=_frozen(children),
+            commands=_frozen(commands),
         )
 
     def read_host(self, read_locks: bool) -> tuple[_Base, dict[int, list[str]]]:
@@ -438,6 +452,50 @@ class HostReader:
                 targets[(descriptor.pid, descriptor.fd)] = target
         return targets
 
+    def _clients(
+        self, question: ClientQuestion
+    ) -> tuple[ClientSockets | None, dict[int, tuple[int, ...]], set[int]]:
+        """The sessions' client sockets and who has them open, and the processes below each
+        of those; the other sessions' too when some client has processes below it (they may
+        run the work under its lock: databases/check.py's work_under). And every process
+        judging them may name: the backends (is the server's process here the session's?),
+        the sockets' owners and what runs below them."""
+        if not question.sessions:
+            return None, {}, set()
+        entries = self.pid_entries()
+        found = read_client_sockets(self.proc, question.sessions, entries)
+        children = {pid: self.descendants(pid) for pid in _owners(found)}
+        backends = set(question.sessions.backends)
+        if question.others and any(children.values()):
+            theirs = read_client_sockets(self.proc, question.others, entries)
+            found = found | theirs
+            backends.update(question.others.backends)
+            shared = {pid for pids in theirs.owners.values() if len(pids) > 1 for pid in pids}
+            children.update((pid, self.descendants(pid)) for pid in sorted(shared - set(children)))
+        below = {pid for pids in children.values() for pid in pids}
+        return found, children, backends | set(_owners(found)) | below
+
+    def _running(self, pattern: str) -> tuple[int, ...] | None:
+        """The processes (this one aside) whose lower-cased command line matches `pattern`,
+        each read under the deadline; None when one could not be read or did not answer, or
+        the host's processes are not all visible (a nested PID namespace)."""
+        if self._host().nested_pid_namespace:
+            return None
+        wanted = re.compile(pattern)
+        found = []
+        for entry in self.pid_entries():
+            if int(entry) == os.getpid():
+                continue
+            try:
+                command = read_within(f"{self.proc}/{entry}/cmdline", self.read_timeout, True)
+            except PermissionError:
+                return None
+            if command is None:
+                return None
+            if wanted.search(command.lower()):
+                found.append(int(entry))
+        return tuple(found)
+
     def pid_entries(self) -> tuple[str, ...]:
         """The process directories of /proc, listed once per capture for every walk."""
         if self._entries is None:
@@ -559,6 +617,10 @@ def _pids_to_read(
     elif any(look.unmatched or look.waiting for look in looks):
         wanted.update(hidden[:SOME_HIDDEN])
     return wanted
+
+
+def _owners(found: ClientSockets) -> list[int]:
+    return sorted({pid for pids in found.owners.values() for pid in pids})
 
 
 SOME_HIDDEN = 3

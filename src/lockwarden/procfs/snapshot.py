@@ -31,6 +31,7 @@ from typing import NamedTuple, TypeVar
 import psutil
 
 from lockwarden.model import InodeKey, KernelLock, Process
+from lockwarden.procfs.sockets import ClientSockets
 
 DEFAULT_PID_MAX = 4194304
 # The [defaults] fs_timeout default (config.py); the run passes the configured one.
@@ -294,6 +295,13 @@ class Snapshot:
     could not be read."""
     fd_targets: Mapping[tuple[int, int], str] = field(default_factory=_frozen, repr=False)
     machine_id: int | None = None
+    client_sockets: ClientSockets | None = field(default=None, repr=False)
+    """The sockets of the database sessions a capture was asked about (sockets.py)."""
+    children: Mapping[int, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
+    """The processes below each client of those sessions (its children, theirs, ...)."""
+    commands: Mapping[str, tuple[int, ...] | None] = field(default_factory=_frozen, repr=False)
+    """The processes whose command line matches each pattern asked (None: not every command
+    line could be read)."""
 
     @property
     def booted_at(self) -> datetime:
@@ -380,6 +388,25 @@ class Snapshot:
         if wanted not in self.working_in:
             raise NotCaptured(f"the processes working in {', '.join(wanted)} were not captured")
         return list(self.working_in[wanted])
+
+    def sockets(self) -> ClientSockets:
+        """The asked database sessions' sockets: their client ends and who has them open."""
+        if self.client_sockets is None:
+            raise NotCaptured("no database session's sockets were captured")
+        return self.client_sockets
+
+    def descendants(self, pid: int) -> tuple[int, ...]:
+        """The processes below a session's client, oldest first (at most 64)."""
+        if pid not in self.children:
+            raise NotCaptured(f"the processes below PID {pid} were not captured")
+        return self.children[pid]
+
+    def running(self, pattern: str) -> tuple[int, ...] | None:
+        """The processes whose command line (lower-cased) matches `pattern`, this one aside;
+        None when not every command line could be read."""
+        if pattern not in self.commands:
+            raise NotCaptured(f"the processes running {pattern!r} were not captured")
+        return self.commands[pattern]
 
     def fd_target(self, pid: int, fd: int) -> str | None:
         """Where a found descriptor's /proc/PID/fd link pointed (asked by `discover`), None

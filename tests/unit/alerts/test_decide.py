@@ -11,10 +11,11 @@ import pytest
 from factories import make_finding, make_holder
 from lockwarden.alerts.decide import LockPolicy, Plan, decide, incident_key, state_class
 from lockwarden.config import AlertSettings
-from lockwarden.model import Finding, Severity, State
+from lockwarden.model import NOT_HELD, Bound, Finding, Held, Severity, State
 from lockwarden.state.history import fold, keep_for_dedupe
 from lockwarden.state.journal import encode
 from lockwarden.state.records import JournalRecord, from_json, to_json
+from lockwarden.support.durations import format_time
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 HOST = "db1"
@@ -34,7 +35,7 @@ def finding(
         state=state,
         severity=severity,
         reason="writes blocked",
-        held_for_s=7260.0 if state is not State.FREE else None,
+        held=Held.of(7260.0, Bound.UNKNOWN, T0) if state is not State.FREE else NOT_HELD,
         holder=holder if state in (State.HELD, State.HELD_TOO_LONG) else None,
         action="systemctl stop wa-resync.service",
         identity=f"pid:{pid}:1234:boot",
@@ -141,6 +142,15 @@ def test_lifecycle_alert_then_silence_then_reminder_then_resolved() -> None:
     assert "4h06m" in resolved.outgoing[0].message.title  # held 2h01m when it opened, +2h05m
     assert "PID 64969 (maintenance-job, wa-resync.service)" in resolved.outgoing[0].message.title
     assert kinds(journal.run(126, FREE)) == []
+
+
+def test_the_open_record_keeps_the_hold_start_its_finding_carries() -> None:
+    """The start is the judge's (model.Held), not recomputed here: a Liquibase row granted at
+    a recorded moment opens its incident with that moment."""
+    granted = T0 - timedelta(hours=3)
+    held = replace(finding(), held=Held.began(granted, Bound.EXACT, T0 + timedelta(minutes=1)))
+    [opened] = [r for r in Journal().run(1, held).records if r["type"] == "open"]
+    assert opened["held_since"] == format_time(granted)
 
 
 def test_a_warning_that_turns_critical_is_told_at_once_then_reminded_on_schedule() -> None:

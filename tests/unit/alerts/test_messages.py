@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from lockwarden.alerts.messages import Ended, render_alert, render_resolved
-from lockwarden.model import Bound, Finding, Holder, Severity, State, Waiter
+from lockwarden.model import Bound, Finding, Held, Holder, Severity, State, Waiter
 
 NOW = datetime(2026, 12, 2, 11, 19, tzinfo=UTC)
 HOLDER = Holder(
@@ -26,7 +26,7 @@ HELD = Finding(
     state=State.HELD_TOO_LONG,
     severity=Severity.CRITICAL,
     reason="writes to wa-store blocked",
-    held_for_s=7260.0,
+    held=Held.of(7260.0, Bound.UNKNOWN, NOW),
     holder=HOLDER,
     waiters=(Waiter(1234, ("node", "write.js")), Waiter(1240, ("node", "write.js"))),
     action="systemctl stop wa-resync.service",
@@ -38,7 +38,7 @@ STALE = Finding(
     state=State.STALE,
     severity=Severity.CRITICAL,
     reason="stale: its holder PID 4242 is gone",
-    held_for_s=600.0,
+    held=Held.of(600.0, Bound.UNKNOWN, NOW),
     proof="PID 4242 is not running on this host and no process holds a kernel lock",
     action="rm -r -- /srv/wa/store/LOCK",
 )
@@ -54,7 +54,7 @@ def test_held_too_long_title_names_the_process_to_stop() -> None:
 
 def test_a_kernel_lock_alert_says_its_duration_is_a_lower_bound() -> None:
     """A kernel lock's hold is known from the runs that saw it: the alert says "at least"."""
-    seen = replace(HELD, held_for_s=300.0, held_bound=Bound.AT_LEAST)
+    seen = replace(HELD, held=Held.of(300.0, Bound.AT_LEAST, NOW))
     message = render_alert(seen, "db1")
     assert message.title == (
         "CRITICAL db1: wa-store blocked at least 5m00s by PID 64969 "

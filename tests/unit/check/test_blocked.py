@@ -9,7 +9,6 @@ import pytest
 
 from factories import make_finding, make_holder
 from lockwarden.check.blocked import (
-    Wait,
     blocked_finding,
     grade,
     identity_of,
@@ -17,7 +16,7 @@ from lockwarden.check.blocked import (
     wait_of,
 )
 from lockwarden.config import HostSettings
-from lockwarden.model import Bound, Finding, Severity, State, Waiter
+from lockwarden.model import Bound, Finding, Held, Severity, State, Waiter
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 SETTINGS = HostSettings(blocked_after=600.0, blocked_critical_after=3600.0)
@@ -48,8 +47,8 @@ def lock(*waiters: Waiter) -> Finding:
 
 def test_the_first_sighting_bounds_the_wait_from_above_by_the_oldest_waiter() -> None:
     found = lock(waiter(1, 5), waiter(2, 30))
-    assert wait_of(found, None, NOW) == Wait(1800.0, Bound.AT_MOST)
-    assert wait_of(found, NOW - timedelta(minutes=12), NOW) == Wait(720.0, Bound.AT_LEAST)
+    assert wait_of(found, None, NOW) == Held.of(1800.0, Bound.AT_MOST, NOW)
+    assert wait_of(found, NOW - timedelta(minutes=12), NOW) == Held.of(720.0, Bound.AT_LEAST, NOW)
     assert wait_of(lock(), None, NOW).bound is Bound.UNKNOWN
 
 
@@ -66,7 +65,7 @@ def test_the_first_sighting_bounds_the_wait_from_above_by_the_oldest_waiter() ->
 def test_only_a_floor_past_the_budget_pages(
     seconds: float | None, bound: Bound, state: State, severity: Severity
 ) -> None:
-    assert grade(Wait(seconds, bound), SETTINGS) == (state, severity)
+    assert grade(Held.of(seconds, bound, NOW), SETTINGS) == (state, severity)
 
 
 def test_the_series_is_the_holder_and_its_longest_waiting_writer() -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lockwarden.check import sightings
-from lockwarden.model import Bound, Finding, Severity, State
+from lockwarden.model import Bound, Finding, Held, Severity, State
 from lockwarden.state.records import JournalRecord, SeenRecord, from_json, to_json
 from lockwarden.support.durations import format_time
 
@@ -38,7 +38,7 @@ def finding(state: State = State.HELD, bound: Bound = Bound.AT_MOST, **changes: 
         state=state,
         severity=Severity.OK,
         reason="held",
-        held_bound=bound,
+        held=Held(bound=bound),
         identity=HOLDER,
         key=(65024, 77),
     )

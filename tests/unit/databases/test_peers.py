@@ -1,12 +1,14 @@
-"""databases/peers.py with real sockets: a database session's client process found on this
-host by its TCP endpoint (/proc/net/tcp) or, over a unix socket, by the backend's socket and
-its peer (the kernel's sock_diag), exactly as for a real server's session; a client that
+"""databases/peers.py: a database session's client process found on this host, judged from
+the snapshot alone. Tables over a made snapshot (a fact the capture was not asked for is an
+error, not a read), and real sockets captured as a run captures them: a client by its TCP
+endpoint or, over a unix socket, as the backend's peer (the kernel's sock_diag); a client that
 passed its connection to a child named as the ancestor; and each reason a client is not here.
 The server's end is this test's own socket (TCP) or a child's (unix); no database runs (the
 real servers are tests/formats', with the whole check)."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import subprocess
 import sys
@@ -17,11 +19,59 @@ from pathlib import Path
 import pytest
 
 from conftest import Children
+from factories import NOW, make_process, make_snapshot
 from lockwarden.databases.observe import Backend
-from lockwarden.databases.peers import find_clients
-from lockwarden.procfs.reader import HostReader, wall_clock
+from lockwarden.databases.peers import Client, client_question, find_clients
+from lockwarden.procfs.reader import HostReader, Request, wall_clock
+from lockwarden.procfs.snapshot import NotCaptured
+from lockwarden.procfs.sockets import ClientQuestion, ClientSockets, SessionEnds
 
 ROLE = "PostgreSQL backend"
+
+TCP = Backend(pid=9911, client_addr="127.0.0.1", client_port=40112, backend_start=NOW)
+UNIX = Backend(pid=9912, client_port=-1, backend_start=NOW)
+
+
+def test_the_question_names_each_sessions_client_end() -> None:
+    odd = Backend(pid=9913, client_addr="db.example", client_port=1)  # not an address
+    assert client_question([TCP, UNIX, odd]) == SessionEnds(
+        frozenset({(ipaddress.ip_address("127.0.0.1"), 40112)}), frozenset({9912})
+    )
+
+
+def test_a_tcp_client_is_named_from_the_captured_socket_and_its_owner() -> None:
+    psql = make_process(pid=4242, name="psql", cmdline=("psql", "-h", "127.0.0.1"))
+    sockets = ClientSockets(
+        tcp={(ipaddress.ip_address("127.0.0.1"), 40112): 777},
+        backend_sockets={},
+        unix_peers={},
+        owners={777: (4242,)},
+    )
+    snapshot = make_snapshot(client_sockets=sockets, processes={4242: psql})
+    [(pid, client)] = find_clients([TCP], snapshot, "client").items()
+    assert (pid, client.holder and client.holder.pid) == (9911, 4242)
+    assert client.holder is not None and client.holder.cmdline == psql.cmdline
+
+
+def test_a_backend_that_is_not_the_servers_process_here_names_no_client() -> None:
+    other = make_process(pid=9912, started_at=NOW - timedelta(hours=1))  # not its session
+    sockets = ClientSockets(tcp={}, backend_sockets={9912: (5,)}, unix_peers={5: 6}, owners={})
+    snapshot = make_snapshot(client_sockets=sockets, processes={9912: other})
+    [client] = find_clients([UNIX], snapshot, "client").values()
+    assert client.holder is None and "not a process of this host" in (client.why_not or "")
+
+
+def test_a_client_the_capture_was_not_asked_about_is_an_error_not_a_late_read() -> None:
+    with pytest.raises(NotCaptured):
+        find_clients([TCP], make_snapshot(), "client")
+
+
+def captured_clients(backends: list[Backend]) -> dict[int, Client]:
+    """What a run asks of the host for these sessions, captured, then their clients."""
+    question = ClientQuestion(client_question(backends))
+    snapshot = HostReader(wall_clock).capture(Request(read_locks=False, clients=question))
+    return find_clients(backends, snapshot, ROLE)
+
 
 TCP_CLIENT = """
 import socket, sys, time
@@ -86,7 +136,7 @@ def test_a_tcp_sessions_client_is_the_process_with_that_local_endpoint(
     client, accepted, [port] = connected(children, listener, TCP_CLIENT)
     with accepted:
         backend = Backend(pid=6639, client_addr="127.0.0.1", client_port=int(port))
-        found = find_clients([backend], HostReader(wall_clock), ROLE)
+        found = captured_clients([backend])
     holder = found[6639].holder
     assert holder is not None
     assert (holder.pid, holder.lock_kind) == (client.pid, f"{ROLE} 6639")
@@ -100,7 +150,7 @@ def test_a_connection_passed_to_a_child_names_the_parent_that_opened_it(
     children.track(int(worker))
     with accepted:
         backend = Backend(pid=6639, client_addr="127.0.0.1", client_port=int(port))
-        holder = find_clients([backend], HostReader(wall_clock), ROLE)[6639].holder
+        holder = captured_clients([backend])[6639].holder
     assert holder is not None and holder.pid == client.pid
 
 
@@ -114,7 +164,7 @@ def test_a_unix_socket_sessions_client_is_the_backends_peer(
     seen = host.process(backend_process.pid)
     assert seen is not None
     backend = Backend(pid=backend_process.pid, client_port=-1, backend_start=seen.started_at)
-    found = find_clients([backend], HostReader(wall_clock), ROLE)[backend_process.pid]
+    found = captured_clients([backend])[backend_process.pid]
     assert found.holder is not None and found.holder.pid == client.pid
 
 
@@ -128,7 +178,7 @@ def test_a_unix_backend_that_is_not_the_process_at_its_pid_is_not_looked_into(
     assert seen is not None
     long_before = seen.started_at - timedelta(hours=1)  # another process had this PID then
     backend = Backend(pid=backend_process.pid, client_port=-1, backend_start=long_before)
-    found = find_clients([backend], HostReader(wall_clock), ROLE)[backend_process.pid]
+    found = captured_clients([backend])[backend_process.pid]
     assert found.holder is None
     assert found.why_not == (
         f"the client uses the server's unix socket, but backend {backend_process.pid} is not a "
@@ -153,5 +203,5 @@ def test_a_unix_backend_that_is_not_the_process_at_its_pid_is_not_looked_into(
     ],
 )
 def test_each_reason_a_client_is_not_here(backend: Backend, why: str) -> None:
-    found = find_clients([backend], HostReader(wall_clock), ROLE)[7]
+    found = captured_clients([backend])[7]
     assert (found.holder, found.why_not) == (None, why)

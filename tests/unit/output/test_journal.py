@@ -7,8 +7,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from factories import make_finding, make_holder
-from lockwarden.model import Severity, State
+from factories import NOW, make_finding, make_holder
+from lockwarden.model import Bound, Held, Severity, State
 from lockwarden.output.journal import MESSAGE_IDS, encode, entry, lock_fields, own_system_unit
 from lockwarden.output.report import Block
 
@@ -25,7 +25,7 @@ def test_a_locks_entry_carries_its_fields_and_none_empty() -> None:
         severity=Severity.CRITICAL,
         holder=make_holder(pid=64969, role="maintenance-job", unit="wa-resync.service"),
         action="systemctl stop wa-resync.service",
-        held_for_s=7260.4,
+        held=Held.of(7260.4, Bound.UNKNOWN, NOW),
     )
     fields = entry(
         Block(2, ("  CRITICAL  wa-store ...", "    path ..."), held), "lockwarden.service"

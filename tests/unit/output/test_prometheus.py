@@ -26,7 +26,7 @@ from conftest import (
 )
 from factories import make_finding
 from lockwarden import __version__
-from lockwarden.model import Bound, Finding, Holder, Severity, State
+from lockwarden.model import Bound, Finding, Held, Holder, Severity, State
 from lockwarden.output.prometheus import HOLDER_LABELS, METRICS, RunFacts, render_metrics
 from lockwarden.support.atomic import write_atomically
 
@@ -78,7 +78,7 @@ def test_metrics_parse_and_carry_every_label_escaped() -> None:
             Severity.CRITICAL,
             holder=holder,
             sharers=(Holder(pid=43, alive=True),),  # `flock FILE cmd`: flock and its command
-            held_for_s=7260.5,
+            held=Held.of(7260.5, Bound.UNKNOWN, checked_at),
             action="kill 42 43",
         ),
         finding("unknown-one", State.UNKNOWN, Severity.UNKNOWN),
@@ -298,19 +298,14 @@ def test_alert_rules_fire_on_the_right_series() -> None:
 
 
 @pytest.mark.parametrize(
-    ("bound", "since_s", "held_s"),
-    [(Bound.EXACT, 7200.0, 7200.0), (Bound.AT_LEAST, 600.0, 600.0), (Bound.AT_MOST, None, 30.0)],
+    ("bound", "held_s"),
+    [(Bound.EXACT, 7200.0), (Bound.AT_LEAST, 600.0), (Bound.AT_MOST, 30.0)],
 )
-def test_the_hold_start_carries_the_findings_bound(
-    bound: Bound, since_s: float | None, held_s: float
-) -> None:
-    """A dated record or the sighting memory gives the start itself (held_since); a running
-    time only the duration it is at most."""
+def test_the_hold_start_carries_the_findings_bound(bound: Bound, held_s: float) -> None:
+    """The start is the one the finding's judge put in its Held (a dated record, the sighting
+    memory, a running time), with that duration's bound."""
     checked_at = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-    since = None if since_s is None else checked_at - timedelta(seconds=since_s)
-    held = finding(
-        "one", State.HELD, Severity.OK, held_for_s=held_s, held_bound=bound, held_since=since
-    )
+    held = finding("one", State.HELD, Severity.OK, held=Held.of(held_s, bound, checked_at))
     parsed = samples(render_metrics((held,), RunFacts(checked_at, 0.1)))
     [(labels, value)] = parsed[HOLD_STARTED]
     assert value == checked_at.timestamp() - held_s

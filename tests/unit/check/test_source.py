@@ -1,0 +1,43 @@
+"""check/source.py: every lock source, file or database, as one claim with one question to
+the capture and one way to be judged."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from factories import NOW, make_finding, make_snapshot
+from lockwarden.check.classify import Policy
+from lockwarden.check.identify import question_for
+from lockwarden.check.source import FileClaim, Judged, combined
+from lockwarden.model import Claim, State
+from lockwarden.procfs.reader import Request
+from lockwarden.procfs.sockets import ClientQuestion, SessionEnds
+
+POLICY = Policy(warn_after=900.0, critical_after=3600.0)
+ABSENT = Claim(format="kernel", path="/srv/store/LOCK", present=False, existence_is_lock=False)
+
+
+def test_a_file_claim_asks_its_question_and_is_judged_from_the_snapshot() -> None:
+    claim = FileClaim("store", ABSENT)
+    assert (claim.question.locks, claim.keys) == ((question_for(ABSENT),), ())
+    finding = claim.judge(make_snapshot(), POLICY, NOW, None, False)
+    assert (finding.name, finding.state) == ("store", State.FREE)
+
+
+def test_a_lock_judged_in_the_claims_phase_asks_nothing_and_keeps_its_finding() -> None:
+    unknown = make_finding(state=State.UNKNOWN)
+    judged = Judged(unknown)
+    assert (judged.question.locks, judged.keys) == ((), ())
+    assert judged.judge(make_snapshot(), POLICY, NOW, None, False) is unknown
+
+
+def test_the_capture_is_asked_every_claims_question_together() -> None:
+    end = (ipaddress.ip_address("127.0.0.1"), 40112)
+    server = Request(clients=ClientQuestion(SessionEnds(frozenset({end}))))
+    liquibase = Request(clients=ClientQuestion(commands=frozenset({"liquibase"})))
+    files = FileClaim("store", ABSENT).question
+    together = combined([files, server, liquibase, Judged(make_finding()).question])
+    assert together.locks == (question_for(ABSENT),)
+    assert together.clients == ClientQuestion(
+        SessionEnds(frozenset({end})), commands=frozenset({"liquibase"})
+    )
