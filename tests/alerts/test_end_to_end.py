@@ -772,7 +772,9 @@ def test_an_unusable_notify_url_is_said_on_runs_with_nothing_to_send(
         assert done.returncode == 3, done.stderr
         document = json.loads(done.stdout)
         [notify] = [f for f in document["locks"] if f["name"] == "lockwarden:notify"]
-        assert "notify service unusable: notify.urls[1]: nosuch://…" in notify["reason"]
+        assert (
+            "notify service unusable, never sent to: notify.urls[1]: nosuch://…" in notify["reason"]
+        )
         assert [line.split(": ")[:2] for line in document["alerts"]["unusable_services"]] == [
             ["notify.urls[1]", "nosuch://…"]
         ]

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from format_helpers import inspect, unrelated_process
 
 from buildenv import build_environment
 from conftest import run_json, wait_until
+from format_helpers import inspect, unrelated_process
 from lockwarden.model import State, UnknownCause
 
 

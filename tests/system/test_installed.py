@@ -334,7 +334,8 @@ def test_upgrade_keeps_the_timer_enabled_and_active_and_delivers_a_pending_retry
     )
     assert failed and all(r["status"] == 503 for r in failed), failed
     system.await_journal(
-        rf"^note: alert NOT delivered \(.*\); will retry to \S+: .*{holder.lock}", mark
+        rf"^note: alert NOT delivered to \S+ \(.*\); will retry next run: .*{holder.lock}",
+        mark,
     )
     assert not system.delivered("/system", holder.lock, "alert")
 

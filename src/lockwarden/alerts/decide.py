@@ -420,3 +420,27 @@ def _retry_pending(
             plan.records.append(GiveUpRecord(now, sent.message_id, sent.pending))
         else:
             plan.retries.append(retry)
+
+
+@dataclass(frozen=True)
+class StateNotice:
+    """A notice about lockwarden's own state: degraded (its cause), or healthy again (the
+    cause that was said)."""
+
+    degraded: bool
+    cause: str
+
+
+def state_cause(problems: Sequence[str]) -> str:
+    """The state problems as one cause, each once ("" when there are none)."""
+    return "; ".join(dict.fromkeys(problems))
+
+
+def state_notice(problems: Sequence[str], said: str | None) -> StateNotice | None:
+    """One notice per cause of degradation, and one when it is over. `said`: the cause the
+    last notice told (None when none is remembered). A cause already said is not sent again:
+    stderr, the report and the textfile say it each run."""
+    cause = state_cause(problems)
+    if cause:
+        return None if cause == said else StateNotice(True, cause)
+    return None if said is None else StateNotice(False, said)

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lockwarden.alerts.decide import LockPolicy, Outgoing, Plan, Retry, decide
+from lockwarden.alerts.decide import (
+    LockPolicy,
+    Outgoing,
+    Plan,
+    Retry,
+    decide,
+    state_cause,
+    state_notice,
+)
 from lockwarden.alerts.notify_check import (
     NotifyCheck,
     check_now,
@@ -181,27 +189,18 @@ class Job:
 def _degraded_notice(
     notifier: Notifier, outcome: AlertOutcome, path: str, hostname: str, now: datetime
 ) -> Job | None:
-    """One notice per cause of degradation, and one when it is over: remembered by a marker
-    in the runtime directory (the state directory is the thing that is broken)."""
+    """The state notice this run sends (decide.state_notice), given what the runtime
+    directory's marker says was said (the state directory is the thing that is broken)."""
     from lockwarden.alerts.messages import render_state_degraded, render_state_healthy
 
-    said = read_marker(degraded_marker(path))
-    if outcome.state_problems:
-        cause = _cause(outcome)
-        if cause == said:
-            return None  # said already; stderr, the report and the textfile say it each run
-        notice = render_state_degraded(cause, hostname, now)
-        kind = "state degraded notice"
-    elif said is not None:
-        notice = render_state_healthy(said, hostname, now)
-        kind = "state healthy notice"
-    else:
+    due = state_notice(outcome.state_problems, read_marker(degraded_marker(path)))
+    if due is None:
         return None
+    if due.degraded:
+        notice, kind = render_state_degraded(due.cause, hostname, now), "state degraded notice"
+    else:
+        notice, kind = render_state_healthy(due.cause, hostname, now), "state healthy notice"
     return Job(NOTICE_ID, kind, "", notice, notifier.targets(()))
-
-
-def _cause(outcome: AlertOutcome) -> str:
-    return "; ".join(dict.fromkeys(outcome.state_problems))
 
 
 def _remember_notice(outcome: AlertOutcome, path: str, sent: list[Delivery]) -> None:
@@ -210,7 +209,7 @@ def _remember_notice(outcome: AlertOutcome, path: str, sent: list[Delivery]) -> 
         return  # not told: the notice is due again next run
     if outcome.state_problems and not private_directory(os.path.dirname(marker)):
         return
-    write_marker(marker, _cause(outcome) if outcome.state_problems else None)
+    write_marker(marker, state_cause(outcome.state_problems) or None)
 
 
 def _retry(
@@ -234,8 +233,7 @@ def _retry(
             f"{retry.sent.kind} for {retry.lock or 'a lock no longer configured'}: not retried "
             f"to {len(gone)} service(s) no longer configured"
         )
-        log.warning("%s", dropped)
-        outcome.dropped.append(dropped)
+        outcome.dropped.append(dropped)  # said by outcome.report_failures
         state.append(
             GiveUpRecord(now, retry.sent.message_id, tuple(gone), "service no longer configured")
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 
 from lockwarden.alerts.decide import Plan
 from lockwarden.alerts.notify_check import NotifyCheck
@@ -56,14 +57,7 @@ class AlertOutcome:
     @property
     def failed(self) -> bool:
         """The run could not do its whole job (for the heartbeat's /fail)."""
-        return bool(
-            self.state_problems
-            or self.notify_problem
-            or self.invalid_services
-            or self.unrouted
-            or self.plan.given_up
-            or any(not d.ok for d in self.deliveries)
-        )
+        return any(problem.fails for problem in problems(self))
 
     @property
     def undelivered(self) -> int:
@@ -74,39 +68,107 @@ class AlertOutcome:
         return len(failed) + len(self.plan.given_up) + unsent + self.unrouted_messages
 
 
+class Cause(Enum):
+    """Why a person may not have been told this run, or may be told twice."""
+
+    INVALID_SERVICE = "invalid service"  # a configured URL apprise cannot use: never sent to
+    UNROUTED = "unrouted"  # a lock's notify_tags match no service
+    NOTIFY = "notify"  # no service could be set up at all
+    UNDELIVERED = "undelivered"  # a service did not confirm a message: retried next run
+    NOTICE_UNDELIVERED = "notice undelivered"  # the state notice: said again next run
+    GAVE_UP = "gave up"  # undeliverable after give_up_after
+    DROPPED = "dropped"  # a retry to services since removed from the config
+    STATE = "state"  # the state journal cannot be used: alerts may repeat
+
+
+RETRIED = frozenset({Cause.UNDELIVERED, Cause.NOTICE_UNDELIVERED, Cause.DROPPED, Cause.STATE})
+"""Logged at warning: the next run tries again (or nothing is lost); the rest at error."""
+NOT_TOLD = frozenset(
+    {Cause.INVALID_SERVICE, Cause.UNROUTED, Cause.NOTIFY, Cause.UNDELIVERED, Cause.GAVE_UP}
+)
+"""What makes the `lockwarden:notify` finding: an alert may not have reached a person."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem of the run's alerting, in the one sentence the notes, the log and the
+    run's own findings all say it in."""
+
+    cause: Cause
+    text: str
+
+    @property
+    def priority(self) -> int:
+        return logging.WARNING if self.cause in RETRIED else logging.ERROR
+
+    @property
+    def fails(self) -> bool:
+        """Whether the heartbeat says /fail for it (a dropped retry is the config's choice)."""
+        return self.cause is not Cause.DROPPED
+
+
+def problems(outcome: AlertOutcome) -> list[Problem]:
+    """Every problem of the run's alerting, once each, in the order they are told."""
+    found = [
+        Problem(Cause.INVALID_SERVICE, f"notify service unusable, never sent to: {bad}")
+        for bad in outcome.invalid_services
+    ]
+    found += [Problem(Cause.UNROUTED, unrouted) for unrouted in outcome.unrouted]
+    if outcome.notify_problem:
+        text = f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent"
+        found.append(Problem(Cause.NOTIFY, text))
+    for sending in outcome.deliveries:
+        if sending.ok:
+            continue
+        failed = f"{sending.kind} NOT delivered to {sending.service_url} ({sending.status})"
+        if sending.message_id == NOTICE_ID:
+            found.append(Problem(Cause.NOTICE_UNDELIVERED, f"{failed}: {sending.title}"))
+        else:
+            text = f"{failed}; will retry next run: {sending.title}"
+            found.append(Problem(Cause.UNDELIVERED, text))
+    found += [
+        Problem(
+            Cause.GAVE_UP,
+            f"gave up delivering {retry.sent.kind} {retry.sent.title!r} to "
+            f"{len(retry.services)} service(s) after give_up_after",
+        )
+        for retry in outcome.plan.given_up
+    ]
+    found += [Problem(Cause.DROPPED, dropped) for dropped in outcome.dropped]
+    if outcome.state_problems:
+        problem = "; ".join(dict.fromkeys(outcome.state_problems))  # each problem once
+        text = f"state degraded: {problem}; alerts are still sent but may repeat"
+        found.append(Problem(Cause.STATE, text))
+    return found
+
+
 def with_outcome(
     findings: tuple[Finding, ...], notes: tuple[str, ...], outcome: AlertOutcome
 ) -> tuple[tuple[Finding, ...], tuple[str, ...]]:
-    """The report's findings and notes after alerting: a state problem is an unknown finding,
-    each delivery and failure a note. The lock findings are never hidden or changed."""
+    """The report's findings and notes after alerting: a state problem is the unknown
+    `lockwarden:state` finding, what may not have reached a person the `lockwarden:notify`
+    one, each delivery and problem a note. The lock findings are never hidden or changed."""
+    told = problems(outcome)
     extra_notes = list(notes)
-    for sending in outcome.deliveries:
-        retried = "" if sending.message_id == NOTICE_ID else "; will retry"
-        verdict = "delivered" if sending.ok else f"NOT delivered ({sending.status}){retried}"
-        extra_notes.append(f"{sending.kind} {verdict} to {sending.service_url}: {sending.title}")
-    for retry in outcome.plan.given_up:
-        extra_notes.append(
-            f"undeliverable: {retry.sent.kind} {retry.sent.title!r} to {len(retry.services)} "
-            "service(s) gave up after give_up_after"
-        )
-    extra_notes.extend(f"notify service unusable: {bad}" for bad in outcome.invalid_services)
-    extra_notes.extend(outcome.unrouted)
-    extra_notes.extend(outcome.dropped)
-    if outcome.notify_problem:
-        extra_notes.append(f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent")
-    elif outcome.unsent:
+    extra_notes += [
+        f"{sending.kind} delivered to {sending.service_url}: {sending.title}"
+        for sending in outcome.deliveries
+        if sending.ok
+    ]
+    extra_notes += [problem.text for problem in told if problem.cause is not Cause.STATE]
+    if outcome.unsent and not outcome.notify_problem:
         extra_notes.append(
             f"alerting is off: {outcome.unsent} alert(s) not sent, as no [notify] service is "
             "configured (see the README's Alerts section)"
         )
-    notify = notify_finding(outcome)
-    if notify is not None:
-        findings = (*findings, notify)
-    if not outcome.state_problems:
-        return findings, tuple(extra_notes)
-    problem = "; ".join(dict.fromkeys(outcome.state_problems))  # each problem once
-    reason = f"state degraded: {problem}; alerts are still sent but may repeat"
-    return (*findings, state_finding(outcome.state_path, reason)), tuple(extra_notes)
+    not_told = [problem.text for problem in told if problem.cause in NOT_TOLD]
+    if not_told:
+        reason = "alerts may not reach a person: " + "; ".join(not_told)
+        findings = (*findings, own_finding(NOTIFY_FINDING, "[notify]", "notify", reason))
+    degraded = [problem.text for problem in told if problem.cause is Cause.STATE]
+    if degraded:
+        findings = (*findings, state_finding(outcome.state_path, "; ".join(degraded)))
+    return findings, tuple(extra_notes)
 
 
 def state_finding(path: str, reason: str) -> Finding:
@@ -116,62 +178,11 @@ def state_finding(path: str, reason: str) -> Finding:
     return own_finding(STATE_FINDING, path, "journal", reason)
 
 
-def delivery_problems(outcome: AlertOutcome) -> list[str]:
-    """Why a person may not have been told this run, one line per cause."""
-    problems = [f"notify service unusable: {bad}" for bad in outcome.invalid_services]
-    problems.extend(outcome.unrouted)
-    if outcome.notify_problem:
-        problems.append(f"notify: {outcome.notify_problem}; {outcome.unsent} message(s) unsent")
-    failed = [d for d in outcome.deliveries if not d.ok and d.message_id != NOTICE_ID]
-    problems.extend(
-        f"{d.kind} NOT delivered to {d.service_url} ({d.status}); will retry: {d.title}"
-        for d in failed
-    )
-    return problems
-
-
-def notify_finding(outcome: AlertOutcome) -> Finding | None:
-    """An unknown finding when alerts could not go out: the run's exit code and the unit's
-    result then show it (a critical lock still outranks it, so nothing is hidden)."""
-    problems = delivery_problems(outcome) + [
-        f"gave up on {retry.sent.kind} {retry.sent.title!r} to {len(retry.services)} service(s)"
-        for retry in outcome.plan.given_up
-    ]
-    if not problems:
-        return None
-    reason = "alerts may not reach a person: " + "; ".join(problems)
-    return own_finding(NOTIFY_FINDING, "[notify]", "notify", reason)
-
-
 def report_failures(outcome: AlertOutcome) -> None:
     """What means a person may not be told goes to stderr at its journald priority: warning
     (<4>) for what the next run retries, error (<3>) for what no retry will fix."""
-    for bad in outcome.invalid_services:
-        log.error("notify service unusable, never sent to: %s", bad)
-    for unrouted in outcome.unrouted:
-        log.error("%s", unrouted)
-    if outcome.notify_problem:
-        log.error("notify: %s; %d message(s) unsent", outcome.notify_problem, outcome.unsent)
-    for sending in outcome.deliveries:
-        if not sending.ok:
-            retried = "" if sending.message_id == NOTICE_ID else "; will retry next run"
-            log.warning(
-                "%s NOT delivered to %s (%s)%s: %s",
-                sending.kind,
-                sending.service_url,
-                sending.status,
-                retried,
-                sending.title,
-            )
-    for retry in outcome.plan.given_up:
-        log.error(
-            "gave up delivering %s %r to %d service(s) after give_up_after",
-            retry.sent.kind,
-            retry.sent.title,
-            len(retry.services),
-        )
-    for problem in dict.fromkeys(outcome.state_problems):
-        log.warning("state degraded: %s; alerts are still sent but may repeat", problem)
+    for problem in problems(outcome):
+        log.log(problem.priority, "%s", problem.text)
 
 
 def said(outcome: AlertOutcome, check: NotifyCheck | None) -> None:

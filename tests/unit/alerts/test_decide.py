@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from factories import make_finding, make_holder
-from lockwarden.alerts.decide import LockPolicy, Plan, decide, incident_key, state_class
+from lockwarden.alerts.decide import (
+    LockPolicy,
+    Plan,
+    StateNotice,
+    decide,
+    incident_key,
+    state_class,
+    state_notice,
+)
 from lockwarden.config import AlertSettings
 from lockwarden.model import NOT_HELD, Bound, Finding, Held, Severity, State
 from lockwarden.state.history import fold, keep_for_dedupe
@@ -149,7 +157,7 @@ def test_the_open_record_keeps_the_hold_start_its_finding_carries() -> None:
     a recorded moment opens its incident with that moment."""
     granted = T0 - timedelta(hours=3)
     held = replace(finding(), held=Held.began(granted, Bound.EXACT, T0 + timedelta(minutes=1)))
-    [opened] = [r for r in Journal().run(1, held).records if r["type"] == "open"]
+    [opened] = [r for r in stored(Journal().run(1, held)) if r["type"] == "open"]
     assert opened["held_since"] == format_time(granted)
 
 
@@ -414,3 +422,19 @@ def test_compaction_keeps_only_the_latest_delivered_messages_of_no_incident() ->
     assert "removed-003" in kept.messages and kept.messages["removed-003"].pending
     assert "removed-079" in kept.messages and "removed-029" not in kept.messages
     assert "removed-030" in kept.messages
+
+
+@pytest.mark.parametrize(
+    ("problems", "said", "notice"),
+    [
+        ((), None, None),  # healthy, nothing said: nothing to say
+        (("disk full",), None, StateNotice(True, "disk full")),  # degraded: said once
+        (("disk full", "disk full"), "disk full", None),  # the same cause: said already
+        (("read-only",), "disk full", StateNotice(True, "read-only")),  # a new cause is news
+        ((), "disk full", StateNotice(False, "disk full")),  # over: said once, naming it
+    ],
+)
+def test_the_state_notice_is_sent_once_per_cause_and_once_when_it_is_over(
+    problems: tuple[str, ...], said: str | None, notice: StateNotice | None
+) -> None:
+    assert state_notice(problems, said) == notice

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import shlex
-from datetime import timedelta
 
 import pytest
 
 from conftest import validate_report
 from factories import NOW, make_finding, make_holder, make_waiter
 from lockwarden import __version__
-from lockwarden.model import Bound, Container, Severity, State, Unattributed
+from lockwarden.model import Bound, Container, Held, Severity, State, Unattributed
 from lockwarden.output.report import (
     action_document,
     file_document,
@@ -36,9 +35,7 @@ HELD_TOO_LONG = make_finding(
     state=State.HELD_TOO_LONG,
     severity=Severity.CRITICAL,
     reason="writes blocked 2h01m",
-    held_for_s=7260.0,
-    held_bound=Bound.AT_LEAST,
-    held_since=NOW - timedelta(seconds=7260),
+    held=Held.of(7260.0, Bound.AT_LEAST, NOW),
     holder=make_holder(
         role="maintenance-job",
         unit="wa-resync.service",
