@@ -218,11 +218,13 @@ class KernelLock(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Holder:
-    """A process that holds (or, for `openers`, has open) a lock, as shown in a finding."""
+class Party:
+    """A process in a lock's story, whatever its part: one that holds the lock (or, among a
+    finding's `openers`, has it open), one blocked in /proc/locks behind it (a waiter), or one
+    a record names. The same facts for each, so each is named the same way."""
 
     pid: int | None
-    alive: bool | None
+    alive: bool | None = True
     role: str | None = None
     host: str | None = None
     user: str | None = None
@@ -233,8 +235,8 @@ class Holder:
     unit: str | None = None
     user_unit: bool = False
     lock_kind: str | None = None
-    """How it holds the lock: `FLOCK WRITE`, `POSIX READ`, `OFDLCK WRITE` (a kernel lock),
-    `open descriptor`, `working directory`, or None when a record names it."""
+    """How it holds or awaits the lock: `FLOCK WRITE`, `POSIX READ`, `OFDLCK WRITE` (a kernel
+    lock), `open descriptor`, `working directory`, or None when a record names it."""
     lock_start: int | None = None
     lock_end: int | None = None
     """The byte range of its kernel lock (end None: to the end of the file)."""
@@ -249,25 +251,10 @@ class Holder:
         return f"PID {self.pid}{suffix}" if self.pid is not None else f"an unnamed process{suffix}"
 
 
-@dataclass(frozen=True)
-class Waiter:
-    """A process blocked in /proc/locks behind a held lock (the same facts as a Holder)."""
-
-    pid: int
-    cmdline: tuple[str, ...]
-    alive: bool = True
-    user: str | None = None
-    name: str | None = None
-    started_at: datetime | None = None
-    start_ticks: int | None = None
-    unit: str | None = None
-    user_unit: bool = False
-    lock_kind: str | None = None
-    lock_start: int | None = None
-    lock_end: int | None = None
-    role: str | None = None
-    host: str | None = None
-    container: Container | None = None
+Holder = Party
+"""A Party that holds the lock (the name says its part where a signature takes one)."""
+Waiter = Party
+"""A Party blocked waiting for the lock."""
 
 
 class Bound(enum.StrEnum):

@@ -11,7 +11,7 @@ eagerly, before any lock is judged), and `gather` only looks facts up in the fro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockwarden.model import (
@@ -398,21 +398,10 @@ def _ofd_waiters(
 
 
 def _waiter(process: Process, lock: KernelLock) -> Waiter:
-    return Waiter(
-        pid=process.pid,
-        cmdline=process.cmdline or (process.name,),
-        alive=process.alive,
-        user=process.user,
-        name=process.name,
-        started_at=process.started_at,
-        start_ticks=process.start_ticks,
-        unit=process.unit,
-        user_unit=process.user_unit,
-        lock_kind=_kind(lock),
-        lock_start=lock.start,
-        lock_end=lock.end,
-        container=process.container,
-    )
+    """A writer blocked behind the lock: a Party like its holder, named by its command line
+    (its kernel name when it has none)."""
+    waiter = holder_from_process(process, lock=lock)
+    return replace(waiter, cmdline=process.cmdline or (process.name,))
 
 
 def _openers(descriptors: list[Descriptor], snapshot: Snapshot) -> tuple[Holder, ...]:

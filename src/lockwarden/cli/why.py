@@ -200,7 +200,12 @@ def unanswered(findings: Sequence[Finding]) -> list[str]:
 def database_waiting_pids(findings: Sequence[Finding]) -> list[int]:
     """The local clients whose sessions wait on a configured database lock."""
     return sorted(
-        {waiter.pid for finding in findings for waiter in finding.waiters if local_client(waiter)}
+        {
+            waiter.pid
+            for finding in findings
+            for waiter in finding.waiters
+            if waiter.pid is not None and local_client(waiter)
+        }
     )
 
 

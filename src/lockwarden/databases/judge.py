@@ -217,8 +217,8 @@ def _waiter(backend: Backend, clients: Mapping[int, Client]) -> Waiter:
     since = f" since {format_time(backend.waiting_since)}" if backend.waiting_since else ""
     text = f"{backend.kind} {backend.pid}{since}: {backend.query_text() or '?'}"
     if client.holder is not None and client.holder.pid is not None:
-        return Waiter(client.holder.pid, (*client.holder.cmdline[:3], f"[{text}]"))
-    return Waiter(backend.pid, (f"[{text}]",))
+        return Waiter(pid=client.holder.pid, cmdline=(*client.holder.cmdline[:3], f"[{text}]"))
+    return Waiter(pid=backend.pid, cmdline=(f"[{text}]",))
 
 
 def backend_action(backend: Backend, client: Client, tree: Tree | None = None) -> str:

@@ -28,7 +28,10 @@ HELD = Finding(
     reason="writes to wa-store blocked",
     held=Held.of(7260.0, Bound.UNKNOWN, NOW),
     holder=HOLDER,
-    waiters=(Waiter(1234, ("node", "write.js")), Waiter(1240, ("node", "write.js"))),
+    waiters=(
+        Waiter(pid=1234, cmdline=("node", "write.js")),
+        Waiter(pid=1240, cmdline=("node", "write.js")),
+    ),
     action="systemctl stop wa-resync.service",
 )
 STALE = Finding(
