@@ -23,7 +23,7 @@ from typing import Any
 import tomli_w
 
 from lockwarden import config as config_module
-from lockwarden.formats import LAYOUT_FORMATS, STORE_LOCK_NAMES, choose_format
+from lockwarden.formats import STORE_LOCK_NAMES, choose_format, layout_formats
 from lockwarden.formats.owner_record import PREFERRED_RECORDS
 from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.model import Finding, InodeKey
@@ -238,7 +238,7 @@ def _first_word(path: str) -> str:
 
 def _kernel_path_format(path: str) -> str:
     """A layout format if the path is one; a locked directory is a kernel lock, not a store."""
-    layout = choose_format(path, LAYOUT_FORMATS)
+    layout = choose_format(path, layout_formats())
     if layout is not None:
         return layout
     if os.path.isdir(path):
@@ -296,7 +296,7 @@ def _visit(place: Place, forbidden_devices: set[int], max_depth: int) -> tuple[V
     directory, depth = place
     if _never_walked(directory, forbidden_devices):
         return Visit(notes=(f"{directory}: not walked (/proc, /sys and /dev never are)",)), []
-    layout = choose_format(directory, LAYOUT_FORMATS)
+    layout = choose_format(directory, layout_formats())
     if layout is not None:  # its inside is the layout's own
         return Visit(candidates=((0, Candidate(directory, layout, f"{layout} layout")),)), []
     try:
@@ -326,7 +326,7 @@ def _entry_candidate(entry: os.DirEntry[str]) -> Candidate | None:
         return Candidate(entry.path, "owner-record", "owner record")
     if entry.is_dir(follow_symlinks=False):
         return None
-    layout = choose_format(entry.path, LAYOUT_FORMATS)
+    layout = choose_format(entry.path, layout_formats())
     return Candidate(entry.path, layout, f"{layout} layout") if layout else None
 
 

@@ -39,9 +39,9 @@ from lockwarden.config.settings import (
     NotifySettings,
     StateSettings,
 )
+from lockwarden.formats import never_removed
 from lockwarden.formats.dpkg import DPKG_LOCK_PATHS
 from lockwarden.formats.dpkg import NAME as DPKG
-from lockwarden.formats.removable import NEVER_REMOVED
 from lockwarden.support.durations import format_config_duration, parse_duration
 
 
@@ -336,8 +336,8 @@ def _check_order(
 
 
 def _check_removal(values: dict[str, Any], prefix: str, report: Callable[[str, str], None]) -> None:
-    if values["remove_stale"] and values["format"] in NEVER_REMOVED:
-        why = NEVER_REMOVED[values["format"]]
+    why = never_removed(values["format"]) if values["remove_stale"] else None
+    if why is not None:
         report(f"{prefix}remove_stale", f"format {values['format']!r} is never removed: {why}")
 
 

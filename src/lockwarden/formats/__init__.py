@@ -14,31 +14,33 @@ from lockwarden.formats.owner_record import PREFERRED_RECORDS
 from lockwarden.model import Claim
 from lockwarden.support.safe_read import scan_directory
 
-# name -> module and class. A format's module is imported the first time the format is used,
-# so a run of `kernel` and `owner-record` locks never imports the Chromium or borg readers
-# (the registry stays explicit: this table is the whole list).
-_REGISTRY: dict[str, tuple[str, str]] = {
-    "owner-record": ("owner_record", "OwnerRecord"),
-    "pidfile": ("pidfile", "Pidfile"),
-    "kernel": ("kernel", "KernelLockFile"),
-    "chromium-profile": ("chromium", "ChromiumProfile"),
-    "firefox-profile": ("firefox", "FirefoxProfile"),
-    "mercurial": ("mercurial", "Mercurial"),
-    "emacs": ("emacs", "EmacsLock"),
-    "borg": ("borg", "BorgRepository"),
-    "sqlite": ("sqlite", "SqliteDatabase"),
-    "dpkg": ("dpkg", "DpkgLock"),
-    "git": ("git", "GitLock"),
-    "pacman": ("pacman", "PacmanLock"),
-    "terraform": ("terraform", "TerraformState"),
-    "postgres": ("postgres", "PostgresPidFile"),
-    "filelock-soft": ("filelock_soft", "SoftLockFile"),
-}
+# The registry: every format, most specific first (`auto` picks the first whose detect()
+# says yes), as its name, module and class. A format's facts are attributes of its class
+# (formats/base.py, Format); its module is imported the first time the format is used, so a
+# run of `kernel` and `owner-record` locks never imports the Chromium or borg readers.
+REGISTRY: tuple[tuple[str, str, str], ...] = (
+    ("chromium-profile", "chromium", "ChromiumProfile"),
+    ("firefox-profile", "firefox", "FirefoxProfile"),
+    ("mercurial", "mercurial", "Mercurial"),
+    ("emacs", "emacs", "EmacsLock"),
+    ("borg", "borg", "BorgRepository"),
+    ("sqlite", "sqlite", "SqliteDatabase"),
+    ("terraform", "terraform", "TerraformState"),
+    ("postgres", "postgres", "PostgresPidFile"),
+    ("git", "git", "GitLock"),
+    ("pacman", "pacman", "PacmanLock"),
+    ("dpkg", "dpkg", "DpkgLock"),
+    ("filelock-soft", "filelock_soft", "SoftLockFile"),
+    ("pidfile", "pidfile", "Pidfile"),
+    ("owner-record", "owner_record", "OwnerRecord"),
+    ("kernel", "kernel", "KernelLockFile"),
+)
+_MODULES = {name: (module, class_name) for name, module, class_name in REGISTRY}
 
 
 @functools.cache
 def _load(name: str) -> Format:
-    module_name, class_name = _REGISTRY[name]
+    module_name, class_name = _MODULES[name]
     module = importlib.import_module(f"lockwarden.formats.{module_name}")
     format_class: type[Format] = getattr(module, class_name)
     return format_class()
@@ -48,51 +50,39 @@ class _Formats(Mapping[str, Format]):
     """The registry as a read-only mapping that imports each format on first use."""
 
     def __getitem__(self, name: str) -> Format:
-        if name not in _REGISTRY:
+        if name not in _MODULES:
             raise KeyError(name)
         return _load(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(_REGISTRY)
+        return iter(_MODULES)
 
     def __len__(self) -> int:
-        return len(_REGISTRY)
+        return len(_MODULES)
 
 
 FORMATS: Mapping[str, Format] = _Formats()
 
 AUTO = "auto"
-# Most specific first: the first format whose detect() says yes is the one used.
-AUTO_ORDER: tuple[str, ...] = (
-    "chromium-profile",
-    "firefox-profile",
-    "mercurial",
-    "emacs",
-    "borg",
-    "sqlite",
-    "terraform",
-    "postgres",
-    "git",
-    "pacman",
-    "dpkg",
-    "filelock-soft",
-    "pidfile",
-    "owner-record",
-    "kernel",
-)
-# Formats that recognise a whole layout by its own names (a profile, a repository, `.#FILE`):
-# a directory walk (`lockwarden discover`) may trust their detect(), and `auto` consults them
-# before treating a plain directory as a store whose lock is STORE/LOCK.
-LAYOUT_FORMATS: tuple[str, ...] = (
-    "chromium-profile",
-    "firefox-profile",
-    "mercurial",
-    "emacs",
-    "borg",
-)
-# Formats whose lock is found from a directory that is not itself a lock (a terraform working
-# directory, a PostgreSQL data directory, a git work tree); tried before `STORE/LOCK`.
-DIRECTORY_FORMATS: tuple[str, ...] = ("terraform", "postgres", "git")
+AUTO_ORDER: tuple[str, ...] = tuple(name for name, _module, _class in REGISTRY)
+
+
+def layout_formats() -> tuple[str, ...]:
+    """The formats that recognise a whole layout by its own names (Format.layout)."""
+    return tuple(name for name in AUTO_ORDER if FORMATS[name].layout)
+
+
+def directory_formats() -> tuple[str, ...]:
+    """The formats whose lock is found from a directory (Format.directory)."""
+    return tuple(name for name in AUTO_ORDER if FORMATS[name].directory)
+
+
+def never_removed(format_name: str) -> str | None:
+    """Why `remove_stale` may never remove this format's lock; None when it may (or the name is
+    no format: the caller says why)."""
+    return FORMATS[format_name].never_removed if format_name in FORMATS else None
+
+
 STORE_LOCK_NAMES = ("LOCK", "lock", ".lock")
 LOCKISH_SUFFIXES = (".lock", ".lck", ".lockdir")
 
@@ -186,7 +176,7 @@ def _directory_format(path: str) -> str | None:
         return None
     if any(lstat_or_none(os.path.join(path, name)) is not None for name in STORE_LOCK_NAMES):
         return None
-    return next((name for name in DIRECTORY_FORMATS if FORMATS[name].detect(path, status)), None)
+    return next((name for name in directory_formats() if FORMATS[name].detect(path, status)), None)
 
 
 def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
@@ -203,7 +193,7 @@ def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
 def _read_claim(path: str, format_name: str, pid_max: int) -> Claim:
     if format_name != AUTO:
         return FORMATS[format_name].read(path, pid_max)
-    chosen = choose_format(path, LAYOUT_FORMATS) or _directory_format(path)
+    chosen = choose_format(path, layout_formats()) or _directory_format(path)
     given = path
     if chosen is None:
         path = store_lock_path(path)

@@ -32,15 +32,30 @@ class SafeAction:
 
 
 STOP_HOLDER = SafeAction(HolderAction.STOP)
+KERNEL_ONLY = "only a kernel lock counts for it, and the kernel frees that when its holder exits"
 
 
 class Format(Protocol):
     """A lock layout: recognises its files and reads them into a Claim, knowing no policy.
-    `holder_action` is what the advice may suggest for a live holder past its budget."""
+    Its facts are attributes of its class:
+
+    * `holder_action`: what the advice may suggest for a live holder past its budget;
+    * `layout`: it recognises a whole layout by its own names (a profile, a repository,
+      `.#FILE`): a directory walk (`discover`) may trust its detect(), and `auto` consults it
+      before treating a plain directory as a store whose lock is STORE/LOCK;
+    * `directory`: its lock is found from a directory that is not itself a lock (a terraform
+      working directory, a PostgreSQL data directory, a git work tree), tried before
+      STORE/LOCK;
+    * `never_removed`: why `remove_stale` may never remove its lock (None: a dead holder's
+      leftover may be removed, with every guard of remove/removal.py).
+    """
 
     name: str
     summary: str
     holder_action: SafeAction
+    layout: bool
+    directory: bool
+    never_removed: str | None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         """True when `path` (already lstat-ed) looks like this format; only cheap checks."""

@@ -42,6 +42,12 @@ class BorgRepository:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "a borg 1.x repository: lock.exclusive/HOSTID.PID-THREAD and lock.roster"
+    layout = True
+    directory = False
+    never_removed = (
+        "borg locks are broken with `borg break-lock`, which drops every lock of the repository "
+        "(shared readers' roster entries too); lockwarden leaves that to a person"
+    )
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if not stat.S_ISDIR(status.st_mode):

@@ -45,6 +45,9 @@ class ChromiumProfile:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "a Chromium/Chrome user-data-dir: SingletonLock -> HOST-PID"
+    layout = True
+    directory = False
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if stat.S_ISLNK(status.st_mode):

@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import replace
 
-from lockwarden.formats.base import HolderAction, SafeAction
+from lockwarden.formats.base import KERNEL_ONLY, HolderAction, SafeAction
 from lockwarden.formats.kernel import KernelLockFile
 from lockwarden.model import Claim, StaleProof
 
@@ -42,6 +42,9 @@ class DpkgLock:
         "`dpkg --configure -a` afterwards",
     )
     summary = "a dpkg/apt lock file (POSIX lock; never stale, never to be deleted)"
+    layout = False
+    directory = False
+    never_removed = KERNEL_ONLY
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         return stat.S_ISREG(status.st_mode) and path.endswith(DPKG_LOCK_SUFFIXES)

@@ -32,6 +32,9 @@ class EmacsLock:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "an Emacs file lock: .#FILE -> USER@HOST.PID[:BOOT]"
+    layout = True
+    directory = False
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         named = os.path.basename(path).startswith(PREFIX)

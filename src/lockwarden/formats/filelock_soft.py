@@ -194,6 +194,9 @@ class SoftLockFile:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "py-filelock SoftFileLock, or lockfile's LinkLockFile / MkdirLockFile / PIDLockFile"
+    layout = False
+    directory = False
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if not path.endswith(".lock"):

@@ -51,6 +51,9 @@ class FirefoxProfile:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "a Firefox/Thunderbird profile: lock -> IP:+PID and an fcntl-locked .parentlock"
+    layout = True
+    directory = False
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if stat.S_ISLNK(status.st_mode):

@@ -98,6 +98,9 @@ class GitLock:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "a git *.lock file (held while a git process works in the repository)"
+    layout = False
+    directory = True
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if stat.S_ISDIR(status.st_mode):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import STOP_HOLDER, absent, key_of, unreadable
+from lockwarden.formats.base import KERNEL_ONLY, STOP_HOLDER, absent, key_of, unreadable
 from lockwarden.model import Claim
 
 NAME = "kernel"
@@ -19,6 +19,9 @@ class KernelLockFile:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "a file held with flock, fcntl/lockf or OFD locks; its content is ignored"
+    layout = False
+    directory = False
+    never_removed = KERNEL_ONLY
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         return stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)

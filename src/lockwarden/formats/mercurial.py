@@ -33,6 +33,9 @@ class Mercurial:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "a Mercurial repository: .hg/wlock and .hg/store/lock -> HOST[/PIDNS]:PID"
+    layout = True
+    directory = False
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if stat.S_ISDIR(status.st_mode):

@@ -32,6 +32,9 @@ class OwnerRecord:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "a LOCK directory (mkdir) or file holding JSON, key=value lines or a bare PID"
+    layout = False
+    directory = False
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if stat.S_ISDIR(status.st_mode):

@@ -33,6 +33,9 @@ class PacmanLock:
         "only then remove db.lck",
     )
     summary = "pacman's db.lck (held while a process has it open)"
+    layout = False
+    directory = False
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         return stat.S_ISREG(status.st_mode) and os.path.basename(path) == LOCK_NAME

@@ -22,6 +22,9 @@ class Pidfile:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "a file holding the holder's PID, removed by the holder when it exits"
+    layout = False
+    directory = False
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         return stat.S_ISREG(status.st_mode) and path.endswith(".pid")

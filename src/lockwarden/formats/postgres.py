@@ -46,6 +46,12 @@ class PostgresPidFile:
         "pg_ctl stop -m fast; never kill -9 a database server (it skips its checkpoint)",
     )
     summary = "PostgreSQL's postmaster.pid (PID and start time; backends in the data directory)"
+    layout = False
+    directory = True
+    never_removed = (
+        "PostgreSQL checks and replaces its own stale postmaster.pid at start; removing it by "
+        "hand while old backends may still use the data directory risks corrupting it"
+    )
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if stat.S_ISDIR(status.st_mode):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none
+from lockwarden.formats.base import KERNEL_ONLY, STOP_HOLDER, absent, key_of, lstat_or_none
 from lockwarden.model import ByteRange, Claim, InodeKey, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, read_head
 
@@ -61,6 +61,9 @@ class SqliteDatabase:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "an SQLite database (rollback journal or WAL): writers and readers by byte locks"
+    layout = False
+    directory = False
+    never_removed = KERNEL_ONLY
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         return stat.S_ISREG(status.st_mode) and has_sqlite_header(database_path(path))

@@ -47,6 +47,9 @@ class TerraformState:
     name = NAME
     holder_action = STOP_HOLDER
     summary = "Terraform's local state lock (fcntl on terraform.tfstate + .lock.info JSON)"
+    layout = False
+    directory = True
+    never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         state = state_path_for(path)

@@ -31,8 +31,8 @@ from lockwarden.alerts.messages import Message, Row, render_markdown, render_tex
 from lockwarden.check.classify import classify
 from lockwarden.check.identify import gather, request_for
 from lockwarden.config import Config, LockConfig
-from lockwarden.formats import read_claim
-from lockwarden.formats.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
+from lockwarden.formats import FORMATS, never_removed, read_claim
+from lockwarden.formats.base import KERNEL_ONLY
 from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
@@ -105,11 +105,12 @@ def refusal(claim: Claim) -> str | None:
     """Why this lock's format can never be removed by lockwarden, or None."""
     if claim.never_remove:
         return claim.never_remove
-    if claim.format in NEVER_REMOVED:
-        return NEVER_REMOVED[claim.format]
+    never = never_removed(claim.format)
+    if never is not None:
+        return never
     if not claim.existence_is_lock or claim.stale_proof is StaleProof.NEVER:
         return KERNEL_ONLY
-    if claim.format not in ELIGIBLE_FORMATS or not claim.remove_path:
+    if claim.format not in FORMATS or not claim.remove_path:
         return f"format {claim.format} names no file left behind that is safe to remove"
     return None
 

@@ -1,16 +1,28 @@
-"""formats/removable.py: the one table of which formats `remove_stale` may touch. Every name in
-it is a registered format, no format is both removable and never removed, and the real config
-loader refuses `remove_stale` on each never-removed format with the table's reason while
-accepting it on each removable one. (That no live lock of an eligible format is ever removed
-is test_live_locks_are_never_removed.py's, with the real programs.)"""
+"""Each format's facts are attributes of its class (formats/base.py, Format), read through the
+registry: which formats `remove_stale` may touch, which recognise a whole layout and which are
+found from a directory. The real config loader refuses `remove_stale` on each never-removed
+format with its class's reason while accepting it on each removable one. (That no live lock of
+a removable format is ever removed is test_live_locks_are_never_removed.py's, with the real
+programs.)"""
 
 from __future__ import annotations
 
 import pytest
 
 from lockwarden import config
-from lockwarden.formats import FORMATS
-from lockwarden.formats.removable import ELIGIBLE_FORMATS, KERNEL_ONLY, NEVER_REMOVED
+from lockwarden.formats import (
+    AUTO_ORDER,
+    FORMATS,
+    REGISTRY,
+    directory_formats,
+    layout_formats,
+    never_removed,
+)
+from lockwarden.formats.base import KERNEL_ONLY
+
+NEVER_REMOVED = {name: FORMATS[name].never_removed for name in FORMATS}
+NEVER_REMOVED = {name: why for name, why in NEVER_REMOVED.items() if why is not None}
+ELIGIBLE_FORMATS = {name for name in FORMATS if FORMATS[name].never_removed is None}
 
 
 def lock_document(lock_format: str) -> dict[str, object]:
@@ -26,13 +38,18 @@ def lock_document(lock_format: str) -> dict[str, object]:
     }
 
 
-def test_every_format_named_is_a_registered_one() -> None:
-    assert set(ELIGIBLE_FORMATS) <= set(FORMATS)
-    assert set(NEVER_REMOVED) <= set(FORMATS)
+def test_the_registry_is_one_list_in_auto_order_and_the_facts_are_its_classes() -> None:
+    assert tuple(name for name, _module, _class in REGISTRY) == AUTO_ORDER
+    assert len(set(AUTO_ORDER)) == len(AUTO_ORDER) == len(FORMATS)
+    assert layout_formats() == ("chromium-profile", "firefox-profile", "mercurial", "emacs", "borg")
+    assert directory_formats() == ("terraform", "postgres", "git")
+    assert not set(layout_formats()) & set(directory_formats())
+    assert never_removed("auto") is None  # no format: the removal stage says why itself
 
 
-def test_no_format_is_both_removable_and_never_removed() -> None:
-    assert set(ELIGIBLE_FORMATS).isdisjoint(NEVER_REMOVED)
+def test_the_never_removed_formats_are_the_kernels_and_the_programs_that_own_their_locks() -> None:
+    assert set(NEVER_REMOVED) == {"kernel", "sqlite", "dpkg", "borg", "postgres"}
+    assert all(why.strip() for why in NEVER_REMOVED.values())
 
 
 def test_the_kernel_only_formats_say_why_with_one_reason() -> None:
@@ -57,7 +74,3 @@ def test_the_config_refuses_remove_stale_on_a_never_removed_format(lock_format: 
 def test_the_config_accepts_remove_stale_on_a_removable_format(lock_format: str) -> None:
     [lock] = config.parse(lock_document(lock_format), "lockwarden.toml").locks
     assert (lock.format, lock.remove_stale) == (lock_format, True)
-
-
-def test_every_registered_format_is_either_removable_or_never_removed() -> None:
-    assert set(ELIGIBLE_FORMATS) | set(NEVER_REMOVED) == set(FORMATS)

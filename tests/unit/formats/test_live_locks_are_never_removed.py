@@ -26,7 +26,7 @@ from test_pacman import private_pacman
 from test_terraform import hold_state
 
 from conftest import MKDIR_HOLDER, Children, require_tool, run_json, wait_until, write_config
-from lockwarden.formats.removable import ELIGIBLE_FORMATS
+from lockwarden.formats import FORMATS
 
 PIDFILE_HOLDER = """
 import os, sys, time
@@ -131,7 +131,7 @@ HOLDERS: dict[str, Callable[[Children, Path], Started]] = {
 
 
 def test_every_format_removal_may_touch_has_a_live_holder_here() -> None:
-    assert set(HOLDERS) == set(ELIGIBLE_FORMATS)
+    assert set(HOLDERS) == {name for name in FORMATS if FORMATS[name].never_removed is None}
 
 
 def artefacts(lock: Path, lock_format: str) -> set[str]:
