@@ -67,7 +67,7 @@ QUIET_FLOOR = "import psutil, tomllib, json, logging, dataclasses"
 # The quiet rows take 3x --runs runs: each costs ~0.15 s, and medians of 10 of a ~70 ms floor
 # moved by a fifth between the two quiet rows of one run on a shared VM (59.5 and 74.1 ms).
 QUIET_RUNS_FACTOR = 3
-QUIET_WALL_LIMIT = 2.0  # the quiet run's wall time, at most this times QUIET_FLOOR's
+QUIET_WALL_LIMIT = 2.5  # the quiet run's wall time, at most this times QUIET_FLOOR's (issue 28)
 QUIET_RSS_LIMIT = 1.3
 LSLOCKS_RUNS = 1  # a minute a run at 10,000 locks on a 2-core machine
 DEFAULTS_TABLE = '[defaults]\nwarn_after = "1h"\ncritical_after = "2h"\n\n'
@@ -78,8 +78,10 @@ FORKED_BYTES_EACH = 400 * 1024  # measured ~280 KiB of memory per forked child, 
 FORKED_EXIT_S = 60.0
 # A bare walk reads one link per descriptor; naming a holder needs the inode of every
 # descriptor that is a file, which only its fdinfo tells without a stat that could hang (an
-# open, a read and a close: about 1.8 readlinks of kernel time here). Within 2x of the walk.
-DESCRIPTORS_LIMIT = 2.0
+# open, a read and a close: about 1.8 readlinks of kernel time here). The target is 1.5x of
+# the walk (issue 28); what the run adds to the walk is printed with the row.
+DESCRIPTORS_LIMIT = 1.5
+TIMER_RUNS_A_DAY = 24 * 60  # the shipped timer runs every minute
 BLOCKED_CHECK_LIMIT_MS = 20
 WHY_LIMIT = 2.0
 # Says "ready" before it blocks in flock(2) on argv[1] (the benchmark waits for the block).
@@ -178,6 +180,7 @@ for entry in os.listdir("/proc"):
 class Sample:
     wall_ms: float
     rss_kb: int
+    cpu_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -323,6 +326,7 @@ for line in sys.stdin:
     signal.alarm(0)
     wall_ns = time.perf_counter_ns() - started
     report = {"wall_ns": wall_ns, "maxrss_kb": usage.ru_maxrss,
+              "cpu_s": usage.ru_utime + usage.ru_stime,
               "code": os.waitstatus_to_exitcode(status)}
     print(json.dumps(report), flush=True)
 """
@@ -353,8 +357,8 @@ class Launcher:
 
     def run(
         self, argv: Sequence[str], env: dict[str, str], stderr_path: str
-    ) -> tuple[float, int, int]:
-        """Wall ms, peak RSS in KB and exit code of one run of argv."""
+    ) -> tuple[float, int, int, float]:
+        """Wall ms, peak RSS in KB, exit code and CPU ms (user and system) of one run."""
         assert self.process.stdin is not None and self.process.stdout is not None
         request = {
             "argv": list(argv),
@@ -368,7 +372,8 @@ class Launcher:
         if not reply:
             raise RuntimeError("the launcher process died")
         report = json.loads(reply)
-        return report["wall_ns"] / 1e6, int(report["maxrss_kb"]), int(report["code"])
+        cpu_ms = float(report["cpu_s"]) * 1000
+        return report["wall_ns"] / 1e6, int(report["maxrss_kb"]), int(report["code"]), cpu_ms
 
 
 @dataclass(frozen=True)
@@ -394,11 +399,11 @@ class Bench:
         stderr_path = str(self.workdir / "stderr.txt")
         executable = shutil.which(command.argv[0]) or command.argv[0]
         argv = (executable, *command.argv[1:])
-        wall_ms, rss_kb, code = self.launcher.run(argv, self.env, stderr_path)
+        wall_ms, rss_kb, code, cpu_ms = self.launcher.run(argv, self.env, stderr_path)
         if code not in command.accept:
             errors = Path(stderr_path).read_text(errors="replace")[-2000:]
             raise RuntimeError(f"{' '.join(command.argv)} exited {code}: {errors}")
-        return Sample(wall_ms, rss_kb)
+        return Sample(wall_ms, rss_kb, cpu_ms)
 
     def pair(
         self,
@@ -1016,9 +1021,10 @@ def why_row(bench: Bench, processes: Processes) -> Row:
     return ratio_row(figure, median_ms(values), median_ms(floors), WHY_LIMIT, "ms")
 
 
-def descriptors_row(bench: Bench, processes: Processes) -> Row:
+def descriptors_rows(bench: Bench, processes: Processes) -> list[Row]:
     """Many processes with many open files, one of them the holder: the run's one walk of
-    every descriptor on the host, against a bare walk (listdir and readlink of /proc/*/fd)."""
+    every descriptor on the host, against a bare walk (listdir and readlink of /proc/*/fd);
+    and what the minutely timer's runs cost such a host a day in CPU time."""
     count, lowered = processes_that_fit(HOST_PROCESSES)
     figure = (
         f"{count:,} processes x {DESCRIPTORS_EACH} open files, one holder"
@@ -1037,12 +1043,29 @@ def descriptors_row(bench: Bench, processes: Processes) -> Row:
     with forked_host(processes, directory, lock, count) as holder:
         problem = holder_problem(bench, config, holder)
         if problem is not None:
-            return missing_row(figure, f"holder not named: {problem}")
+            return [missing_row(figure, f"holder not named: {problem}")]
         # The run that checked the holder compiled and cached what the timed runs import.
         floor = Command((PYTHON, "-c", textwrap.dedent(PROC_FD_WALK)), warm_up=False)
         value = Command(lockwarden(config).argv, warm_up=False)
         floors, values = bench.pair(floor, value, runs=DESCRIPTORS_RUNS)
-    return ratio_row(figure, median_ms(values), median_ms(floors), DESCRIPTORS_LIMIT, "ms")
+    walk = ratio_row(figure, median_ms(values), median_ms(floors), DESCRIPTORS_LIMIT, "ms")
+    return [walk, cpu_a_day_row(count, values, floors)]
+
+
+def cpu_a_day_row(count: int, values: list[Sample], floors: list[Sample]) -> Row:
+    """The same host's CPU time (user and system) of a day of the minutely timer, beside a
+    day of the bare walk: printed, with no target of its own."""
+    cpu = statistics.median(sample.cpu_ms for sample in values)
+    walk = statistics.median(sample.cpu_ms for sample in floors)
+    hours = cpu * TIMER_RUNS_A_DAY / 3_600_000
+    return Row(
+        f"the same host ({count:,} processes), CPU a day of the minutely timer",
+        f"{hours:.2f} h",
+        f"{walk * TIMER_RUNS_A_DAY / 3_600_000:.2f} h (the walk)",
+        f"{cpu / walk:.3f}x ({cpu:.0f} ms a run)",
+        "printed",
+        "info",
+    )
 
 
 # ---------------------------------------------------------------- main
@@ -1099,7 +1122,7 @@ FIGURES: dict[str, Callable[[Bench, Stage, Processes], list[Row]]] = {
     "alert": lambda bench, stage, _p: [alert_row(bench, stage)],
     "journal": lambda bench, stage, processes: [journal_row(bench, stage, processes)],
     "processes": lambda bench, stage, processes: [processes_row(bench, stage, processes)],
-    "descriptors": lambda bench, _stage, processes: [descriptors_row(bench, processes)],
+    "descriptors": lambda bench, _stage, processes: descriptors_rows(bench, processes),
     "blocked": lambda bench, stage, _p: [blocked_check_row(bench, stage)],
     "why": lambda bench, _stage, processes: [why_row(bench, processes)],
 }
@@ -1148,10 +1171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def exit_status(rows: Sequence[Row]) -> int:
-    """0 when every row is ok, 1 when one is OVER its target, else 2 (one not measured)."""
+    """0 when every row is ok (or only printed), 1 when one is OVER its target, else 2 (one
+    not measured)."""
     if any(row.verdict.startswith("OVER") for row in rows):
         return 1
-    return 0 if all(row.verdict == "ok" for row in rows) else 2
+    return 0 if all(row.verdict in ("ok", "info") for row in rows) else 2
 
 
 if __name__ == "__main__":

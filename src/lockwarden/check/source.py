@@ -48,7 +48,7 @@ class Claimed(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FileClaim:
     """A lock on files, as its format read them."""
 
@@ -75,7 +75,7 @@ class FileClaim:
         return classify(self.name, self.claim, evidence, policy, now, seen_since, what_if)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Judged:
     """A lock judged in the claims phase already: its record could not be read, its mount did
     not answer. It asks nothing of the host."""

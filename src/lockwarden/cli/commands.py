@@ -545,7 +545,6 @@ def load_config(path: str | None) -> config_module.Config:
 
 
 def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -> int:
-    from lockwarden.cli import alert_commands
     from lockwarden.run import once
     from lockwarden.state.journal import RunBusy
 
@@ -554,6 +553,8 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
     try:
         alerted = once(config, now_of(arguments), arguments.dry_run, checkpoint)
     except RunBusy as busy:
+        from lockwarden.cli import alert_commands  # what a busy, dry or JSON run prints
+
         holder = alert_commands.run_lock_holder(busy, now_of(arguments))
         journal = logs.writes_to_journal(sys.stderr, os.environ)
         # Real time, not --now: a wedged run (a child stuck on a hung mount keeps the lock's
@@ -572,10 +573,13 @@ def command_once(arguments: argparse.Namespace, checkpoint: Checkpoint = skip) -
     duration = time.monotonic() - started
     result = alerted.result
     log.info("checked %d locks in %.3f s: %s", len(result.findings), duration, result.status.label)
-    if arguments.dry_run:
-        sys.stdout.write(alert_commands.render_dry_run(alerted, arguments.json))
-    elif arguments.json:
-        sys.stdout.write(alert_commands.render_once_json(alerted))
+    if arguments.dry_run or arguments.json:
+        from lockwarden.cli import alert_commands  # what only a dry or a JSON run prints
+
+        if arguments.dry_run:
+            sys.stdout.write(alert_commands.render_dry_run(alerted, arguments.json))
+        else:
+            sys.stdout.write(alert_commands.render_once_json(alerted))
     else:
         emit(result, arguments.json)
     sys.stdout.flush()

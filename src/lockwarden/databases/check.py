@@ -92,7 +92,7 @@ def _ask(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
     return postgres.observe(watch, environ)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ServerClaim:
     """A lock inside a database server, as its server answered in the claims phase: what the
     answer asks of the capture, and its judging (check/source.py's Claimed)."""

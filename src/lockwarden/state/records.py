@@ -18,6 +18,9 @@ The kinds (one JSON object per line, its `type` the kind):
   proof}``;
 * ``seen``     the sighting memory: ``{at, locks: {name: [identity, since(, seen_at)]}}``.
 
+Records are passed along and written, never compared (`eq=False`, docs/development.md,
+"Records"): compare their JSON form.
+
 A line of a kind this version does not know, or of a known kind in a shape it cannot read
 (a key missing, a wrong type), is an `Unreadable` record: kept as it was, and reported by
 whoever folds the journal, never skipped in silence.
@@ -28,12 +31,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from lockwarden.support.durations import format_time, parse_time
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunRecord:
     """What a run found not good, lock by lock: (state class, incident key)."""
 
@@ -42,7 +45,7 @@ class RunRecord:
     locks: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OpenRecord:
     """An incident begins: one bad episode of one lock with one holder."""
 
@@ -57,7 +60,7 @@ class OpenRecord:
     held_since: datetime | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CloseRecord:
     """An incident ends, and why (resolved, superseded, holder died, unchecked, wait over)."""
 
@@ -67,7 +70,7 @@ class CloseRecord:
     why: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DueRecord:
     """A message due, journaled before it is sent; written again when its services are
     resolved or renamed later (the same message, now addressed)."""
@@ -86,7 +89,7 @@ class DueRecord:
     lock: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SentRecord:
     """One service's result for one attempt to deliver a message."""
 
@@ -99,7 +102,7 @@ class SentRecord:
     url: str = "?"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GiveUpRecord:
     """A message no longer tried for these services (give_up_after passed, or they are gone)."""
 
@@ -110,7 +113,7 @@ class GiveUpRecord:
     why: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SightingRecord:
     """The first run that saw a stale lock with this key (`remove_stale` needs two)."""
 
@@ -122,7 +125,7 @@ class SightingRecord:
     proof: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RemovedRecord:
     """A stale lock moved aside as `quarantine` and deleted."""
 
@@ -135,8 +138,7 @@ class RemovedRecord:
     proof: str | None = None
 
 
-@dataclass(frozen=True)
-class SeenEntry:
+class SeenEntry(NamedTuple):
     """One lock's series in the sighting memory: its holder, when the series began, and when
     its holder was last seen (None: by the run that wrote the record)."""
 
@@ -145,7 +147,7 @@ class SeenEntry:
     seen_at: datetime | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SeenRecord:
     """The sighting memory: each lock held with no dated record, with its series."""
 
@@ -154,7 +156,7 @@ class SeenRecord:
     locks: Mapping[str, SeenEntry] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Unreadable:
     """A journal line this version cannot read: kept as it was, reported by the fold."""
 

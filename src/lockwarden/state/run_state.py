@@ -17,12 +17,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from lockwarden.state.history import History, fold
 from lockwarden.state.journal import Journal, RunBusy, RunLock, StateError
 from lockwarden.state.records import JournalRecord
 from lockwarden.state.runtime import private_directory, runtime_directory
 from lockwarden.support.checkpoints import Checkpoint, skip
+
+if TYPE_CHECKING:
+    from lockwarden.state.history import History
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ class RunState:
         self.writes = writes
         self.broken = False  # an append failed and no fallback took it: nothing more is tried
         self.fallback: Journal | None = None
+        self._said_malformed = False
 
     @classmethod
     def open(
@@ -78,13 +82,19 @@ class RunState:
             problems.append(str(error))
         if fallback and writes:
             state.use_fallback()
-        for problem in fold(state.records).malformed:
-            log.warning("%s: %s; what it said was left out", journal.path, problem)
         return state
 
     def history(self) -> History:
-        """The records so far, folded."""
-        return fold(self.records)
+        """The records so far, folded. What the fold could not read is said once per run, at
+        warning: what it said is not known, so a duplicate alert may follow."""
+        from lockwarden.state.history import fold  # a quiet run folds nothing
+
+        history = fold(self.records)
+        if not self._said_malformed:
+            self._said_malformed = True
+            for problem in history.malformed:
+                log.warning("%s: %s; what it said was left out", self.journal.path, problem)
+        return history
 
     def append(self, record: JournalRecord, durable: bool = True) -> None:
         """Append to the journal (the fallback once the journal refused); after a failure with
