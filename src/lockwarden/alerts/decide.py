@@ -14,17 +14,33 @@ lock's inode and record). A new key for a lock is a new incident; the old one is
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from lockwarden.check.blocked import is_blocked_name
 from lockwarden.config import AlertSettings
 from lockwarden.model import Finding, Severity, State
-from lockwarden.state.history import ALERT, GOOD, REMINDER, RESOLVED, History, Incident, Sent
-from lockwarden.state.records import CloseRecord, GiveUpRecord, JournalRecord, OpenRecord, RunRecord
+from lockwarden.state.history import (
+    ALERT,
+    GOOD,
+    REMINDER,
+    RESOLVED,
+    UNRESOLVED,
+    History,
+    Incident,
+    Sent,
+)
+from lockwarden.state.records import (
+    CloseRecord,
+    DueRecord,
+    GiveUpRecord,
+    JournalRecord,
+    OpenRecord,
+    RunRecord,
+)
 from lockwarden.support.durations import format_time
 
 if TYPE_CHECKING:
@@ -444,3 +460,126 @@ def state_notice(problems: Sequence[str], said: str | None) -> StateNotice | Non
     if cause:
         return None if cause == said else StateNotice(True, cause)
     return None if said is None else StateNotice(False, said)
+
+
+ALWAYS_TAG = "always"
+"""A service tagged `always` gets every lock's messages, whatever their tags (as apprise)."""
+
+
+class Addressable(Protocol):
+    """What addressing needs of a configured notify service (alerts/notify.py's Service)."""
+
+    @property
+    def service_id(self) -> str: ...
+    @property
+    def legacy_id(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def tags(self) -> frozenset[str]: ...
+
+
+def targets_of(services: Sequence[Addressable], tags: tuple[str, ...]) -> tuple[str, ...]:
+    """The services a lock routes to: all of them, or those sharing one of its tags (and
+    those tagged `always`, as apprise does)."""
+    wanted = set(tags)
+    return tuple(
+        service.service_id
+        for service in services
+        if not wanted or service.tags & wanted or ALWAYS_TAG in service.tags
+    )
+
+
+def match_of(
+    services: Sequence[Addressable], service_id: str, shown_urls: Iterable[str] = ()
+) -> str | None:
+    """The service a journaled id means now: the same id; else an id an older lockwarden
+    wrote (`legacy_id`); else the one service with the URL shown in its earlier attempts
+    (an apprise upgrade changes `plugin.url()`, not what the operator configured)."""
+    if any(service.service_id == service_id for service in services):
+        return service_id
+    for service in services:
+        if service.legacy_id == service_id:
+            return service.service_id
+    shown = set(shown_urls)
+    by_url = [service.service_id for service in services if service.url in shown]
+    return by_url[0] if len(by_url) == 1 else None
+
+
+@dataclass(frozen=True)
+class Readdressed:
+    """A retry addressed to the services configured now: where it goes (`retry.services`,
+    live services only), the records that say so, and what was dropped (services gone)."""
+
+    retry: Retry
+    records: tuple[JournalRecord, ...] = ()
+    dropped: str | None = None
+
+
+def readdress(retry: Retry, services: Sequence[Addressable], now: datetime) -> Readdressed:
+    """Address a pending message to the services configured now. One due while notify was
+    broken gets its services now; one journaled under ids an older lockwarden (or apprise)
+    used is renamed; one that nobody has and whose services are all gone goes to today's;
+    services removed from the config are given up on (they can never confirm)."""
+    known = {service.service_id for service in services}
+    records: list[JournalRecord] = []
+    if UNRESOLVED in retry.services:  # due while notify was broken: resolve its services now
+        targets = targets_of(services, retry.sent.tags)
+        records.append(resolved_due(retry, targets))
+        retry = Retry(retry.sent, targets, retry.lock)
+    retry = _renamed(services, retry, records)
+    gone = [service for service in retry.services if service not in known]
+    today = targets_of(services, retry.sent.tags)
+    if gone and len(gone) == len(retry.services) and not retry.sent.delivered and today:
+        # Nobody has it and none of its services is left (a bad URL fixed, a service
+        # replaced): it goes to the services configured now, as one due while notify was
+        # broken does, rather than nobody being told until a reminder.
+        records.append(resolved_due(retry, today))
+        retry, gone = Retry(retry.sent, today, retry.lock), []
+    dropped = None
+    if gone:  # a service removed from the config can never confirm: stop waiting for it
+        dropped = (
+            f"{retry.sent.kind} for {retry.lock or 'a lock no longer configured'}: not retried "
+            f"to {len(gone)} service(s) no longer configured"
+        )
+        why = "service no longer configured"
+        records.append(GiveUpRecord(now, retry.sent.message_id, tuple(gone), why))
+    live = tuple(service for service in retry.services if service in known)
+    return Readdressed(Retry(retry.sent, live, retry.lock), tuple(records), dropped)
+
+
+def _renamed(services: Sequence[Addressable], retry: Retry, records: list[JournalRecord]) -> Retry:
+    """A retry whose services were journaled under other ids (an older lockwarden, or apprise
+    naming a config-file service differently) is readdressed to the ids they have now."""
+    known = {service.service_id for service in services}
+    shown = {attempt.service: attempt.url for attempt in retry.sent.attempts}
+    renamed: dict[str, str] = {}
+    for service in retry.services:
+        if service in known:
+            continue
+        now_named = match_of(services, service, [shown[service]] if service in shown else [])
+        if now_named is not None:
+            renamed[service] = now_named
+    if not renamed:
+        return retry
+    addressed = tuple(renamed.get(service, service) for service in retry.services)
+    targets = tuple(renamed.get(t, t) for t in (retry.sent.targets or ()))
+    records.append(resolved_due(retry, targets))
+    return Retry(retry.sent, addressed, retry.lock)
+
+
+def resolved_due(retry: Retry, targets: tuple[str, ...]) -> DueRecord:
+    """The `due` record of a message due earlier, addressed to `targets` now."""
+    sent = retry.sent
+    return DueRecord(
+        at=sent.due_at,
+        incident=sent.incident,
+        message=sent.message_id,
+        kind=sent.kind,
+        title=sent.title,
+        markdown=sent.markdown,
+        text=sent.text,
+        notify_type=sent.notify_type,
+        tags=sent.tags,
+        targets=tuple(targets),
+    )

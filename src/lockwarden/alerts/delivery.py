@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -22,6 +22,7 @@ from lockwarden.alerts.decide import (
     Plan,
     Retry,
     decide,
+    readdress,
     state_cause,
     state_notice,
 )
@@ -34,17 +35,13 @@ from lockwarden.alerts.notify_check import (
 )
 from lockwarden.alerts.outcome import NOTICE_ID, AlertOutcome, Sending, said
 from lockwarden.check.blocked import is_blocked_name
-from lockwarden.check.sightings import keep_latest_seen
 from lockwarden.config import Config
 from lockwarden.model import Finding
 from lockwarden.state.history import (
-    KEEP_RUNS,
     UNRESOLVED,
     History,
-    keep_for_dedupe,
-    keep_for_removal,
 )
-from lockwarden.state.records import DueRecord, GiveUpRecord, JournalRecord, SentRecord
+from lockwarden.state.records import DueRecord, JournalRecord, SentRecord
 from lockwarden.state.run_state import RunState
 from lockwarden.state.runtime import (
     degraded_marker,
@@ -102,7 +99,7 @@ def alert_stage(
         findings, history, now, policies(config, findings, history), hostname, still_blocked
     )
     plan.outgoing[:0] = extra  # what this run did to a lock comes before its "resolved"
-    state.journal.checkpoint("after-decide")
+    state.state_journal.checkpoint("after-decide")
     outcome = AlertOutcome(plan, state.journal.path, state_problems=state.problems)
     outcome.last_delivered_at = delivered_before
     if read_only:
@@ -114,8 +111,7 @@ def alert_stage(
     for record in plan.records:
         state.append(record)
     _deliver(config, plan, state, outcome, hostname, now)
-    state.compact(_keep(config))
-    return outcome
+    return outcome  # run.py compacts the journal once every stage has written
 
 
 def _deliver(
@@ -215,31 +211,14 @@ def _remember_notice(outcome: AlertOutcome, path: str, sent: list[Delivery]) -> 
 def _retry(
     notifier: Notifier, retry: Retry, state: RunState, now: datetime, outcome: AlertOutcome
 ) -> Job:
-    if UNRESOLVED in retry.services:  # due while notify was broken: resolve its services now
-        targets = notifier.targets(retry.sent.tags)
-        state.append(_resolved_due(retry, targets))
-        retry = Retry(retry.sent, targets, retry.lock)
-    retry = _renamed(notifier, retry, state)
-    gone = [service for service in retry.services if not notifier.known(service)]
-    readdressed = notifier.targets(retry.sent.tags)
-    if gone and len(gone) == len(retry.services) and not retry.sent.delivered and readdressed:
-        # Nobody has it and none of its services is left (a bad URL fixed, a service
-        # replaced): it goes to the services configured now, as one due while notify was
-        # broken does, rather than nobody being told until a reminder.
-        state.append(_resolved_due(retry, readdressed))
-        retry, gone = Retry(retry.sent, readdressed, retry.lock), []
-    if gone:  # a service removed from the config can never confirm: stop waiting for it
-        dropped = (
-            f"{retry.sent.kind} for {retry.lock or 'a lock no longer configured'}: not retried "
-            f"to {len(gone)} service(s) no longer configured"
-        )
-        outcome.dropped.append(dropped)  # said by outcome.report_failures
-        state.append(
-            GiveUpRecord(now, retry.sent.message_id, tuple(gone), "service no longer configured")
-        )
-    live = [service for service in retry.services if notifier.known(service)]
-    # The same message (its title is what a service shows): said to be late, as its figures
-    # ("held at least 6s") are those of when it was due.
+    """A pending message sent again, to the services configured now (decide.readdress), said
+    to be late: its figures ("held at least 6s") are those of when it was due."""
+    readdressed = readdress(retry, notifier.services, now)
+    for record in readdressed.records:
+        state.append(record)
+    if readdressed.dropped is not None:
+        outcome.dropped.append(readdressed.dropped)  # said by outcome.report_failures
+    retry = readdressed.retry
     from lockwarden.alerts.messages import Message
 
     ago = format_duration(max(0.0, (now - retry.sent.due_at).total_seconds()))
@@ -253,42 +232,7 @@ def _retry(
         f"{retry.sent.text}\n\n{late}",
         retry.sent.notify_type,
     )
-    return Job(retry.sent.message_id, retry.sent.kind, retry.lock, message, tuple(live))
-
-
-def _renamed(notifier: Notifier, retry: Retry, state: RunState) -> Retry:
-    """A retry whose services were journaled under other ids (an older lockwarden, or apprise
-    naming a config-file service differently) is readdressed to the ids they have now."""
-    shown = {attempt.service: attempt.url for attempt in retry.sent.attempts}
-    renamed: dict[str, str] = {}
-    for service in retry.services:
-        if notifier.known(service):
-            continue
-        now_named = notifier.match(service, [shown[service]] if service in shown else [])
-        if now_named is not None:
-            renamed[service] = now_named
-    if not renamed:
-        return retry
-    services = tuple(renamed.get(service, service) for service in retry.services)
-    targets = tuple(renamed.get(t, t) for t in (retry.sent.targets or ()))
-    state.append(_resolved_due(retry, targets))
-    return Retry(retry.sent, services, retry.lock)
-
-
-def _resolved_due(retry: Retry, targets: tuple[str, ...]) -> DueRecord:
-    sent = retry.sent
-    return DueRecord(
-        at=sent.due_at,
-        incident=sent.incident,
-        message=sent.message_id,
-        kind=sent.kind,
-        title=sent.title,
-        markdown=sent.markdown,
-        text=sent.text,
-        notify_type=sent.notify_type,
-        tags=sent.tags,
-        targets=tuple(targets),
-    )
+    return Job(retry.sent.message_id, retry.sent.kind, retry.lock, message, retry.services)
 
 
 def _due_record(item: Outgoing, targets: tuple[str, ...] | None, now: datetime) -> DueRecord:
@@ -339,18 +283,3 @@ def _record(
                 now, message_id, delivery.service, delivery.ok, delivery.status, delivery.url
             )
         )
-
-
-def _keep(config: Config) -> Callable[[list[JournalRecord]], list[JournalRecord]]:
-    """What compaction keeps: what dedupe, removal and the sighting memory need."""
-    longest = max(
-        (max(lock.alerts.resolve_after, lock.alerts.unknown_after) for lock in config.locks),
-        default=0,
-    )
-    keep_runs = max(KEEP_RUNS, longest + 1)
-    # closed incidents may fill half the threshold, so that what is kept stays well below it
-    # and quiet runs do not compact again and again
-    budget = config.state.max_bytes // 2
-    return lambda records: keep_latest_seen(
-        keep_for_removal(keep_for_dedupe(records, keep_runs, closed_budget=budget))
-    )

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lockwarden.alerts.decide import match_of, targets_of
 from lockwarden.alerts.messages import Message
 from lockwarden.config import NotifySettings, credential_file
 from lockwarden.support.abandon import THREAD_PREFIX
@@ -35,7 +36,6 @@ TAGGED_URL = re.compile(r"^\s*([A-Za-z0-9_.\-, ]+?)\s*=\s*([A-Za-z][\w+.-]*://.*
 MIN_SECRET_LENGTH = 4
 WORD_SECRET_LENGTH = 8  # shorter secrets are masked in log lines only as whole words
 TOKEN_LENGTH = 16  # a webhook path piece this long is taken for a token, whatever it holds
-ALWAYS_TAG = "always"
 # Generic webhooks: apprise's privacy form hides only their password, but a webhook URL's path
 # is often its token (https://hooks.example/T0/B0/XXXX), so lockwarden never shows it.
 GENERIC_WEBHOOK_SCHEMES = frozenset({"json", "jsons", "xml", "xmls", "form", "forms"})
@@ -504,14 +504,8 @@ class Notifier:
         self._redaction = redact_in_logs(secrets, segments)
 
     def targets(self, tags: tuple[str, ...]) -> tuple[str, ...]:
-        """The services a lock routes to: all of them, or those sharing one of its tags (and
-        those tagged `always`, as apprise does)."""
-        wanted = set(tags)
-        return tuple(
-            service.service_id
-            for service in self.services
-            if not wanted or service.tags & wanted or ALWAYS_TAG in service.tags
-        )
+        """The services a lock routes to (decide.targets_of)."""
+        return targets_of(self.services, tags)
 
     def unrouted(self, tags: tuple[str, ...]) -> str | None:
         """Why a lock with these notify_tags reaches no service, when none of its tags is on a
@@ -525,21 +519,9 @@ class Notifier:
         )
         return f"notify_tags {', '.join(tags)} match no notify service ({on_services})"
 
-    def known(self, service_id: str) -> bool:
-        return any(service.service_id == service_id for service in self.services)
-
     def match(self, service_id: str, shown_urls: Iterable[str] = ()) -> str | None:
-        """The service a journaled id means now: the same id; else an id an older lockwarden
-        wrote (`legacy_id`); else the one service with the URL shown in its earlier attempts
-        (an apprise upgrade changes `plugin.url()`, not what the operator configured)."""
-        if self.known(service_id):
-            return service_id
-        for service in self.services:
-            if service.legacy_id == service_id:
-                return service.service_id
-        shown = set(shown_urls)
-        by_url = [service.service_id for service in self.services if service.url in shown]
-        return by_url[0] if len(by_url) == 1 else None
+        """The service a journaled id means now (decide.match_of)."""
+        return match_of(self.services, service_id, shown_urls)
 
     def send(self, message: Message, service_ids: Iterable[str]) -> list[Delivery]:
         """Send one message to each service at once; each one's own outcome."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,15 +12,18 @@ from factories import make_finding, make_holder
 from lockwarden.alerts.decide import (
     LockPolicy,
     Plan,
+    Readdressed,
+    Retry,
     StateNotice,
     decide,
     incident_key,
+    readdress,
     state_class,
     state_notice,
 )
 from lockwarden.config import AlertSettings
 from lockwarden.model import NOT_HELD, Bound, Finding, Held, Severity, State
-from lockwarden.state.history import fold, keep_for_dedupe
+from lockwarden.state.history import UNRESOLVED, Attempt, Sent, fold, keep_for_dedupe
 from lockwarden.state.journal import encode
 from lockwarden.state.records import JournalRecord, from_json, to_json
 from lockwarden.support.durations import format_time
@@ -438,3 +441,72 @@ def test_the_state_notice_is_sent_once_per_cause_and_once_when_it_is_over(
     problems: tuple[str, ...], said: str | None, notice: StateNotice | None
 ) -> None:
     assert state_notice(problems, said) == notice
+
+
+@dataclass(frozen=True)
+class Configured:
+    """A configured notify service as addressing sees one (alerts/notify.py's Service)."""
+
+    service_id: str
+    url: str = ""
+    tags: frozenset[str] = frozenset()
+    legacy_id: str = ""
+
+
+def pending(services: tuple[str, ...], *attempts: Attempt, tags: tuple[str, ...] = ()) -> Retry:
+    sent = Sent("i1/alert", "i1", "alert", T0, "CRITICAL wa-store", "", "", tags, services)
+    sent.attempts.extend(attempts)
+    return Retry(sent, services, "wa-store")
+
+
+def stored_records(readdressed: Readdressed) -> list[dict[str, Any]]:
+    return [to_json(record) for record in readdressed.records]
+
+
+NOW = T0 + timedelta(minutes=5)
+
+
+def test_a_message_due_while_notify_was_broken_goes_to_the_services_its_tags_route_to() -> None:
+    services = [
+        Configured("ops", tags=frozenset({"ops"})),
+        Configured("all", tags=frozenset({"always"})),
+        Configured("dev", tags=frozenset({"dev"})),
+    ]
+    done = readdress(pending((UNRESOLVED,), tags=("ops",)), services, NOW)  # type: ignore[arg-type]
+    assert done.retry.services == ("ops", "all") and done.dropped is None
+    [due] = stored_records(done)
+    assert (due["type"], due["message"], due["targets"]) == ("due", "i1/alert", ["ops", "all"])
+    assert due["at"] == format_time(T0)  # still due when it was due
+
+
+def test_a_service_journaled_under_an_older_id_or_url_is_found_under_its_id_now() -> None:
+    services = [
+        Configured("new-1", legacy_id="old-1"),
+        Configured("new-2", url="json://127.0.0.1/…"),
+    ]
+    shown = Attempt(T0, "old-2", "json://127.0.0.1/…", False, "503")
+    done = readdress(pending(("old-1", "old-2"), shown), services, NOW)  # type: ignore[arg-type]
+    assert done.retry.services == ("new-1", "new-2") and done.dropped is None
+    assert [record["targets"] for record in stored_records(done)] == [["new-1", "new-2"]]
+
+
+def test_a_message_nobody_has_whose_services_are_all_gone_goes_to_todays() -> None:
+    today = [Configured("replacement")]
+    done = readdress(pending(("removed",)), today, NOW)  # type: ignore[arg-type]
+    assert done.retry.services == ("replacement",) and done.dropped is None
+    assert [record["targets"] for record in stored_records(done)] == [["replacement"]]
+
+
+def test_services_removed_from_the_config_are_given_up_on_and_the_rest_retried() -> None:
+    delivered = Attempt(T0, "kept", "json://…", True, "success")
+    done = readdress(pending(("kept", "removed"), delivered), [Configured("kept")], NOW)  # type: ignore[arg-type]
+    assert done.retry.services == ("kept",)
+    assert done.dropped == "alert for wa-store: not retried to 1 service(s) no longer configured"
+    [giveup] = stored_records(done)
+    assert giveup == {
+        "type": "giveup",
+        "at": format_time(NOW),
+        "message": "i1/alert",
+        "services": ["removed"],
+        "why": "service no longer configured",
+    }
