@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lockwarden.check import blocked, sightings
-from lockwarden.check.sightings import LastSeen, Memory
+from lockwarden.check.sightings import LastSeen, Memory, keep_latest_seen
 from lockwarden.config import Config
 from lockwarden.model import Finding, Severity
 from lockwarden.pipeline import FileReads, RunResult, run_once
 from lockwarden.procfs.reader import HostReader, wall_clock
+from lockwarden.state.records import JournalRecord
 from lockwarden.state.run_state import RunState
 from lockwarden.support.checkpoints import Checkpoint, skip
 
@@ -55,9 +57,10 @@ class AlertedRun:
 def once(
     config: Config, now: datetime, dry_run: bool = False, checkpoint: Checkpoint = skip
 ) -> AlertedRun:
-    """`--once`: every stage, holding the run lock throughout when the run writes (raises
-    RunBusy when another run holds it). A dry run decides only: no lock, no writes, no
-    textfile, no heartbeat. A state directory whose file system does not answer is not touched
+    """`--once`: every stage, a run that writes holding the run lock from opening its state to
+    its last append (raises RunBusy when another run holds it); it publishes (textfile,
+    heartbeat) after letting go. A dry run decides only: no lock, no writes, no textfile, no
+    heartbeat. A state directory whose file system does not answer is not touched
     at all: the run inspects, alerts and reports without it, and says so."""
     started = time.monotonic()
     host = HostReader(wall_clock, read_timeout=config.fs_timeout)
@@ -80,11 +83,15 @@ def once(
             fallback=config.notify.configured,
         )
         try:
-            return _stages(config, now, dry_run, checkpoint, host, reads, state, started)
+            alerted = _stages(config, now, dry_run, checkpoint, host, reads, state)
         finally:
-            state.close()
+            state.close()  # the run lock too: publishing needs none
     finally:
         reads.close()
+    if dry_run:
+        return alerted
+    beat = config.heartbeat.url is not None
+    return _publish(config, alerted, time.monotonic() - started, beat)
 
 
 def _stateful(config: Config) -> bool:
@@ -102,10 +109,8 @@ def _stages(
     host: HostReader,
     reads: FileReads,
     state: RunState,
-    started: float,
 ) -> AlertedRun:
-    beat = config.heartbeat.url is not None and not dry_run
-    if beat and config.heartbeat.send_start:
+    if config.heartbeat.url is not None and config.heartbeat.send_start and not dry_run:
         from lockwarden.alerts import heartbeat
 
         heartbeat.ping(config.heartbeat, heartbeat.START)
@@ -125,10 +130,27 @@ def _stages(
         if quiet
         else _alert(config, now, dry_run, result, state, checkpoint)
     )
-    alerted = memory.said(alerted)
-    if dry_run:
-        return alerted
-    return _publish(config, alerted, time.monotonic() - started, beat)
+    if state.writes:  # what the run wrote is bounded, whichever stage wrote it
+        state.compact(compaction_keep(config))
+    return memory.said(alerted)
+
+
+def compaction_keep(config: Config) -> Callable[[list[JournalRecord]], list[JournalRecord]]:
+    """What compaction keeps of the journal: what dedupe, removal and the sighting memory
+    need (state/history.py, check/sightings.py)."""
+    from lockwarden.state.history import KEEP_RUNS, keep_for_dedupe, keep_for_removal
+
+    longest = max(
+        (max(lock.alerts.resolve_after, lock.alerts.unknown_after) for lock in config.locks),
+        default=0,
+    )
+    keep_runs = max(KEEP_RUNS, longest + 1)
+    # closed incidents may fill half the threshold, so that what is kept stays well below it
+    # and quiet runs do not compact again and again
+    budget = config.state.max_bytes // 2
+    return lambda records: keep_latest_seen(
+        keep_for_removal(keep_for_dedupe(records, keep_runs, closed_budget=budget))
+    )
 
 
 def _alert(

@@ -332,18 +332,31 @@ class _Stage:
         if self.dry_run:
             text = f"would remove {candidate.target} (stale since {since}; proof: "
             return replace(finding, removal=f"{text}{candidate.finding.proof})")
-        if problems or self.state.broken:
-            raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
+        unusable = self._unusable(problems)
+        if unusable:
+            raise Refused(f"the state journal is unusable ({unusable})")
         return self._remove(lock, candidate, sighting.first_at)
+
+    def _unusable(self, problems: list[str]) -> str:
+        """Why the state journal may not be relied on now ("" when it may): the problems when
+        the stage began, and any of this run's writes since that did not reach it (one that
+        failed, or went to the fallback journal instead)."""
+        state = self.state
+        written_elsewhere = state.broken or state.journal is not state.state_journal
+        if not (problems or state.problems or written_elsewhere):
+            return ""
+        return "; ".join(dict.fromkeys([*problems, *state.problems])) or "a write failed"
 
     def _first_sighting(self, lock: LockConfig, candidate: Candidate, problems: list[str]) -> str:
         """Record the first sighting (a dry run only says it would)."""
-        if problems:
-            raise Refused(f"the state journal is unusable ({'; '.join(problems)})")
+        unusable = self._unusable(problems)
+        if unusable:
+            raise Refused(f"the state journal is unusable ({unusable})")
         if not self.dry_run:
             self.state.append(self._sighting_record(lock, candidate))
-            if self.state.broken:
-                raise Refused(f"cannot record the sighting ({'; '.join(self.state.problems)})")
+            unusable = self._unusable(problems)
+            if unusable:
+                raise Refused(f"cannot record the sighting ({unusable})")
         due = format_time(self.now + timedelta(seconds=lock.stale_confirm))
         text = (
             f"seen once; will remove after {format_duration(lock.stale_confirm)} if still stale "

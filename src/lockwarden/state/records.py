@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar, NamedTuple
 
 from lockwarden.support.durations import format_time, parse_time
@@ -256,6 +256,19 @@ def from_json(value: Mapping[str, Any]) -> JournalRecord:
         return Unreadable(value, str(problem))
 
 
+def _moment(text: Any) -> datetime | None:
+    """A stored moment, or None for anything that is not one, or that could not be written
+    back (year 9999 west of UTC: compaction writes every record again)."""
+    found = parse_time(text)
+    if found is None:
+        return None
+    try:
+        found.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return None
+    return found
+
+
 def _time_or_none(moment: datetime | None) -> str | None:
     return None if moment is None else format_time(moment)
 
@@ -287,7 +300,7 @@ class _Fields:
         return found
 
     def moment(self, key: str) -> datetime:
-        found = parse_time(self.value.get(key))
+        found = _moment(self.value.get(key))
         if found is None:
             raise _Malformed(f"{key} is not a moment ({self.value.get(key)!r})")
         return found
@@ -397,7 +410,7 @@ def _removed(fields: _Fields) -> RemovedRecord:
 def _seen(fields: _Fields) -> SeenRecord:
     locks: dict[str, SeenEntry] = {}
     for name, value in fields.table("locks").items():
-        moments = [parse_time(item) for item in value[1:]] if isinstance(value, list) else []
+        moments = [_moment(item) for item in value[1:]] if isinstance(value, list) else []
         if not (
             isinstance(value, list)
             and len(value) in (2, 3)

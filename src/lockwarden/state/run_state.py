@@ -58,7 +58,7 @@ class RunState:
     def open(
         cls,
         path: str,
-        max_bytes: int,
+        max_bytes: int = 262144,
         unusable: str | None = None,
         writes: bool = False,
         checkpoint: Checkpoint = skip,

@@ -19,10 +19,10 @@ from typing import Any
 import psutil
 import pytest
 
-from alerts.helpers import Receiver, receiver
+from alerts.helpers import Receiver, receiver, tiny_tmpfs
 from conftest import FLOCK_HOLDER, MKDIR_HOLDER, Children, require_tool, run_cli, wait_until
 
-__all__ = ["receiver"]  # the fixture, imported so pytest finds it here
+__all__ = ["receiver", "tiny_tmpfs"]  # the fixtures, imported so pytest finds them here
 
 OPENER = """
 import sys, time
@@ -483,3 +483,92 @@ def test_compaction_keeps_each_locks_current_sighting_and_the_latest_removals() 
     assert len([r for r in kept if r["type"] == "removed"]) == KEEP_REMOVALS
     records_kept = [from_json(record) for record in kept]
     assert fold(records_kept).sightings == fold(records).sightings
+
+
+def test_a_removal_only_config_keeps_its_journal_bounded(
+    tmp_path: Path, children: Children
+) -> None:
+    """With no alerting, the journal is written by removal and by the sighting memory (a flock
+    held with no dated record writes a `seen` record every run): the run that writes it
+    compacts it too, or it would grow until it is refused as too large."""
+    held = tmp_path / "held.lock"
+    children.python(FLOCK_HOLDER, str(held))
+    (tmp_path / "store").mkdir()  # its lock free: nothing to remove, removal still on
+    journal = tmp_path / "state" / "state.jsonl"
+    config = tmp_path / "lockwarden.toml"
+    config.write_text(
+        f'[state]\npath = "{journal}"\nmax_bytes = 1500\n'
+        '[defaults]\nwarn_after = "24h"\ncritical_after = "48h"\n'
+        f'[[lock]]\nname = "held"\npath = "{held}"\nformat = "kernel"\n'
+        f'[[lock]]\nname = "store"\npath = "{tmp_path / "store" / "LOCK"}"\n'
+        "remove_stale = true\n"
+    )
+    base = datetime.now(UTC)
+    sizes = []
+    for minute in range(30):
+        moment = (base + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        done = run_cli("--once", "--config", str(config), "--now", moment)
+        assert done.returncode == 0, done.stderr
+        sizes.append(journal.stat().st_size)
+    assert max(sizes) <= 1500 + 400, sizes  # compacted past the threshold: one record over
+    seen = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert seen and seen[-1]["type"] == "seen" and "held" in seen[-1]["locks"]
+
+
+def test_nothing_is_removed_in_a_run_whose_journal_stopped_taking_writes(
+    tmp_path: Path, children: Children, receiver: Receiver, tiny_tmpfs: Path
+) -> None:
+    """A full disk under the state directory (a real 64 KiB tmpfs): the run's first write, a
+    new stale lock's sighting, goes to the fallback journal in the runtime directory. The
+    state journal then no longer holds what this run did, so a second lock confirmed stale
+    earlier is not removed in that run either, and the first is not counted as seen."""
+    state_dir = tiny_tmpfs / "state"
+    state_dir.mkdir(mode=0o700)
+    locks = {name: tmp_path / name / "LOCK" for name in ("first", "second")}
+    tables = "".join(
+        f'[[lock]]\nname = "{name}"\npath = "{path}"\nremove_stale = true\nstale_confirm = "2m"\n'
+        for name, path in locks.items()
+    )
+    config = tmp_path / "lockwarden.toml"
+    config.write_text(
+        f'[state]\npath = "{state_dir / "state.jsonl"}"\n'
+        f"[notify]\nurls = {json.dumps([receiver.url()])}\ntimeout = '3s'\n{tables}"
+    )
+    base = datetime.now(UTC)
+
+    def once(minutes: float) -> dict[str, dict[str, Any]]:
+        moment = (base + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        done = run_cli("--once", "--json", "--config", str(config), "--now", moment)
+        assert done.stdout, done.stderr
+        return {lock["name"]: lock for lock in json.loads(done.stdout)["locks"]}
+
+    def leave_stale(lock: Path) -> None:
+        lock.parent.mkdir()
+        holder = children.python(MKDIR_HOLDER, str(lock), "resync", base.isoformat())
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+
+    leave_stale(locks["second"])
+    assert once(0)["second"]["removal"].startswith("seen once")
+    fill(tiny_tmpfs / "filler", b"x" * 1024)
+    # and the slack of the journal's last page, with blank lines (which a load skips)
+    fill(state_dir / "state.jsonl", b"\n")
+    leave_stale(locks["first"])
+    found = once(3)  # past the second's stale_confirm
+    assert found["first"]["removal"].startswith("not removed: cannot record the sighting")
+    assert found["second"]["removal"].startswith("not removed: the state journal is unusable")
+    assert (
+        "No space left" in found["second"]["removal"] or "short write" in found["second"]["removal"]
+    )
+    assert locks["first"].is_dir() and locks["second"].is_dir()
+
+
+def fill(path: Path, chunk: bytes) -> None:
+    """Append `chunk` to `path` until its file system is full (ENOSPC)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                os.write(descriptor, chunk)
+    finally:
+        os.close(descriptor)

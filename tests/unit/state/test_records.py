@@ -117,6 +117,12 @@ def test_a_journal_written_before_a_field_existed_still_reads() -> None:
          "locks.k is not [identity, since(, seen_at)]"),
         ({"type": "seen", "at": "2026-12-04T10:00:00Z", "locks": {"k": ["id", "soon"]}},
          "locks.k is not [identity, since(, seen_at)]"),
+        # a moment compaction could not write back in UTC is none
+        ({"type": "run", "at": "9999-12-31T23:59:59-01:00", "locks": {}},
+         "at is not a moment ('9999-12-31T23:59:59-01:00')"),
+        ({"type": "seen", "at": "2026-12-04T10:00:00Z",
+          "locks": {"k": ["id", "9999-12-31T23:59:59-01:00"]}},
+         "locks.k is not [identity, since(, seen_at)]"),
         ({"type": "future-kind", "at": "2026-12-04T10:00:00Z"},
          "a kind this version does not know ('future-kind')"),
     ],
