@@ -133,7 +133,7 @@ class History:
     sightings: dict[str, Sighting] = field(default_factory=dict)
     malformed: list[str] = field(default_factory=list)
     """Records whose shape the fold could not read (a missing key, a wrong type): what they
-    said is left out, and the run says so (stage.load_history logs each at warning)."""
+    said is left out, and the run says so (RunState.history logs each at warning, once a run)."""
 
     def open_incident(self, lock: str) -> Incident | None:
         found = [i for i in self.incidents.values() if i.open and i.lock == lock]

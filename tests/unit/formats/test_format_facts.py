@@ -20,8 +20,7 @@ from lockwarden.formats import (
 )
 from lockwarden.formats.base import KERNEL_ONLY
 
-NEVER_REMOVED = {name: FORMATS[name].never_removed for name in FORMATS}
-NEVER_REMOVED = {name: why for name, why in NEVER_REMOVED.items() if why is not None}
+NEVER_REMOVED = {name: why for name in FORMATS if (why := FORMATS[name].never_removed) is not None}
 ELIGIBLE_FORMATS = {name for name in FORMATS if FORMATS[name].never_removed is None}
 
 
