@@ -243,6 +243,29 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
     return predicate()
 
 
+# The exit code of each severity, and their order: the worst finding decides the code.
+SEVERITY_CODES = {"ok": 0, "warning": 1, "unknown": 3, "critical": 2}
+CODE_RANK = (0, 1, 3, 2)
+
+
+def foreign_blocked(document: dict[str, Any], root: Path) -> list[dict[str, Any]]:
+    """The blocked writers of a `--once --json` report that the test did not make: a writer
+    waiting on a lock outside `root`, anywhere on the host ([host] blocked_writers is on by
+    default). A test asserts only on what it created."""
+    return [
+        lock
+        for lock in document["locks"]
+        if lock["name"].startswith("blocked:") and not Path(lock["path"]).is_relative_to(root)
+    ]
+
+
+def expected_code(own: int, document: dict[str, Any], root: Path) -> int:
+    """The exit code of a run whose own locks give `own`: a blocked writer elsewhere on the
+    host (see foreign_blocked) may only make it worse, by its own severity."""
+    codes = [own, *(SEVERITY_CODES[lock["severity"]] for lock in foreign_blocked(document, root))]
+    return max(codes, key=CODE_RANK.index)
+
+
 def write_config(path: Path, text: str) -> str:
     path.write_text(textwrap.dedent(text))
     return str(path)

@@ -245,7 +245,7 @@ def test_a_writer_blocked_across_containers_is_a_finding_of_the_host_run(
         moment = (start + timedelta(minutes=minute)).isoformat()
         completed = run_cli("--once", "--json", "--config", config, "--now", moment)
     document = json.loads(completed.stdout)
-    [found] = [lock for lock in document["locks"] if lock["name"].startswith("blocked:")]
+    [found] = [f for f in document["locks"] if f["name"] == f"blocked:{lock}"]
     assert found["state"] == "held_too_long", found
     assert found["holders"][0]["pid"] == holder
     assert found["holders"][0]["container"]["name"] == holder_name
