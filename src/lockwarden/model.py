@@ -363,6 +363,36 @@ class Unattributed:
     why: str
 
 
+class RemovalStep(enum.StrEnum):
+    """Where guarded removal (`remove_stale = true`) of one stale lock stands this run."""
+
+    SEEN_ONCE = "seen_once"
+    """First seen stale (this sighting is recorded): removed after stale_confirm if still so."""
+    CONFIRMING = "confirming"
+    """Seen stale before, by the same proof; stale_confirm has not passed yet."""
+    WOULD_REMOVE = "would_remove"
+    """Confirmed; a dry run, so left in place."""
+    REMOVED = "removed"
+    """Moved aside (and deleted, unless the text says it could not be) by this run."""
+    NOT_REMOVED = "not_removed"
+    """Refused this run; the text says why (the state journal, an opener, a change)."""
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What guarded removal did or will do about one stale lock: the step for a machine, the
+    sentence for a person, and the moments the sentence names."""
+
+    step: RemovalStep
+    text: str
+    stale_since: datetime | None = None
+    """The first sighting this removal counts from (None before one is recorded)."""
+    remove_at: datetime | None = None
+    """When a run may remove it, if still stale (SEEN_ONCE, CONFIRMING)."""
+    moved_aside_as: str | None = None
+    """REMOVED: the name it was moved aside to before being deleted."""
+
+
 @dataclass(frozen=True)
 class Finding:
     """The verdict on one configured lock: state, severity, reason, holder and action."""
@@ -384,8 +414,8 @@ class Finding:
     note: str | None = None
     readers: tuple[Holder, ...] = ()
     never_remove: str | None = None
-    removal: str | None = None
-    """With `remove_stale`: what removal did or will do ("removed (…)", "will remove at …")."""
+    removal: Removal | None = None
+    """With `remove_stale`, for a stale lock: what removal did or will do."""
     key: InodeKey | None = None
     """(st_dev, st_ino) of the lock file, when it exists."""
     unattributed: Unattributed | None = None

@@ -18,6 +18,7 @@ from lockwarden.model import (
     Finding,
     Holder,
     InodeKey,
+    Removal,
     Severity,
     State,
     Unattributed,
@@ -138,7 +139,20 @@ def finding_document(finding: Finding) -> dict[str, Any]:
         "note": finding.note,
         "store": finding.store,
         "never_remove": finding.never_remove,
-        "removal": finding.removal,
+        "removal": finding.removal.text if finding.removal else None,
+        "removal_status": removal_document(finding.removal),
+    }
+
+
+def removal_document(removal: Removal | None) -> dict[str, Any] | None:
+    """The removal's step and moments, for a machine (`removal` is its sentence)."""
+    if removal is None:
+        return None
+    return {
+        "step": removal.step.value,
+        "stale_since": rfc3339(removal.stale_since),
+        "remove_at": rfc3339(removal.remove_at),
+        "moved_aside_as": removal.moved_aside_as,
     }
 
 
@@ -217,7 +231,7 @@ def report_blocks(result: RunResult, colour: bool = False) -> list[Block]:
         if finding.state is not State.FREE:
             lines.extend(f"            {line}" for line in detail_lines(finding))
         if finding.removal:
-            lines.append(f"            removal: {finding.removal}")
+            lines.append(f"            removal: {finding.removal.text}")
         blocks.append(Block(JOURNAL_PRIORITIES[finding.severity], tuple(lines), finding))
     blocks.extend(Block(NOTE_PRIORITY, (f"note: {note}",), note=True) for note in result.notes)
     return blocks

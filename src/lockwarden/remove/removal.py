@@ -33,7 +33,7 @@ from lockwarden.check.identify import gather, request_for
 from lockwarden.config import Config, LockConfig
 from lockwarden.formats import FORMATS, never_removed, read_claim
 from lockwarden.formats.base import KERNEL_ONLY
-from lockwarden.model import Claim, Finding, InodeKey, StaleProof, State
+from lockwarden.model import Claim, Finding, InodeKey, Removal, RemovalStep, StaleProof, State
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.state.records import RemovedRecord, SightingRecord
@@ -312,10 +312,10 @@ class _Stage:
         try:
             return self._consider(lock, finding, problems)
         except Refused as error:
-            return replace(finding, removal=f"not removed: {error}")
+            return replace(finding, removal=_refused(str(error)))
         except Exception as error:  # a health check must not die here: say it, remove nothing
             log.debug("considering %s for removal failed", lock.name, exc_info=True)
-            return replace(finding, removal=f"not removed: internal error: {error}")
+            return replace(finding, removal=_refused(f"internal error: {error}"))
 
     def _consider(self, lock: LockConfig, finding: Finding, problems: list[str]) -> Finding:
         candidate = judge_now(lock, self.now)
@@ -324,14 +324,16 @@ class _Stage:
         sighting = self.history.sightings.get(lock.name)
         if sighting is None or sighting.key != candidate.key:
             return replace(finding, removal=self._first_sighting(lock, candidate, problems))
-        due_at = sighting.first_at + timedelta(seconds=lock.stale_confirm)
-        since = format_time(sighting.first_at)
+        first_at = sighting.first_at
+        due_at = first_at + timedelta(seconds=lock.stale_confirm)
+        since = format_time(first_at)
         if self.now < due_at:
             text = f"seen stale since {since}; will remove at {format_time(due_at)} if still stale"
-            return replace(finding, removal=text)
+            return replace(finding, removal=Removal(RemovalStep.CONFIRMING, text, first_at, due_at))
         if self.dry_run:
             text = f"would remove {candidate.target} (stale since {since}; proof: "
-            return replace(finding, removal=f"{text}{candidate.finding.proof})")
+            text += f"{candidate.finding.proof})"
+            return replace(finding, removal=Removal(RemovalStep.WOULD_REMOVE, text, first_at))
         unusable = self._unusable(problems)
         if unusable:
             raise Refused(f"the state journal is unusable ({unusable})")
@@ -347,7 +349,9 @@ class _Stage:
             return ""
         return "; ".join(dict.fromkeys([*problems, *state.problems])) or "a write failed"
 
-    def _first_sighting(self, lock: LockConfig, candidate: Candidate, problems: list[str]) -> str:
+    def _first_sighting(
+        self, lock: LockConfig, candidate: Candidate, problems: list[str]
+    ) -> Removal:
         """Record the first sighting (a dry run only says it would)."""
         unusable = self._unusable(problems)
         if unusable:
@@ -357,14 +361,15 @@ class _Stage:
             unusable = self._unusable(problems)
             if unusable:
                 raise Refused(f"cannot record the sighting ({unusable})")
-        due = format_time(self.now + timedelta(seconds=lock.stale_confirm))
+        due_at = self.now + timedelta(seconds=lock.stale_confirm)
         text = (
             f"seen once; will remove after {format_duration(lock.stale_confirm)} if still stale "
-            f"(at {due} or later)"
+            f"(at {format_time(due_at)} or later)"
         )
         if self.dry_run:
             text += "; a dry run records nothing: a real run must see it first"
-        return text
+            return Removal(RemovalStep.SEEN_ONCE, text, None, due_at)
+        return Removal(RemovalStep.SEEN_ONCE, text, self.now, due_at)
 
     def _remove(self, lock: LockConfig, seen: Candidate, first_at: datetime) -> Finding:
         final = judge_now(lock, self.now)  # the last look, right before acting
@@ -378,11 +383,13 @@ class _Stage:
             if delete_error is None
             else f"but could not delete it ({delete_error}); delete {quarantine} by hand"
         )
+        aside = os.path.basename(quarantine)
         text = (
             f"removed ({final.target} was stale since {format_time(first_at)}: "
-            f"{final.finding.proof}; moved aside as {os.path.basename(quarantine)} {deleted})"
+            f"{final.finding.proof}; moved aside as {aside} {deleted})"
         )
-        return replace(_inspect(lock, self.now), removal=text)
+        removal = Removal(RemovalStep.REMOVED, text, first_at, moved_aside_as=quarantine)
+        return replace(_inspect(lock, self.now), removal=removal)
 
     def _sighting_record(self, lock: LockConfig, candidate: Candidate) -> SightingRecord:
         return SightingRecord(
@@ -415,6 +422,10 @@ class _Stage:
             digest = hashlib.sha256(f"{candidate.key}|{format_time(self.now)}".encode())
             incident_id = message_id = f"{REMOVED}-{digest.hexdigest()[:12]}"
         return Outgoing(message_id, incident_id, lock.name, REMOVED, message, lock.notify_tags)
+
+
+def _refused(why: str) -> Removal:
+    return Removal(RemovalStep.NOT_REMOVED, f"not removed: {why}")
 
 
 def _inspect(lock: LockConfig, now: datetime) -> Finding:

@@ -70,10 +70,12 @@ def test_a_running_firefox_holds_its_profile_and_a_killed_one_leaves_it_stale(
             'remove_stale = true\nstale_confirm = "1s"\n',
         )
         _code, first = run_json("--once", "--config", config)
-        assert first["locks"][0]["removal"].startswith("seen once"), first["locks"][0]
+        status = first["locks"][0]["removal_status"]
+        assert status is not None and status["step"] == "seen_once", first["locks"][0]
         time.sleep(1.2)
         _code, second = run_json("--once", "--config", config)
-        assert second["locks"][0]["removal"].startswith("removed"), second["locks"][0]
+        status = second["locks"][0]["removal_status"]
+        assert status is not None and status["step"] == "removed", second["locks"][0]
         assert not os.path.lexists(profile / "lock")
         assert (profile / ".parentlock").exists()  # the browser's own file stays
     finally:

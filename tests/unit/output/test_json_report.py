@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPORT_SCHEMA
 from factories import make_finding
-from lockwarden.model import Severity, State, UnknownCause
+from lockwarden.model import RemovalStep, Severity, State, UnknownCause
 from lockwarden.output.report import finding_document
 
 JSON_DOCS = Path(__file__).resolve().parents[3] / "docs" / "json.md"
@@ -21,10 +21,18 @@ def test_the_schema_allows_exactly_the_models_causes() -> None:
     assert lock["unknown_cause"]["enum"] == [None, *(cause.value for cause in UnknownCause)]
 
 
+def documented_values(header: str) -> list[str]:
+    """The first column of the table in docs/json.md whose header starts with `header`."""
+    table = JSON_DOCS.read_text().split(f"| `{header}` |", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE)
+
+
 def test_the_json_docs_explain_every_cause() -> None:
-    table = JSON_DOCS.read_text().split("| `unknown_cause` |", 1)[1]
-    documented = re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE)
-    assert documented == [cause.value for cause in UnknownCause]
+    assert documented_values("unknown_cause") == [cause.value for cause in UnknownCause]
+
+
+def test_the_json_docs_explain_every_removal_step() -> None:
+    assert documented_values("step") == [step.value for step in RemovalStep]
 
 
 @pytest.mark.parametrize("cause", [UnknownCause.NO_ANSWER, None])

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import os
 import shlex
+from datetime import timedelta
 
 import pytest
 
 from conftest import validate_report
 from factories import NOW, make_finding, make_holder, make_waiter
 from lockwarden import __version__
-from lockwarden.model import Bound, Container, Held, Severity, State, Unattributed
+from lockwarden.model import (
+    Bound,
+    Container,
+    Held,
+    Removal,
+    RemovalStep,
+    Severity,
+    State,
+    Unattributed,
+)
 from lockwarden.output.report import (
     action_document,
     file_document,
@@ -23,6 +33,7 @@ from lockwarden.output.report import (
     render_json,
     render_text,
     report_blocks,
+    rfc3339,
 )
 from lockwarden.pipeline import RunResult
 
@@ -170,9 +181,10 @@ def test_colour_only_when_asked() -> None:
 
 
 def test_a_removal_is_said_under_its_lock() -> None:
-    stale = make_finding(
-        state=State.STALE, severity=Severity.CRITICAL, removal="will remove at 12:05"
+    removal = Removal(
+        RemovalStep.CONFIRMING, "will remove at 12:05", NOW, NOW + timedelta(minutes=5)
     )
+    stale = make_finding(state=State.STALE, severity=Severity.CRITICAL, removal=removal)
     assert report_blocks(run(stale))[1].lines[-1].split() == [
         "removal:",
         "will",
@@ -180,3 +192,18 @@ def test_a_removal_is_said_under_its_lock() -> None:
         "at",
         "12:05",
     ]
+
+
+def test_a_removal_is_a_sentence_and_a_status_in_json() -> None:
+    removal = Removal(RemovalStep.REMOVED, "removed (…)", NOW, moved_aside_as="/srv/.LOCK.x")
+    stale = make_finding(state=State.STALE, severity=Severity.CRITICAL, removal=removal)
+    [lock] = validate_report(json_document(run(stale)))["locks"]
+    assert lock["removal"] == "removed (…)"
+    assert lock["removal_status"] == {
+        "step": "removed",
+        "stale_since": rfc3339(NOW),
+        "remove_at": None,
+        "moved_aside_as": "/srv/.LOCK.x",
+    }
+    [quiet] = validate_report(json_document(run(make_finding())))["locks"]
+    assert quiet["removal"] is None and quiet["removal_status"] is None

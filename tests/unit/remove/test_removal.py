@@ -148,6 +148,16 @@ def dead_record(role: str = "gone") -> str:
     return json.dumps({"pid": probe.pid, "role": role, "host": socket.gethostname()})
 
 
+def step(finding: dict[str, Any]) -> str | None:
+    """Where removal of the lock stands, as the report's removal_status says it."""
+    status = finding["removal_status"]
+    return None if status is None else status["step"]
+
+
+def moment(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp)
+
+
 @pytest.fixture
 def store(tmp_path: Path, children: Children) -> Store:
     return Store(tmp_path, children)
@@ -161,10 +171,15 @@ def test_stale_lock_removed_after_two_sightings_stale_confirm_apart_and_notified
 
     first = store.finding(0)
     assert first["state"] == "stale" and str(dead) in first["proof"]
+    assert step(first) == "seen_once"
     assert first["removal"].startswith("seen once; will remove after 2m")
+    status = first["removal_status"]
+    assert moment(status["remove_at"]) - moment(status["stale_since"]) == timedelta(minutes=2)
     assert store.lock.is_dir()
     too_soon = store.finding(1)
     assert too_soon["state"] == "stale"
+    assert step(too_soon) == "confirming"
+    assert too_soon["removal_status"]["remove_at"] == status["remove_at"]
     assert too_soon["removal"].startswith("seen stale since ")
     assert "will remove at " in too_soon["removal"]
     assert store.lock.is_dir()
@@ -172,6 +187,8 @@ def test_stale_lock_removed_after_two_sightings_stale_confirm_apart_and_notified
 
     removed = store.finding(2)
     assert removed["state"] == "free", removed
+    assert step(removed) == "removed"
+    assert removed["removal_status"]["stale_since"] == status["stale_since"]
     assert removed["removal"].startswith(f"removed ({store.lock} was stale since ")
     assert f"PID {dead} is not running" in removed["removal"]
     assert ".LOCK.lockwarden-removed-" in removed["removal"]
@@ -179,6 +196,7 @@ def test_stale_lock_removed_after_two_sightings_stale_confirm_apart_and_notified
     [record] = store.records("removed")
     assert record["path"] == str(store.lock) and f"PID {dead}" in record["proof"]
     assert os.path.basename(record["quarantine"]).startswith(".LOCK.lockwarden-removed-")
+    assert removed["removal_status"]["moved_aside_as"] == record["quarantine"]
 
     removal_notices = [p for p in receiver.payloads if str(p["title"]).startswith("removed")]
     assert len(removal_notices) == 1
@@ -196,7 +214,7 @@ def test_two_sightings_closer_than_stale_confirm_remove_nothing(store: Store) ->
     for minutes in (0, 0.5, 1, 1.9):
         finding = store.finding(minutes)
         assert finding["state"] == "stale"
-        assert not finding["removal"].startswith("removed")
+        assert step(finding) in {"seen_once", "confirming"}, finding
     assert store.lock.is_dir()
     assert store.records("removed") == []
 
@@ -208,6 +226,7 @@ def test_no_removal_without_a_usable_state_journal(store: Store) -> None:
     store.state_dir.chmod(0o777)
     for minutes in (0, 3, 10):
         finding = store.finding(minutes)
+        assert step(finding) == "not_removed"
         assert finding["removal"].startswith("not removed: the state journal is unusable")
         assert "writable by every user" in finding["removal"]
     assert store.lock.is_dir() and not store.journal.exists()
@@ -225,7 +244,7 @@ def test_a_live_holder_is_never_removed(store: Store) -> None:
 
 def test_a_lock_reacquired_between_sightings_is_not_removed(store: Store) -> None:
     store.hold_and_die("first")
-    assert store.finding(0)["removal"].startswith("seen once")
+    assert step(store.finding(0)) == "seen_once"
     shutil.rmtree(store.lock)  # the next job breaks the stale lock and takes its own
     second = store.hold("second")
     held = store.finding(3)
@@ -235,7 +254,7 @@ def test_a_lock_reacquired_between_sightings_is_not_removed(store: Store) -> Non
     second.wait(timeout=10)
     stale_again = store.finding(4)  # stale again, but another record (and likely inode)
     assert stale_again["state"] == "stale" and str(second.pid) in stale_again["proof"]
-    assert stale_again["removal"].startswith("seen once")
+    assert step(stale_again) == "seen_once"
     assert store.lock.is_dir() and store.records("removed") == []
     assert len({record["key"] for record in store.records("sighting")}) == 2
 
@@ -249,15 +268,15 @@ def test_a_record_rewritten_in_place_between_sightings_is_a_new_sighting(
     record = json.loads(dead_record("first"))
     store.lock.write_text(json.dumps(record))
     inode = store.lock.stat().st_ino
-    assert store.finding(0)["removal"].startswith("seen once")
+    assert step(store.finding(0)) == "seen_once"
     with open(store.lock, "r+") as handle:  # in place: the inode stays
         handle.write(json.dumps({**record, "role": "second"}))
         handle.truncate()
     assert store.lock.stat().st_ino == inode
     again = store.finding(3)
-    assert again["state"] == "stale" and again["removal"].startswith("seen once")
+    assert again["state"] == "stale" and step(again) == "seen_once"
     assert store.lock.exists() and store.records("removed") == []
-    assert store.finding(5)["removal"].startswith("removed (")
+    assert step(store.finding(5)) == "removed"
 
 
 def test_a_kernel_locked_file_is_never_removed(tmp_path: Path, children: Children) -> None:
@@ -308,19 +327,21 @@ def test_a_stale_record_still_open_in_a_process_is_never_removed(
     for minutes in (0, 3, 10):
         finding = store.finding(minutes)
         assert finding["state"] == "stale"
+        assert step(finding) == "not_removed"
         assert finding["removal"] == f"not removed: PID {opener.pid} still has it open"
     assert store.lock.exists() and store.records("removed") == []
 
     opener.send_signal(signal.SIGKILL)  # once nobody has it open, the two sightings count
     opener.wait(timeout=10)
-    assert store.finding(11)["removal"].startswith("seen once")
-    assert store.finding(14)["removal"].startswith("removed (")
+    assert step(store.finding(11)) == "seen_once"
+    assert step(store.finding(14)) == "removed"
     assert not store.lock.exists()
 
 
 def test_dry_run_removes_nothing_and_says_what_it_would(store: Store) -> None:
     store.hold_and_die()
     unseen = store.finding(0, "--dry-run")
+    assert step(unseen) == "seen_once" and unseen["removal_status"]["stale_since"] is None
     assert unseen["removal"].startswith("seen once; will remove after 2m")
     assert "a dry run records nothing" in unseen["removal"]
     assert not store.journal.exists()
@@ -329,6 +350,7 @@ def test_dry_run_removes_nothing_and_says_what_it_would(store: Store) -> None:
     journal = store.journal.read_text()
     would = store.finding(5, "--dry-run")
     assert would["state"] == "stale"
+    assert step(would) == "would_remove"
     assert would["removal"].startswith(f"would remove {store.lock} (stale since ")
     assert store.lock.is_dir() and store.leftovers() == []
     assert store.journal.read_text() == journal
@@ -351,7 +373,7 @@ def test_a_lock_swapped_for_a_symlink_after_its_sighting_is_not_removed(
 ) -> None:
     store.configure(lock_format="owner-record")
     store.hold_and_die()
-    assert store.finding(0)["removal"].startswith("seen once")
+    assert step(store.finding(0)) == "seen_once"
     victim = tmp_path / "victim"
     shutil.move(store.lock, victim)  # the same record, now behind a symlink
     store.lock.symlink_to(victim)
@@ -372,7 +394,7 @@ def test_removing_a_lock_directory_never_follows_a_symlink_inside_it(
     store.hold_and_die()
     (store.lock / "escape").symlink_to(victim)
     store.finding(0)
-    assert store.finding(2)["removal"].startswith("removed (")
+    assert step(store.finding(2)) == "removed"
     assert not store.lock.exists()
     assert (victim / "precious").read_text() == "keep me"
 
@@ -391,8 +413,9 @@ def test_a_stale_git_index_lock_is_removed_and_git_commits_again(
     store.configure(lock_format="git")
 
     assert store.finding(5)["state"] != "stale"  # younger than stale_after (10m): not yet
-    assert store.finding(11)["removal"].startswith("seen once")
+    assert step(store.finding(11)) == "seen_once"
     removed = store.finding(13)
+    assert step(removed) == "removed"
     assert removed["removal"].startswith(f"removed ({index_lock} was stale since ")
     assert not index_lock.exists()
     assert [n for n in os.listdir(index_lock.parent) if "lockwarden-removed" in n] == []
@@ -424,7 +447,9 @@ def test_a_stale_mercurial_wlock_is_removed_without_following_its_link(
 
     first = store.finding(0)
     assert first["state"] == "stale" and str(holder.pid) in first["proof"]
-    assert store.finding(2)["removal"].startswith(f"removed ({wlock} was stale since ")
+    removed = store.finding(2)
+    assert step(removed) == "removed"
+    assert removed["removal"].startswith(f"removed ({wlock} was stale since ")
     assert not wlock.is_symlink() and planted.read_text() == "not the lock"
     locks = subprocess.run(
         [hg, "debuglocks"], cwd=repository, env=environment, capture_output=True, text=True
@@ -549,12 +574,13 @@ def test_nothing_is_removed_in_a_run_whose_journal_stopped_taking_writes(
         holder.wait(timeout=10)
 
     leave_stale(locks["second"])
-    assert once(0)["second"]["removal"].startswith("seen once")
+    assert step(once(0)["second"]) == "seen_once"
     fill(tiny_tmpfs / "filler", b"x" * 1024)
     # and the slack of the journal's last page, with blank lines (which a load skips)
     fill(state_dir / "state.jsonl", b"\n")
     leave_stale(locks["first"])
     found = once(3)  # past the second's stale_confirm
+    assert step(found["first"]) == step(found["second"]) == "not_removed"
     assert found["first"]["removal"].startswith("not removed: cannot record the sighting")
     assert found["second"]["removal"].startswith("not removed: the state journal is unusable")
     assert (
