@@ -61,8 +61,8 @@ class StaleProof(enum.StrEnum):
     NO_KERNEL_LOCK = "no-kernel-lock"
     """The holder keeps a kernel lock on `Claim.keys` while it holds it (a leftover record)."""
     NO_WORKER = "no-worker"
-    """A process named in `Claim.worker_names` works (cwd) in `Claim.work_directories` while it
-    holds it; with none there, the lock is stale once older than the policy's `stale_after`."""
+    """A process of `Claim.workers` works on its directories while it holds it; with none
+    there, the lock is stale once older than the policy's `stale_after`."""
     NEVER = "never"
     """A kernel lock: nothing is left behind, so it is never stale."""
 
@@ -78,6 +78,23 @@ class ByteRange(NamedTuple):
         if lock.key != self.key:
             return False
         return lock.start <= self.end and (lock.end is None or lock.end >= self.start)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The processes that work on a lock's directories, and so may hold it: the proof of a
+    lock no record names (git's index.lock, StaleProof.NO_WORKER) and of a holder's helpers
+    (a dead postmaster's backends). A candidate is never named the holder: nothing proves which
+    of them took it."""
+
+    directories: tuple[str, ...]
+    """A process whose working directory is inside one of these works there."""
+    names: tuple[str, ...] = ()
+    """Only processes the kernel names so (comm) can be workers; empty: any."""
+    variables: tuple[str, ...] = ()
+    """Environment variables that point a worker at the directories from elsewhere (git's
+    GIT_DIR); when set, so may its command-line paths (`-C`, `--git-dir=`), and a worker whose
+    environment cannot be read cannot be ruled out."""
 
 
 @dataclass(frozen=True)
@@ -100,12 +117,7 @@ class Claim:
     kernel lock is a reader (listed, but the lock is free for writes).
     ``stale_proof`` / ``release_fact``: what proves a left-behind lock stale, and the fact about
     its program that makes that proof sound.
-    ``work_directories`` / ``worker_names``: processes (by name; empty means any) whose working
-    directory is inside one of these directories may hold the lock (candidates, never named its
-    holder: nothing proves which of them took it).
-    ``worker_variables``: environment variables that point such a process at the directories
-    from elsewhere (git's GIT_DIR); when set, so may its command-line paths (`-C`,
-    `--git-dir=`), and a worker whose environment cannot be read cannot be ruled out.
+    ``workers``: the processes that work on the lock's directories, and so may hold it.
     ``pid_candidates``: the layout names one of these PIDs and cannot say which (lockfile's names).
     ``started_at_is_process_start``: ``started_at`` is the holder's own start time, so a process
     that started clearly before it is not the holder either.
@@ -146,9 +158,7 @@ class Claim:
     writer_ranges: tuple[ByteRange, ...] = ()
     stale_proof: StaleProof = StaleProof.RECORD
     release_fact: str | None = None
-    work_directories: tuple[str, ...] = ()
-    worker_names: tuple[str, ...] = ()
-    worker_variables: tuple[str, ...] = ()
+    workers: Workers | None = None
     pid_candidates: tuple[int, ...] = ()
     started_at_is_process_start: bool = False
     never_remove: str | None = None

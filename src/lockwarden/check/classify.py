@@ -25,6 +25,7 @@ from lockwarden.model import (
     StaleProof,
     State,
     UnknownCause,
+    Workers,
 )
 from lockwarden.support.durations import format_duration, format_limit, format_time
 
@@ -224,8 +225,8 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: da
         return Verdict(State.STALE, "stale: its holder is gone", proof=other_boot, gone=gone)
     if claim.stale_proof is StaleProof.NO_KERNEL_LOCK:
         return _leftover_record_verdict(claim, evidence, policy)
-    if claim.stale_proof is StaleProof.NO_WORKER:
-        return _worker_verdict(claim, evidence, policy, now)
+    if claim.stale_proof is StaleProof.NO_WORKER and claim.workers is not None:
+        return _worker_verdict(claim, claim.workers, evidence, policy, now)
     if claim.pid is None and claim.pid_candidates:
         return _candidates_verdict(claim, evidence, policy)
     if claim.pid is None:
@@ -311,9 +312,10 @@ def _other_boot_proof(claim: Claim, evidence: Evidence) -> str | None:
 def _unless_workers_remain(claim: Claim, evidence: Evidence, stale: Verdict) -> Verdict:
     """The recorded holder is gone; for a lock whose holder's helpers work in its directory
     (a dead postmaster's backends), those helpers still hold it."""
-    if not claim.work_directories:
+    workers = claim.workers
+    if workers is None:
         return stale
-    where = ", ".join(claim.work_directories)
+    where = ", ".join(workers.directories)
     if evidence.workers:
         first = evidence.workers[0]
         return Verdict(
@@ -327,7 +329,7 @@ def _unless_workers_remain(claim: Claim, evidence: Evidence, stale: Verdict) -> 
     if blind:
         cause = _blind_cause(evidence.unreadable_cwds)
         return Verdict(State.UNKNOWN, f"{stale.reason}, but {blind}", cause=cause)
-    proof = f"{stale.proof}; no {_names(claim)} process works in {where}"
+    proof = f"{stale.proof}; no {_names(workers)} process works in {where}"
     return replace(stale, proof=proof)
 
 
@@ -385,30 +387,32 @@ def _leftover_record_verdict(claim: Claim, evidence: Evidence, policy: Policy) -
     )
 
 
-def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Verdict:
+def _worker_verdict(
+    claim: Claim, workers: Workers, evidence: Evidence, policy: Policy, now: datetime
+) -> Verdict:
     """Held while a process that could have taken it works on the lock's directories, by a
     holder nobody can name (the file records none, and nothing but its name ties a worker to
     it: a reader works there too); stale when none does and the lock is older than
     `stale_after` (a younger one may belong to a process just starting or one this host
     cannot see)."""
-    where = " or ".join(claim.work_directories)
-    workers = _could_have_taken_it(claim, evidence.workers)
-    if workers:
-        listed = ", ".join(_candidate(worker) for worker in workers[:5])
-        more = f" and {len(workers) - 5} more" if len(workers) > 5 else ""
+    where = " or ".join(workers.directories)
+    candidates = _could_have_taken_it(claim, evidence.workers)
+    if candidates:
+        listed = ", ".join(_candidate(worker) for worker in candidates[:5])
+        more = f" and {len(candidates) - 5} more" if len(candidates) > 5 else ""
         return Verdict(
             State.HELD,
             f"held, by a process lockwarden cannot name: the lock records none; candidates "
             f"that work on {where}: {listed}{more}",
         )
     looked_at = (
-        "working directories or environments" if claim.worker_variables else "working directories"
+        "working directories or environments" if workers.variables else "working directories"
     )
     blind = _blind_reason(evidence.unreadable_cwds, evidence, looked_at)
     if blind:
         return Verdict(
             State.UNKNOWN,
-            f"no {_names(claim)} process seen in {where}, but {blind}",
+            f"no {_names(workers)} process seen in {where}, but {blind}",
             cause=_blind_cause(evidence.unreadable_cwds),
         )
     age = None if claim.created_at is None else (now - claim.created_at).total_seconds()
@@ -418,17 +422,17 @@ def _worker_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: datet
         limit = "" if threshold is None else f" (stale after {format_duration(threshold)})"
         return Verdict(
             State.UNKNOWN,
-            f"no {_names(claim)} process works in {where}, but the lock is only {old}{limit}: "
+            f"no {_names(workers)} process works in {where}, but the lock is only {old}{limit}: "
             "it may belong to a process just starting or one this host cannot see",
             cause=UnknownCause.UNPROVEN,
         )
     how = (
         "has its working directory in, or names on its command line or in its environment,"
-        if claim.worker_variables
+        if workers.variables
         else "has its working directory in"
     )
     proof = (
-        f"no {_names(claim)} process {how} {where}, "
+        f"no {_names(workers)} process {how} {where}, "
         f"{claim.release_fact}, and the lock file is {format_duration(age)} old "
         f"(stale_after {format_duration(threshold)})"
     )
@@ -449,8 +453,8 @@ def _could_have_taken_it(claim: Claim, workers: tuple[Holder, ...]) -> tuple[Hol
     return tuple(w for w in workers if w.started_at is None or w.started_at <= latest)
 
 
-def _names(claim: Claim) -> str:
-    return "/".join(claim.worker_names) if claim.worker_names else "such"
+def _names(workers: Workers) -> str:
+    return "/".join(workers.names) if workers.names else "such"
 
 
 def _blind_reason(unreadable: int, evidence: Evidence, what: str) -> str | None:

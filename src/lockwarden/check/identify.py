@@ -22,9 +22,10 @@ from lockwarden.model import (
     Process,
     Unattributed,
     Waiter,
+    Workers,
 )
 from lockwarden.procfs.reader import LockQuestion, Request, unmatched_locks
-from lockwarden.procfs.snapshot import Descriptor, Snapshot, Workers
+from lockwarden.procfs.snapshot import Descriptor, Snapshot
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,10 +107,7 @@ def question_for(claim: Claim) -> LockQuestion:
         by_openers=_judged_by_openers(claim),
         pids=(() if claim.pid is None else (claim.pid,)) + claim.other_pids + claim.pid_candidates,
         twin_pid=claim.pid if claim.present and claim.existence_is_lock else None,
-        work_directories=claim.work_directories if claim.present else (),
-        workers=Workers(claim.worker_names, claim.worker_variables)
-        if claim.worker_variables
-        else None,
+        workers=claim.workers if claim.present else None,
         machine_id=claim.host_node is not None,
     )
 
@@ -274,44 +272,43 @@ def missing_right(snapshot: Snapshot | Evidence) -> str:
 def _workers(claim: Claim, snapshot: Snapshot) -> tuple[tuple[Holder, ...], int]:
     """Processes working in the claim's directories, oldest first; the cwd map is read only
     for a lock that is there and asks for it."""
-    if not (claim.present and claim.work_directories):
+    workers = claim.workers
+    if not claim.present or workers is None:
         return (), 0
     found = []
-    for pid in snapshot.processes_working_in(claim.work_directories):
+    for pid in snapshot.processes_working_in(workers.directories):
         process = snapshot.process(pid)
         if process is None or not process.alive:
             continue
-        if claim.worker_names and process.name not in claim.worker_names:
+        if workers.names and process.name not in workers.names:
             continue
-        found.append(holder_from_process(process, _how_it_works_there(claim, snapshot, pid)))
+        found.append(holder_from_process(process, _how_it_works_there(workers, snapshot, pid)))
     found.sort(key=lambda holder: holder.start_ticks or 0)
-    return tuple(found), len(_hidden_workers(claim, snapshot))
+    return tuple(found), len(_hidden_workers(workers, snapshot))
 
 
-def _how_it_works_there(claim: Claim, snapshot: Snapshot, pid: int) -> str:
+def _how_it_works_there(workers: Workers, snapshot: Snapshot, pid: int) -> str:
     """The evidence that ties a worker to the lock's directories."""
     cwd = snapshot.working_directories().by_pid.get(pid, "")
-    if any(
-        cwd == path or cwd.startswith(path.rstrip("/") + "/") for path in claim.work_directories
-    ):
+    if any(cwd == path or cwd.startswith(path.rstrip("/") + "/") for path in workers.directories):
         return "working directory"
     return "its command line or environment names the directory"
 
 
-def _hidden_workers(claim: Claim, snapshot: Snapshot) -> list[int]:
+def _hidden_workers(workers: Workers, snapshot: Snapshot) -> list[int]:
     """Processes that could be workers but cannot be ruled out: their working directory (or,
     for a claim whose workers can be pointed there, their environment) cannot be read. When
     the claim names its workers, one whose name says otherwise cannot be one."""
     hidden = []
     unreadable = (
         *snapshot.working_directories().unreadable_pids,
-        *snapshot.hidden_workers.get(claim.work_directories, ()),
+        *snapshot.hidden_workers.get(workers.directories, ()),
     )
     for pid in unreadable:
         process = snapshot.process(pid)
         if process is None or not process.alive:
             continue
-        if not claim.worker_names or process.name in claim.worker_names:
+        if not workers.names or process.name in workers.names:
             hidden.append(pid)
     return hidden
 

@@ -20,7 +20,7 @@ import os
 import stat
 
 from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of, unreadable
-from lockwarden.model import Claim, StaleProof
+from lockwarden.model import Claim, StaleProof, Workers
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 NAME = "git"
@@ -133,9 +133,7 @@ class GitLock:
             created_at=mtime_of(status),
             stale_proof=StaleProof.NO_WORKER,
             release_fact="git removes its lock files before it exits",
-            work_directories=work_directories(git_directory),
-            worker_names=("git",),
-            worker_variables=GIT_VARIABLES,
+            workers=Workers(work_directories(git_directory), ("git",), GIT_VARIABLES),
             record_path=path,
             remove_path=path,
         )

@@ -24,7 +24,7 @@ from lockwarden.formats.base import (
     mtime_of,
 )
 from lockwarden.formats.record import RecordProblem, parse_pid, parse_timestamp
-from lockwarden.model import Claim
+from lockwarden.model import Claim, Workers
 from lockwarden.support.safe_read import UnsafeRecord, read_record
 
 NAME = "postgres"
@@ -66,8 +66,7 @@ class PostgresPidFile:
             path=path,
             present=True,
             existence_is_lock=True,
-            work_directories=(data_directory,),
-            worker_names=("postgres", "postmaster"),
+            workers=Workers((data_directory,), ("postgres", "postmaster")),
             started_at_is_process_start=True,
             record_path=path,
             remove_path=path,

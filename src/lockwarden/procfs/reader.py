@@ -29,7 +29,7 @@ from typing import NamedTuple, TypeVar
 
 import psutil
 
-from lockwarden.model import Container, InodeKey, KernelLock, Process
+from lockwarden.model import Container, InodeKey, KernelLock, Process, Workers
 from lockwarden.procfs.containers import ContainerNames, cgroup_path, container_of, runtime_of
 from lockwarden.procfs.snapshot import (
     CAP_SYS_PTRACE,
@@ -39,7 +39,6 @@ from lockwarden.procfs.snapshot import (
     Descriptor,
     DescriptorScan,
     Snapshot,
-    Workers,
     WorkingDirectories,
     _has_capability,
     _mapping_pids,
@@ -89,11 +88,9 @@ class LockQuestion(NamedTuple):
     twin_pid: int | None = None
     """A record-named existence lock's PID: its namespace twins decide it when no kernel lock
     holds the lock."""
-    work_directories: tuple[str, ...] = ()
-    """Directories its workers work in (a present lock's): the working directories are read."""
     workers: Workers | None = None
-    """Which processes can work in them from elsewhere: those named so whose command line or
-    environment points into them."""
+    """A present lock's workers: the working directories are read, and with `variables` the
+    command lines and environments of those named so that may point into the directories."""
     machine_id: bool = False
 
 
@@ -416,9 +413,9 @@ class HostReader:
         there by their command line or environment); and the workers that could be pointed
         there but whose environment could not be read."""
         asked = {
-            question.work_directories: question.workers
+            question.workers.directories: question.workers
             for question in questions
-            if question.work_directories
+            if question.workers is not None
         }
         if not asked:
             return None, {}, {}
@@ -428,7 +425,7 @@ class HostReader:
         for directories, workers in asked.items():
             roots = [os.path.realpath(directory).rstrip("/") for directory in directories]
             under = processes_under(cwds, roots)
-            if workers is None:
+            if not workers.variables:
                 working_in[directories] = under
                 continue
             written = [os.path.normpath(directory) for directory in directories]
@@ -605,12 +602,12 @@ def _pids_to_read(
     wanted = set(request.pids)
     for look in looks:
         wanted.update(look.question.pids)
-        if not (look.granted or look.waiting or look.descriptors or look.question.work_directories):
+        if not (look.granted or look.waiting or look.descriptors or look.question.workers):
             continue
         wanted.update(lock.pid for lock in (*look.granted, *look.waiting) if lock.pid > 0)
         wanted.update(descriptor.pid for descriptor in look.descriptors)
-        if look.question.work_directories:
-            wanted.update(working_in[look.question.work_directories])
+        if look.question.workers is not None:
+            wanted.update(working_in[look.question.workers.directories])
             wanted.update(cwds.unreadable_pids if cwds is not None else ())
     if request.name_hidden:
         wanted.update(hidden)

@@ -30,7 +30,7 @@ from typing import NamedTuple, TypeVar
 
 import psutil
 
-from lockwarden.model import InodeKey, KernelLock, Process
+from lockwarden.model import InodeKey, KernelLock, Process, Workers
 from lockwarden.procfs.sockets import ClientSockets
 
 DEFAULT_PID_MAX = 4194304
@@ -429,15 +429,6 @@ def processes_under(cwds: WorkingDirectories, roots: Iterable[str]) -> tuple[int
         for pid, cwd in cwds.by_pid.items()
         if any(cwd == root or cwd.startswith(root + "/") for root in roots)
     )
-
-
-class Workers(NamedTuple):
-    """Which processes can work on a lock's directories from outside them: those named so (the
-    kernel's comm; empty: any), through a path on their command line (`git -C DIR`,
-    `--git-dir=DIR`) or in one of these environment variables (GIT_DIR, GIT_WORK_TREE)."""
-
-    names: tuple[str, ...]
-    variables: tuple[str, ...]
 
 
 def _pointing_into(

@@ -21,6 +21,7 @@ from lockwarden.model import (
     StaleProof,
     State,
     UnknownCause,
+    Workers,
 )
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -144,8 +145,7 @@ def test_no_kernel_lock_proof(claim, seen, state):
 WORKED = existence(
     stale_proof=StaleProof.NO_WORKER,
     release_fact="the tool removes it",
-    work_directories=("/srv/repo",),
-    worker_names=("git",),
+    workers=Workers(("/srv/repo",), ("git",)),
 )
 
 
@@ -232,7 +232,7 @@ def test_a_recorded_lock_start_only_rules_out_later_processes():
 
 
 def test_workers_outlive_a_dead_recorded_holder():
-    claim = existence(pid=50, work_directories=("/srv/data",), worker_names=("postgres",))
+    claim = existence(pid=50, workers=Workers(("/srv/data",), ("postgres",)))
     finding = judged(claim, evidence(workers=(holder(51, "postgres"),)))
     assert finding.state is State.HELD and finding.holder == holder(51, "postgres")
 

@@ -20,9 +20,8 @@ from lockwarden.check.identify import (
     question_for,
     request_for,
 )
-from lockwarden.model import ByteRange, Claim
+from lockwarden.model import ByteRange, Claim, Workers
 from lockwarden.procfs.reader import HostReader, wall_clock
-from lockwarden.procfs.snapshot import Workers
 
 FLOCK_WAITER = """
 import fcntl, sys
@@ -45,7 +44,7 @@ def test_a_record_naming_a_pid_asks_for_that_process_and_its_namespace_twins() -
     assert question.keys == (KEY,)
     assert question.pids == (4242, 4300, 4301)
     assert (question.twin_pid, question.by_openers) == (4242, False)
-    assert (question.work_directories, question.workers, question.machine_id) == ((), None, False)
+    assert (question.workers, question.machine_id) == (None, False)
 
 
 @pytest.mark.parametrize(
@@ -69,12 +68,9 @@ def test_a_kernel_style_claim_has_no_namespace_twin_to_ask_for() -> None:
 
 
 def test_work_directories_are_asked_for_only_while_the_lock_is_present() -> None:
-    fields = {"work_directories": ("/srv/repo",), "worker_names": ("git",)}
-    present = question_for(make_claim(**fields))
-    assert present.work_directories == ("/srv/repo",) and present.workers is None
-    pointed = question_for(make_claim(worker_variables=("GIT_DIR",), **fields))
-    assert pointed.workers == Workers(("git",), ("GIT_DIR",))
-    assert question_for(make_claim(present=False, **fields)).work_directories == ()
+    workers = Workers(("/srv/repo",), ("git",), ("GIT_DIR",))
+    assert question_for(make_claim(workers=workers)).workers == workers
+    assert question_for(make_claim(present=False, workers=workers)).workers is None
 
 
 def test_a_recorded_machine_id_asks_for_this_ones() -> None:
