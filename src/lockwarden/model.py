@@ -51,7 +51,8 @@ InodeKey = tuple[int, int]
 class StaleProof(enum.StrEnum):
     """What, for a lock left behind, proves that its holder is gone.
 
-    A format picks the one its program makes true; `Claim.release_fact` says why it holds.
+    A format picks the one its program makes true, with the fact that makes it sound
+    (Staleness).
     """
 
     RECORD = "record"
@@ -65,6 +66,24 @@ class StaleProof(enum.StrEnum):
     there, the lock is stale once older than the policy's `stale_after`."""
     NEVER = "never"
     """A kernel lock: nothing is left behind, so it is never stale."""
+
+
+NEEDS_A_FACT = frozenset({StaleProof.NO_OPENER, StaleProof.NO_KERNEL_LOCK, StaleProof.NO_WORKER})
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """How a lock of one format left behind is proven stale: the proof, and for a proof from
+    what is missing now (no opener, no kernel lock, no worker) the fact about its program that
+    makes the absence a proof ("git removes its lock files before it exits"), said in the
+    proof. A proof that needs the fact cannot be built without one."""
+
+    proof: StaleProof = StaleProof.RECORD
+    fact: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.proof in NEEDS_A_FACT and not self.fact:
+            raise ValueError(f"the {self.proof} proof needs the fact that makes it sound")
 
 
 class ByteRange(NamedTuple):
@@ -115,8 +134,8 @@ class Claim:
     Mechanisms a format can switch on (classify.py applies them, whatever the format):
     ``writer_ranges``: only a WRITE kernel lock overlapping one of them blocks writers; any other
     kernel lock is a reader (listed, but the lock is free for writes).
-    ``stale_proof`` / ``release_fact``: what proves a left-behind lock stale, and the fact about
-    its program that makes that proof sound.
+    ``stale``: what proves a left-behind lock stale, and the fact about its program that makes
+    that proof sound.
     ``workers``: the processes that work on the lock's directories, and so may hold it.
     ``pid_candidates``: the layout names one of these PIDs and cannot say which (lockfile's names).
     ``started_at_is_process_start``: ``started_at`` is the holder's own start time, so a process
@@ -156,8 +175,7 @@ class Claim:
     break_command: str | None = None
     max_hold_s: float | None = None
     writer_ranges: tuple[ByteRange, ...] = ()
-    stale_proof: StaleProof = StaleProof.RECORD
-    release_fact: str | None = None
+    stale: Staleness = Staleness()
     workers: Workers | None = None
     pid_candidates: tuple[int, ...] = ()
     started_at_is_process_start: bool = False

@@ -27,6 +27,7 @@ from lockwarden.model import (
     Container,
     Held,
     Severity,
+    Staleness,
     StaleProof,
     State,
     own_finding,
@@ -163,12 +164,28 @@ def test_lockwardens_own_finding_is_unknown_without_a_cause() -> None:
 
 def test_a_claim_is_frozen_and_proves_staleness_by_its_record_unless_told() -> None:
     claim = make_claim()
-    assert claim.stale_proof is StaleProof.RECORD
+    assert claim.stale.proof is StaleProof.RECORD
     with pytest.raises(dataclasses.FrozenInstanceError):
         claim.pid = 1  # type: ignore[misc]
     assert make_claim(extra={"a": 1}).extra == {"a": 1}
     assert make_claim().extra == {}  # each claim its own dict
     assert make_claim().extra is not make_claim().extra
+
+
+@pytest.mark.parametrize(
+    "proof", [StaleProof.NO_OPENER, StaleProof.NO_KERNEL_LOCK, StaleProof.NO_WORKER]
+)
+def test_a_proof_from_what_is_missing_cannot_be_built_without_the_fact_that_makes_it_sound(
+    proof: StaleProof,
+) -> None:
+    with pytest.raises(ValueError, match="needs the fact"):
+        Staleness(proof)
+    assert Staleness(proof, "it keeps the file open").fact == "it keeps the file open"
+
+
+@pytest.mark.parametrize("proof", [StaleProof.RECORD, StaleProof.NEVER])
+def test_a_proof_by_the_record_or_none_needs_no_fact(proof: StaleProof) -> None:
+    assert Staleness(proof).fact is None
 
 
 def test_a_hold_starts_its_duration_before_the_moment_it_was_judged() -> None:

@@ -223,9 +223,9 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: da
     if other_boot:
         gone = () if claim.pid is None else (claim.pid,)
         return Verdict(State.STALE, "stale: its holder is gone", proof=other_boot, gone=gone)
-    if claim.stale_proof is StaleProof.NO_KERNEL_LOCK:
+    if claim.stale.proof is StaleProof.NO_KERNEL_LOCK:
         return _leftover_record_verdict(claim, evidence, policy)
-    if claim.stale_proof is StaleProof.NO_WORKER and claim.workers is not None:
+    if claim.stale.proof is StaleProof.NO_WORKER and claim.workers is not None:
         return _worker_verdict(claim, claim.workers, evidence, policy, now)
     if claim.pid is None and claim.pid_candidates:
         return _candidates_verdict(claim, evidence, policy)
@@ -381,7 +381,7 @@ def _leftover_record_verdict(claim: Claim, evidence: Evidence, policy: Policy) -
             "held from outside it",
             cause=UnknownCause.OTHER_PID_NAMESPACE,
         )
-    proof = f"no process holds a kernel lock on it, and {claim.release_fact}"
+    proof = f"no process holds a kernel lock on it, and {claim.stale.fact}"
     return Verdict(
         State.STALE, "stale: its record was left behind and nothing holds the lock", proof=proof
     )
@@ -433,7 +433,7 @@ def _worker_verdict(
     )
     proof = (
         f"no {_names(workers)} process {how} {where}, "
-        f"{claim.release_fact}, and the lock file is {format_duration(age)} old "
+        f"{claim.stale.fact}, and the lock file is {format_duration(age)} old "
         f"(stale_after {format_duration(threshold)})"
     )
     return Verdict(State.STALE, "stale: no process that could hold it is running", proof=proof)
@@ -481,8 +481,8 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
             sharers=evidence.openers[1:],
         )
     blind = _blind_reason(evidence.unreadable_pids, evidence, "open files")
-    if claim.stale_proof is StaleProof.NO_OPENER and blind is None:
-        proof = f"no process has {claim.path} open, and {claim.release_fact}"
+    if claim.stale.proof is StaleProof.NO_OPENER and blind is None:
+        proof = f"no process has {claim.path} open, and {claim.stale.fact}"
         return Verdict(State.STALE, "stale: no process has the lock open", proof=proof)
     if claim.created_at is not None and claim.created_at < evidence.booted_at:
         return Verdict(
@@ -495,7 +495,7 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
         )
     hint = f"; {claim.stale_hint}" if claim.stale_hint else ""
     cause = UnknownCause.UNPROVEN
-    if claim.stale_proof is StaleProof.NO_OPENER and blind:
+    if claim.stale.proof is StaleProof.NO_OPENER and blind:
         hint = f"; {blind}{hint}"
         cause = _blind_cause(evidence.unreadable_pids)
     return Verdict(

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from lockwarden.formats.base import KERNEL_ONLY, HolderAction, SafeAction
 from lockwarden.formats.kernel import KernelLockFile
-from lockwarden.model import Claim, StaleProof
+from lockwarden.model import Claim, Staleness, StaleProof
 
 NAME = "dpkg"
 DPKG_LOCK_PATHS = (
@@ -51,4 +51,6 @@ class DpkgLock:
 
     def read(self, path: str, pid_max: int) -> Claim:
         claim = KernelLockFile().read(path, pid_max)
-        return replace(claim, format=NAME, stale_proof=StaleProof.NEVER, never_remove=NEVER_REMOVE)
+        return replace(
+            claim, format=NAME, stale=Staleness(StaleProof.NEVER), never_remove=NEVER_REMOVE
+        )

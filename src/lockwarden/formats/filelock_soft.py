@@ -27,7 +27,7 @@ from datetime import datetime
 
 from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
-from lockwarden.model import Claim, StaleProof
+from lockwarden.model import Claim, Staleness, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record, scan_directory
 
 NAME = "filelock-soft"
@@ -252,7 +252,7 @@ def _from_file(base: Claim, path: str, pid_max: int) -> Claim:
         return replace(base, problem=f"{path}: {error}", record_path=path)
     claim = _from_owner(replace(base, record_path=path), owner, "")
     if owner.pid is None:  # only the open descriptor tells who holds an empty one
-        return replace(claim, stale_proof=StaleProof.NO_OPENER, release_fact=SOFT_RELEASE_FACT)
+        return replace(claim, stale=Staleness(StaleProof.NO_OPENER, SOFT_RELEASE_FACT))
     if owner.start_ticks is None:  # written once, when taken: its time dates the holder
         return replace(claim, started_at=base.created_at)
     return claim

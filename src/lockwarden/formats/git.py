@@ -20,7 +20,7 @@ import os
 import stat
 
 from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of, unreadable
-from lockwarden.model import Claim, StaleProof, Workers
+from lockwarden.model import Claim, Staleness, StaleProof, Workers
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 NAME = "git"
@@ -131,8 +131,7 @@ class GitLock:
             existence_is_lock=True,
             keys=(key_of(status),),
             created_at=mtime_of(status),
-            stale_proof=StaleProof.NO_WORKER,
-            release_fact="git removes its lock files before it exits",
+            stale=Staleness(StaleProof.NO_WORKER, "git removes its lock files before it exits"),
             workers=Workers(work_directories(git_directory), ("git",), GIT_VARIABLES),
             record_path=path,
             remove_path=path,

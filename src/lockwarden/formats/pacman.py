@@ -18,7 +18,7 @@ from lockwarden.formats.base import (
     mtime_of,
     unreadable,
 )
-from lockwarden.model import Claim, StaleProof
+from lockwarden.model import Claim, Staleness, StaleProof
 
 NAME = "pacman"
 LOCK_NAME = "db.lck"
@@ -58,8 +58,9 @@ class PacmanLock:
             existence_is_lock=True,
             keys=(key_of(status),),
             created_at=mtime_of(status),
-            stale_proof=StaleProof.NO_OPENER,
-            release_fact="pacman keeps db.lck open for as long as it holds the lock",
+            stale=Staleness(
+                StaleProof.NO_OPENER, "pacman keeps db.lck open for as long as it holds the lock"
+            ),
             record_path=path,
             remove_path=path,
         )

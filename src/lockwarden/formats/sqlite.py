@@ -16,7 +16,7 @@ import os
 import stat
 
 from lockwarden.formats.base import KERNEL_ONLY, STOP_HOLDER, absent, key_of, lstat_or_none
-from lockwarden.model import ByteRange, Claim, InodeKey, StaleProof
+from lockwarden.model import ByteRange, Claim, InodeKey, Staleness, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, read_head
 
 NAME = "sqlite"
@@ -88,7 +88,7 @@ class SqliteDatabase:
             existence_is_lock=False,
             keys=(database,) if shm is None else (database, shm),
             writer_ranges=writer_ranges(database, shm),
-            stale_proof=StaleProof.NEVER,
+            stale=Staleness(StaleProof.NEVER),
             note="WAL mode (its -shm file exists)" if shm is not None else None,
         )
 

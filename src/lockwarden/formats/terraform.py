@@ -19,7 +19,7 @@ from typing import Any
 
 from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_timestamp
-from lockwarden.model import Claim, StaleProof
+from lockwarden.model import Claim, Staleness, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, read_record
 
 NAME = "terraform"
@@ -80,9 +80,10 @@ def _claim_from_info(info_path: str, state_path: str, keys: tuple[tuple[int, int
         present=True,
         existence_is_lock=True,
         keys=keys,
-        stale_proof=StaleProof.NO_KERNEL_LOCK,
-        release_fact=f"terraform keeps an fcntl lock on {state_path} for as long as it holds "
-        "the state lock",
+        stale=Staleness(
+            StaleProof.NO_KERNEL_LOCK,
+            f"terraform keeps an fcntl lock on {state_path} for as long as it holds the state lock",
+        ),
         record_path=info_path,
         remove_path=info_path,
     )

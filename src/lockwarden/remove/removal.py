@@ -108,7 +108,7 @@ def refusal(claim: Claim) -> str | None:
     never = never_removed(claim.format)
     if never is not None:
         return never
-    if not claim.existence_is_lock or claim.stale_proof is StaleProof.NEVER:
+    if not claim.existence_is_lock or claim.stale.proof is StaleProof.NEVER:
         return KERNEL_ONLY
     if claim.format not in FORMATS or not claim.remove_path:
         return f"format {claim.format} names no file left behind that is safe to remove"

@@ -18,6 +18,7 @@ from lockwarden.model import (
     Holder,
     KernelLock,
     Process,
+    Staleness,
     StaleProof,
     State,
     UnknownCause,
@@ -102,7 +103,7 @@ def test_readers_alone_are_free_and_listed():
     assert (finding.holder, finding.sharers) == (None, ())  # only readers
 
 
-NO_OPENER = existence(stale_proof=StaleProof.NO_OPENER, release_fact="it keeps the file open")
+NO_OPENER = existence(stale=Staleness(StaleProof.NO_OPENER, "it keeps the file open"))
 
 
 @pytest.mark.parametrize(
@@ -120,7 +121,7 @@ def test_no_opener_proof(seen, state):
 
 
 LEFTOVER = existence(
-    stale_proof=StaleProof.NO_KERNEL_LOCK, release_fact="the tool keeps a kernel lock", host="here"
+    stale=Staleness(StaleProof.NO_KERNEL_LOCK, "the tool keeps a kernel lock"), host="here"
 )
 
 
@@ -143,8 +144,7 @@ def test_no_kernel_lock_proof(claim, seen, state):
 
 
 WORKED = existence(
-    stale_proof=StaleProof.NO_WORKER,
-    release_fact="the tool removes it",
+    stale=Staleness(StaleProof.NO_WORKER, "the tool removes it"),
     workers=Workers(("/srv/repo",), ("git",)),
 )
 
