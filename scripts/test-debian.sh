@@ -79,12 +79,10 @@ from importlib.metadata import version
 names = ("psutil", "requests", "tomli-w", "apprise")
 print(f"debian {os.environ['DEBIAN_RELEASE']} pins:", ", ".join(f"{n} {version(n)}" for n in names))
 PY
-    # In a PID namespace of its own with its own /proc: the two releases run side by side, and
-    # a lockwarden under test sees only the processes and kernel locks its own tests started
-    # (/proc/locks lists only the locks of processes the namespace can see). Without it, a
-    # writer one release's test left waiting is a blocked writer in the other's findings.
-    # --kill-child ends whatever a test left behind when pytest exits.
-    PYTHONPATH=src unshare --fork --pid --mount-proc --kill-child \
+    # In a PID namespace of its own (scripts/in-pid-namespace.sh): the two releases run side
+    # by side, and without it a writer one release's test left waiting is a blocked writer in
+    # the other's findings.
+    PYTHONPATH=src scripts/in-pid-namespace.sh \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider "${candidates[@]}" "$@"
 }
 

@@ -26,6 +26,10 @@ export PATH="$PWD/$venv/bin:$PATH"
 ruff check .
 ruff format --check .
 mypy
-pytest -q "$@"
+if [ $# -gt 0 ]; then
+    pytest -q "$@"  # what the caller asked for, in one run
+else
+    bash scripts/test-parts.sh  # the whole suite, in parts side by side
+fi
 # The same code on Debian 12's and 13's versions of its dependencies (what the .deb runs with).
 bash scripts/test-debian.sh all
