@@ -4,7 +4,9 @@
 # Usage: scripts/test-parts.sh [pytest arguments for every part]. Called by scripts/test.sh.
 #
 # * host: the tests that start containers or share the suite's caches (systemd-nspawn
-#   machines, podman, the .deb, the shipped units). They need the host's own PID namespace.
+#   machines, podman, the .deb, the shipped units), and the ground-truth differential, whose
+#   truth includes what /proc/locks shows only in the host's PID namespace (a dead taker's
+#   line; docs/design.md, "Where /proc/locks leaves locks out"). They need the host's view.
 # * fleet: tests/alerts and tests/integration, in a PID namespace of their own.
 # * rest: every other test file under tests/, in a PID namespace of its own; a new test file
 #   lands here unless it is listed, so none is ever left out.
@@ -21,6 +23,7 @@ host=(
     tests/integration/test_debian_package.py
     tests/integration/test_systemd_units.py
     tests/hung/test_service_unit.py
+    tests/integration/test_ground_truth.py
 )
 fleet=(tests/alerts tests/integration)
 for path in "${host[@]}" "${fleet[@]}"; do
