@@ -45,43 +45,10 @@ class UsageError(Exception):
     pass
 
 
-def terminal_columns() -> int:
-    """What shutil.get_terminal_size() says ($COLUMNS, else stdout's terminal, else 80),
-    without importing shutil: argparse builds a help formatter for every add_argument, and
-    its default one imports shutil (~3 ms) on every run, help or not."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    stdout = sys.__stdout__
-    try:
-        return (os.get_terminal_size(stdout.fileno()).columns if stdout else 0) or 80
-    except (AttributeError, ValueError, OSError):
-        return 80
-
-
-class _Formatter(argparse.HelpFormatter):
-    """argparse's formatter, with the width found without shutil."""
-
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-    ) -> None:
-        width = terminal_columns() - 2 if width is None else width
-        super().__init__(prog, indent_increment, max_help_position, width)
-
-
-class _RawFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
-    """Descriptions and epilogs (the exit-code table) keep their line breaks."""
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on bad usage, which a monitor would read as CRITICAL: use 64."""
 
     def __init__(self, *args: Any, **keywords: Any) -> None:
-        keywords.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **keywords)
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -98,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
             "alive, for how long, and what to stop."
         ),
         epilog=EXIT_CODES_HELP,
-        formatter_class=_RawFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"lockwarden {__version__}")
     parser.add_argument(
@@ -118,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Inspect one lock or store directory: how old it is, who holds it, "
         "whether that process is alive. With --wait-ms, watch (never acquire) for its release.",
         epilog=EXIT_CODES_HELP,
-        formatter_class=_RawFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     inspect.add_argument("path", help="the lock file, lock directory, or the store directory")
     inspect.add_argument(
@@ -170,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         "to the holding session and its client. The exit code is the worst of\n"
         "the locks waited for, judged with the budgets given (0 also when nothing waits).",
         epilog=EXIT_CODES_HELP,
-        formatter_class=_RawFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     why.add_argument("pid", nargs="?", type=_pid, help="the process that is stuck (default: all)")
     why.add_argument(
@@ -299,7 +266,7 @@ def _hold_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         "foreground; remove the lock when it exits, however it exits. `kill PID` of the "
         "supervisor stops COMMAND and frees the lock.",
         epilog=HOLD_EXIT_CODES_HELP,
-        formatter_class=_RawFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="lockwarden hold PATH --role ROLE [options] -- COMMAND [ARGS...]",
     )
     hold.add_argument("path", help="the lock itself (e.g. STORE/LOCK), created by hold")
