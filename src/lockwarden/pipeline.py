@@ -203,20 +203,44 @@ def _claims(locks: Sequence[LockConfig], reads: FileReads, hostname: str) -> lis
     return [claimed[index] for index in range(len(locks))]
 
 
+MAX_SERVERS_AT_ONCE = 8
+"""Database servers asked at the same time; more wait for a free thread."""
+
+
 def _ask_servers(locks: Sequence[LockConfig], hostname: str) -> dict[int, Claimed]:
-    """Each database lock's claim, by the lock's index: its server asked within its deadline
-    (databases/check.py); a server that did not answer is not asked again this run. Its
-    driver loads only when a database lock is configured."""
-    silent: dict[tuple[str, str], str] = {}  # database servers that did not answer this run
-    claimed: dict[int, Claimed] = {}
+    """Each database lock's claim, by the lock's index: every server asked at once, each in a
+    thread of its own and within its deadline (databases/check.py), so N silent servers cost
+    one deadline, not N. One server's locks are asked in turn, and a server that did not
+    answer is not asked again this run. Its driver loads only when a database lock is
+    configured."""
+    by_server: dict[tuple[str, str], list[int]] = {}
     for index, lock in enumerate(locks):
         if lock.database is not None:
-            try:
-                from lockwarden.databases.check import ask_server
+            server = (lock.database.engine, lock.database.connection)
+            by_server.setdefault(server, []).append(index)
+    if not by_server:
+        return {}
+    from lockwarden.databases.check import ask_server
 
-                claimed[index] = ask_server(lock, hostname, silent)
+    def ask(indexes: list[int]) -> dict[int, Claimed]:
+        silent: dict[tuple[str, str], str] = {}  # this server, once it did not answer
+        claimed: dict[int, Claimed] = {}
+        for index in indexes:
+            try:
+                claimed[index] = ask_server(locks[index], hostname, silent)
             except Exception as error:
-                claimed[index] = Judged(_internal_error(lock, error))
+                claimed[index] = Judged(_internal_error(locks[index], error))
+        return claimed
+
+    groups = list(by_server.values())
+    if len(groups) == 1:
+        return ask(groups[0])
+    from concurrent.futures import ThreadPoolExecutor
+
+    claimed: dict[int, Claimed] = {}
+    with ThreadPoolExecutor(min(len(groups), MAX_SERVERS_AT_ONCE), "lockwarden-db") as pool:
+        for answers in pool.map(ask, groups):
+            claimed.update(answers)
     return claimed
 
 

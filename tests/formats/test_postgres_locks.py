@@ -584,6 +584,7 @@ class StallingRelay:
         self.port = int(self.listener.getsockname()[1])
         self.sockets: list[socket.socket] = [self.listener]
         self.stalled = threading.Event()
+        self.stalled_at: float | None = None  # time.monotonic() when the login went through
         self.threads = [threading.Thread(target=self._accept, daemon=True)]
         self.threads[0].start()
 
@@ -621,6 +622,8 @@ class StallingRelay:
                 message, pending = pending[:size], pending[size:]
                 sink.sendall(message)
                 if message[:1] == b"Z":  # ReadyForQuery: the login is done
+                    if self.stalled_at is None:
+                        self.stalled_at = time.monotonic()
                     self.stalled.set()
                     break
 
@@ -676,6 +679,47 @@ def test_a_server_that_stops_answering_after_login_is_unknown_not_a_hang(
     assert "did not answer within 13s" in first["reason"]
     assert "not asked again: the server did not answer within 13s" in second["reason"]
     # the server ends the abandoned session once the relay has closed its connection
+    assert wait_until(lambda: lockwarden_sessions(server) == 0, timeout=15)
+
+
+def test_two_silent_servers_are_asked_at_once_each_within_its_own_deadline(
+    server: Server, tmp_path: Path
+) -> None:
+    """Two servers (two relays in front of the real one, each a server of its own to
+    lockwarden) that take the login and go silent: the second is asked while the first is
+    still within its 13s deadline, not after it, so the run waits one deadline, not two; each
+    lock is unknown with its own server's reason."""
+    relays = [StallingRelay(server.port), StallingRelay(server.port)]
+    try:
+        locks = ""
+        for number, relay in enumerate(relays):
+            dsn = (
+                f"host=127.0.0.1 port={relay.port} dbname=postgres user=app "
+                "sslmode=disable gssencmode=disable"
+            )
+            locks += (
+                f'[[lock]]\nname = "app-{number}"\nadvisory_key = "prisma"\n'
+                f'database = "postgresql"\nconnection = "{dsn}"\n'
+                'connect_timeout = "2s"\nstatement_timeout = "500ms"\n'
+                + password_file(tmp_path)
+                + "\n"
+            )
+        config = write_config(tmp_path / "config.toml", locks)
+        completed = run_cli("--once", "--json", "--config", config, timeout=40)
+        assert all(relay.stalled.is_set() for relay in relays), completed.stdout
+    finally:
+        for relay in relays:
+            relay.close()
+    first, second = (relay.stalled_at for relay in relays)
+    assert first is not None and second is not None
+    # Asked one after the other, the second login comes when the first's 13s deadline has run
+    # out, less the first login's fraction of a second (12.9s measured); at once, together.
+    assert abs(second - first) < 13 / 2, (first, second)
+    assert completed.returncode == 3, completed.stdout
+    for finding in json.loads(completed.stdout)["locks"]:
+        assert (finding["state"], finding["unknown_cause"]) == ("unknown", "database")
+        assert "did not answer within 13s" in finding["reason"], finding
+        assert "not asked again" not in finding["reason"], finding
     assert wait_until(lambda: lockwarden_sessions(server) == 0, timeout=15)
 
 
