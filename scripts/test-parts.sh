@@ -4,9 +4,11 @@
 # Usage: scripts/test-parts.sh [pytest arguments for every part]. Called by scripts/test.sh.
 #
 # * host: the tests that start containers or share the suite's caches (systemd-nspawn
-#   machines, podman, the .deb, the shipped units), and the ground-truth differential, whose
-#   truth includes what /proc/locks shows only in the host's PID namespace (a dead taker's
-#   line; docs/design.md, "Where /proc/locks leaves locks out"). They need the host's view.
+#   machines, podman, the .deb, the shipped units), and the ground-truth differential and the
+#   holder tests, whose truth includes what /proc/locks shows only in the host's PID
+#   namespace (a dead taker's line; docs/design.md, "Where /proc/locks leaves locks out"),
+#   as the shipped units see it. They need the host's view. (The Debian pin runs take the
+#   holder tests again, in a namespace.)
 # * fleet: tests/alerts and tests/integration, in a PID namespace of their own.
 # * rest: every other test file under tests/, in a PID namespace of its own; a new test file
 #   lands here unless it is listed, so none is ever left out.
@@ -24,6 +26,7 @@ host=(
     tests/integration/test_systemd_units.py
     tests/hung/test_service_unit.py
     tests/integration/test_ground_truth.py
+    tests/integration/test_holders.py
 )
 fleet=(tests/alerts tests/integration)
 for path in "${host[@]}" "${fleet[@]}"; do
@@ -37,6 +40,9 @@ for path in "${fleet[@]}"; do not_fleet+=("--ignore=$path"); done
 python=python  # the virtualenv's, first on PATH in scripts/test.sh
 pytest=("$python" -m pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
+host_pid='' fleet_pid='' rest_pid=''
+# Interrupted (Ctrl-C, a CI timeout): end the parts too (killing unshare ends its namespace).
+trap 'kill $host_pid $fleet_pid $rest_pid 2>/dev/null; rm -rf "$logs"; exit 130' INT TERM
 "${pytest[@]}" "${host[@]}" "$@" >"$logs/host" 2>&1 &
 host_pid=$!
 scripts/in-pid-namespace.sh "${pytest[@]}" "${fleet[@]}" "${not_host[@]}" "$@" \

@@ -220,13 +220,14 @@ def _ask_servers(locks: Sequence[LockConfig], hostname: str) -> dict[int, Claime
             by_server.setdefault(server, []).append(index)
     if not by_server:
         return {}
-    from lockwarden.databases.check import ask_server
 
     def ask(indexes: list[int]) -> dict[int, Claimed]:
         silent: dict[tuple[str, str], str] = {}  # this server, once it did not answer
         claimed: dict[int, Claimed] = {}
         for index in indexes:
             try:
+                from lockwarden.databases.check import ask_server
+
                 claimed[index] = ask_server(locks[index], hostname, silent)
             except Exception as error:
                 claimed[index] = Judged(_internal_error(locks[index], error))

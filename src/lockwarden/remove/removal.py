@@ -366,9 +366,9 @@ class _Stage:
             f"seen once; will remove after {format_duration(lock.stale_confirm)} if still stale "
             f"(at {format_time(due_at)} or later)"
         )
-        if self.dry_run:
+        if self.dry_run:  # nothing recorded: no run may remove it at due_at
             text += "; a dry run records nothing: a real run must see it first"
-            return Removal(RemovalStep.SEEN_ONCE, text, None, due_at)
+            return Removal(RemovalStep.SEEN_ONCE, text)
         return Removal(RemovalStep.SEEN_ONCE, text, self.now, due_at)
 
     def _remove(self, lock: LockConfig, seen: Candidate, first_at: datetime) -> Finding:
