@@ -216,8 +216,7 @@ def _ask_servers(locks: Sequence[LockConfig], hostname: str) -> dict[int, Claime
     by_server: dict[tuple[str, str], list[int]] = {}
     for index, lock in enumerate(locks):
         if lock.database is not None:
-            server = (lock.database.engine, lock.database.connection)
-            by_server.setdefault(server, []).append(index)
+            by_server.setdefault(lock.database.server, []).append(index)
     if not by_server:
         return {}
 

@@ -93,6 +93,12 @@ class DatabaseWatch:
     connect_timeout: float = 3.0
     statement_timeout: float = 2.0
 
+    @property
+    def server(self) -> tuple[str, str]:
+        """The server it asks: one per engine and connection string. A run asks each server
+        once at a time, and not again once it did not answer."""
+        return (self.engine, self.connection)
+
     def describe(self) -> str:
         """`postgresql service=app-db: advisory_key prisma` (the connection holds no secret)."""
         target = list(self.target) if isinstance(self.target, tuple) else self.target

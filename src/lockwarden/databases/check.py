@@ -69,7 +69,7 @@ def observe(
     this lock (unknown), never the run; the check is left to end in its thread. `silent`: the
     servers that did not answer earlier in this run, not asked again (as a hung mount is not
     touched again), so N locks on one dead server cost one deadline, not N."""
-    server = (watch.engine, watch.connection)
+    server = watch.server
     if silent is not None and server in silent:
         return Observation(watch.describe(), problem=f"not asked again: {silent[server]}")
     deadline = answer_deadline_s(watch, QUERIES_PER_CHECK)
