@@ -137,6 +137,8 @@ class Claim:
     ``stale``: what proves a left-behind lock stale, and the fact about its program that makes
     that proof sound.
     ``workers``: the processes that work on the lock's directories, and so may hold it.
+    ``hidden_locks``: POSIX locks on its files that the kernel reported (F_OFD_GETLK) but
+    /proc/locks leaves out, held from outside lockwarden's PID namespace (formats/hidden.py).
     ``pid_candidates``: the layout names one of these PIDs and cannot say which (lockfile's names).
     ``started_at_is_process_start``: ``started_at`` is the holder's own start time, so a process
     that started clearly before it is not the holder either.
@@ -177,6 +179,7 @@ class Claim:
     writer_ranges: tuple[ByteRange, ...] = ()
     stale: Staleness = Staleness()
     workers: Workers | None = None
+    hidden_locks: tuple[KernelLock, ...] = ()
     pid_candidates: tuple[int, ...] = ()
     started_at_is_process_start: bool = False
     never_remove: str | None = None
@@ -389,6 +392,9 @@ class Unattributed:
     holders: int
     waiters: int
     why: str
+    outside: bool = False
+    """A holder lives outside lockwarden's PID namespace: the kernel reported its POSIX lock
+    (F_OFD_GETLK) with no PID here, and /proc/locks left it out."""
 
 
 class RemovalStep(enum.StrEnum):

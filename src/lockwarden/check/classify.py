@@ -142,7 +142,8 @@ def _blind_past_budget(
     container) is never OK when it may be past its budget: `unknown`, naming the right."""
     if state is not State.HELD or verdict.holder is not None or not evidence.kernel_locked:
         return None
-    if not (evidence.unreadable_pids or evidence.nested_pid_namespace):
+    outside = evidence.unattributed is not None and evidence.unattributed.outside
+    if not (evidence.unreadable_pids or evidence.nested_pid_namespace or outside):
         return None
     if bound is Bound.AT_MOST and held_for is not None and held_for < policy.warn_after:
         return None

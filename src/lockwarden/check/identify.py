@@ -24,8 +24,9 @@ from lockwarden.model import (
     Waiter,
     Workers,
 )
-from lockwarden.procfs.reader import LockQuestion, Request, unmatched_locks
+from lockwarden.procfs.reader import LockQuestion, Request, uncarried, unmatched_locks
 from lockwarden.procfs.snapshot import Descriptor, Snapshot
+from lockwarden.support.namespaces import PROC_PID_INIT_INO
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +110,7 @@ def question_for(claim: Claim) -> LockQuestion:
         twin_pid=claim.pid if claim.present and claim.existence_is_lock else None,
         workers=claim.workers if claim.present else None,
         machine_id=claim.host_node is not None,
+        hidden_locks=claim.hidden_locks,
     )
 
 
@@ -191,13 +193,30 @@ def _unattributed(
     snapshot: Snapshot,
 ) -> Unattributed | None:
     """Granted locks (and waiters) no process could be named for, and the one true reason."""
-    holders = unmatched_locks(granted, descriptors)
-    if not (holders or unnamed_waiters):
+    unnamed = uncarried(granted, descriptors)
+    if not (unnamed or unnamed_waiters):
         return None
-    return Unattributed(holders, unnamed_waiters, _why_unattributed(claim, snapshot, holders))
+    why, outside = _why_unattributed(claim, snapshot, unnamed)
+    return Unattributed(len(unnamed), unnamed_waiters, why, outside=outside)
 
 
-def _why_unattributed(claim: Claim, snapshot: Snapshot, holders: int) -> str:
+OUTSIDE = (
+    "a process outside lockwarden's PID namespace holds it: the kernel reports a POSIX lock "
+    "whose owner has no PID in this namespace, which /proc/locks leaves out and no descriptor "
+    "here carries"
+)
+OUTSIDE_OR_IN_FLIGHT = (
+    "lockwarden runs in a PID namespace of its own (a container's): a process outside it, "
+    "which it cannot see, holds the descriptor, or the descriptor is in flight in a unix "
+    "socket (sent with SCM_RIGHTS, not yet received)"
+)
+
+
+def _why_unattributed(
+    claim: Claim, snapshot: Snapshot, unnamed: list[KernelLock]
+) -> tuple[str, bool]:
+    """The one true reason, and whether it is (or may be) a holder outside lockwarden's PID
+    namespace, whose hold lockwarden cannot time."""
     hidden = snapshot.unreadable_pids
     if hidden:
         unless = "" if snapshot.nested_pid_namespace else f"; if none of them holds it, {IN_FLIGHT}"
@@ -205,26 +224,32 @@ def _why_unattributed(claim: Claim, snapshot: Snapshot, holders: int) -> str:
             f"{processes(hidden)} descriptor tables could not be read "
             f"({_some_processes(snapshot.hidden_pids, snapshot)}): {missing_right(snapshot)}"
             f"{unless}"
-        )
+        ), False
     if snapshot.nested_pid_namespace:
         return (
             "lockwarden runs in a container's PID namespace; a process outside it holds the "
             "descriptor, which this namespace cannot see"
-        )
-    if not holders:  # every holder was named; only blocked requests were not
+        ), False
+    if not unnamed:  # every holder was named; only blocked requests were not
         return (
             "no process could be found for a blocked request: an OFD waiter is found by the "
             "fcntl(F_OFD_SETLKW) call its thread is blocked in, and it may have just been "
             "granted or given up"
-        )
+        ), False
+    # Only F_OFD_GETLK's answer (formats/hidden.py) gives a lock no descriptor carries PID 0:
+    # its owner has no PID in this namespace. (fdinfo's PID-0 locks are carried.)
+    if any(lock.pid == 0 for lock in unnamed):
+        return OUTSIDE, True
     mapped = sorted({pid for key in claim.keys for pid in snapshot.mapping_pids(key)})
     if mapped:
         pids = ", ".join(str(pid) for pid in mapped[:5])
         return (
             f"no process has it in a descriptor table, but PID {pids} maps the file into "
             "memory, which keeps a closed descriptor's lock alive"
-        )
-    return f"no process has it in a descriptor table or a memory mapping: {IN_FLIGHT}"
+        ), False
+    if snapshot.pid_namespace not in (None, PROC_PID_INIT_INO):  # a container's own /proc
+        return OUTSIDE_OR_IN_FLIGHT, True
+    return f"no process has it in a descriptor table or a memory mapping: {IN_FLIGHT}", False
 
 
 IN_FLIGHT = (

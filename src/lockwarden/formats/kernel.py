@@ -10,6 +10,7 @@ import os
 import stat
 
 from lockwarden.formats.base import KERNEL_ONLY, STOP_HOLDER, absent, key_of, unreadable
+from lockwarden.formats.hidden import hidden_locks
 from lockwarden.model import Claim
 
 NAME = "kernel"
@@ -37,6 +38,12 @@ class KernelLockFile:
             return unreadable(
                 NAME, path, f"{path} is not a regular file or directory", existence_is_lock=False
             )
+        key = key_of(status)
         return Claim(
-            format=NAME, path=path, present=True, existence_is_lock=False, keys=(key_of(status),)
+            format=NAME,
+            path=path,
+            present=True,
+            existence_is_lock=False,
+            keys=(key,),
+            hidden_locks=hidden_locks([(path, key)]) if stat.S_ISREG(status.st_mode) else (),
         )

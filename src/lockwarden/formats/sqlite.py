@@ -16,6 +16,7 @@ import os
 import stat
 
 from lockwarden.formats.base import KERNEL_ONLY, STOP_HOLDER, absent, key_of, lstat_or_none
+from lockwarden.formats.hidden import hidden_locks
 from lockwarden.model import ByteRange, Claim, InodeKey, Staleness, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, read_head
 
@@ -81,13 +82,16 @@ class SqliteDatabase:
             return self._problem(path, f"{path} is not an SQLite 3 database (its header differs)")
         shm = _shm_key(path)
         database = key_of(status)
+        ranges = writer_ranges(database, shm)
+        files = [(path, database)] if shm is None else [(path, database), (path + "-shm", shm)]
         return Claim(
             format=NAME,
             path=path,
             present=True,
             existence_is_lock=False,
             keys=(database,) if shm is None else (database, shm),
-            writer_ranges=writer_ranges(database, shm),
+            writer_ranges=ranges,
+            hidden_locks=hidden_locks(files, ranges),
             stale=Staleness(StaleProof.NEVER),
             note="WAL mode (its -shm file exists)" if shm is not None else None,
         )

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of
+from lockwarden.formats.hidden import hidden_locks
 from lockwarden.formats.record import RecordProblem, parse_timestamp
 from lockwarden.model import Claim, Staleness, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, read_record
@@ -68,7 +69,12 @@ class TerraformState:
             # No info: only a kernel lock on the state file (taken just before the info is
             # written) can mean it is held.
             return Claim(
-                format=NAME, path=state_path, present=True, existence_is_lock=False, keys=keys
+                format=NAME,
+                path=state_path,
+                present=True,
+                existence_is_lock=False,
+                keys=keys,
+                hidden_locks=hidden_locks([(state_path, key) for key in keys]),
             )
         return _claim_from_info(info_path, state_path, keys)
 

@@ -42,10 +42,8 @@ from lockwarden.procfs.snapshot import (
     WorkingDirectories,
     _has_capability,
     _mapping_pids,
-    _namespace_id,
     _own_namespace_is_nested,
     _pointing_into,
-    _proc_locks_may_omit,
     _process_facts,
     _read_text,
     _read_working_directories,
@@ -68,6 +66,7 @@ from lockwarden.procfs.sockets import (
     ClientSockets,
     read_client_sockets,
 )
+from lockwarden.support.namespaces import namespace_id, proc_locks_may_omit
 
 Clock = Callable[[], datetime]
 """The wall clock a capture is dated by; the caller passes it (tests step it)."""
@@ -92,6 +91,9 @@ class LockQuestion(NamedTuple):
     """A present lock's workers: the working directories are read, and with `variables` the
     command lines and environments of those named so that may point into the directories."""
     machine_id: bool = False
+    hidden_locks: tuple[KernelLock, ...] = ()
+    """POSIX locks on its files that the kernel reported to the claim's F_OFD_GETLK, held from
+    outside this PID namespace, which /proc/locks leaves out (formats/hidden.py)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -137,13 +139,18 @@ def lock_identity(lock: KernelLock) -> tuple[str, str, int, int, int | None]:
 
 
 def unmatched_locks(granted: Iterable[KernelLock], descriptors: Iterable[Descriptor]) -> int:
-    """Granted locks no descriptor carries."""
+    """How many granted locks no descriptor carries."""
+    return len(uncarried(granted, descriptors))
+
+
+def uncarried(granted: Iterable[KernelLock], descriptors: Iterable[Descriptor]) -> list[KernelLock]:
+    """The granted locks no descriptor carries."""
     carried = {
         (lock.kind, lock.mode, lock.pid, lock.start, lock.end)  # lock_identity, inlined: a
         for found in descriptors  # run computes it for every held lock
         for lock in found.locks
     }
-    return sum(1 for lock in granted if lock_identity(lock) not in carried)
+    return [lock for lock in granted if lock_identity(lock) not in carried]
 
 
 def _with_locks_proc_hides(
@@ -167,6 +174,21 @@ def _with_locks_proc_hides(
                     hidden.append(lock._replace(key=key))
         if hidden:
             merged[key] = (*listed, *hidden)
+    return merged
+
+
+def _with_locks_asked(
+    parsed: Mapping[InodeKey, tuple[KernelLock, ...]], questions: Iterable[LockQuestion]
+) -> dict[InodeKey, tuple[KernelLock, ...]]:
+    """The kernel locks of each inode with those the claims' F_OFD_GETLK found and neither
+    /proc/locks nor a descriptor's fdinfo showed: POSIX locks held from outside this PID
+    namespace, whose holder no descriptor here carries."""
+    merged = dict(parsed)
+    for question in questions:
+        for lock in question.hidden_locks:
+            listed = merged.get(lock.key, ())
+            if lock_identity(lock) not in {lock_identity(known) for known in listed}:
+                merged[lock.key] = (*listed, lock)
     return merged
 
 
@@ -235,6 +257,7 @@ class HostReader:
         scan = self.scan_descriptors(scan_keys)
         if base.proc_locks_may_omit:
             parsed = _with_locks_proc_hides(parsed, scan)
+            parsed = _with_locks_asked(parsed, request.locks)
         looks = [_first_look(question, parsed, scan) for question in request.locks]
         threads = self._thread_tables(looks, scan_keys)
         hidden_or_nested = bool(scan.unreadable_pids) or base.nested_pid_namespace
@@ -292,9 +315,9 @@ class HostReader:
             captured_at=captured_at,
             uptime_s=float(_read_text(f"{proc}/uptime").split()[0]),
             boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
-            pid_namespace=_namespace_id(f"{proc}/self/ns/pid"),
+            pid_namespace=namespace_id(f"{proc}/self/ns/pid"),
             nested_pid_namespace=_own_namespace_is_nested(proc),
-            proc_locks_may_omit=_proc_locks_may_omit(proc),
+            proc_locks_may_omit=proc_locks_may_omit(proc),
             euid=os.geteuid(),
             ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),
         )
@@ -554,7 +577,7 @@ class HostReader:
             name=name,
             unit=unit,
             user_unit=user_unit,
-            pid_namespace=_namespace_id(f"{base}/ns/pid"),
+            pid_namespace=namespace_id(f"{base}/ns/pid"),
             started_at=booted_at + timedelta(seconds=start_ticks / self.clock_ticks),
             container=container,
         )

@@ -32,6 +32,7 @@ import psutil
 
 from lockwarden.model import InodeKey, KernelLock, Process, Workers
 from lockwarden.procfs.sockets import ClientSockets
+from lockwarden.support.namespaces import namespace_id
 
 DEFAULT_PID_MAX = 4194304
 # The [defaults] fs_timeout default (config.py); the run passes the configured one.
@@ -227,15 +228,6 @@ def _open_directory(path: str) -> int | None:
         raise
     except OSError:
         return None
-
-
-def _namespace_id(link: str) -> int | None:
-    try:
-        target = os.readlink(link)
-    except OSError:
-        return None
-    digits = target.partition("[")[2].rstrip("]")
-    return int(digits) if digits.isdigit() else None
 
 
 class NotCaptured(LookupError):
@@ -579,7 +571,7 @@ def _nested_levels(
     """The NSpid levels of each process of `entries` outside our PID namespace."""
     found = []
     for entry in entries:
-        if own_namespace is not None and _namespace_id(f"{proc}/{entry}/ns/pid") == own_namespace:
+        if own_namespace is not None and namespace_id(f"{proc}/{entry}/ns/pid") == own_namespace:
             continue
         try:
             status = _read_text(f"{proc}/{entry}/status")
@@ -588,19 +580,6 @@ def _nested_levels(
         line = next((line for line in status.splitlines() if line.startswith("NSpid:")), "")
         found.append([int(part) for part in line.split()[1:] if part.isdigit()])
     return found
-
-
-PROC_PID_INIT_INO = 0xEFFFFFFC
-"""The inode number of the host's (initial) PID namespace, fixed by the kernel
-(include/linux/proc_ns.h)."""
-
-
-def _proc_locks_may_omit(proc: str) -> bool:
-    """True in any PID namespace but the host's, where the kernel's locks_show() leaves out of
-    /proc/locks a lock whose taker's PID does not translate into it (the taker exited while a
-    child holds the lock, or lives outside). Unlike `NSpid:`, the namespace link tells this
-    also in a container that mounts a /proc of its own."""
-    return _namespace_id(f"{proc}/self/ns/pid") != PROC_PID_INIT_INO
 
 
 def _own_namespace_is_nested(proc: str) -> bool:

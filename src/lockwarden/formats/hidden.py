@@ -1,0 +1,101 @@
+"""POSIX locks held from outside lockwarden's PID namespace, asked of the kernel itself.
+
+In a PID namespace other than the host's (a container), /proc/locks leaves out a lock whose
+owner's PID does not translate into the namespace, and no descriptor the namespace can read
+carries a lock held from outside it: an SQLite writer in another container read `free`.
+
+`fcntl(F_OFD_GETLK)` asks the kernel which lock would conflict with a lock on a byte range,
+taking none. It answers for POSIX (fcntl/lockf) and OFD locks of every process, whatever its
+namespace, with the owner's PID as this namespace sees it: 0 when it lives outside. OFD locks
+show in /proc/locks in every namespace (as PID -1), so an answer with PID 0 is a lock
+/proc/locks left out. The descriptor asked on is read-only and its open file description holds
+no lock, so closing it drops nothing (ARCHITECTURE.md, "Never" 1).
+
+flock(2) has no such question: a flock held from outside the namespace stays unseen
+(docs/design.md, "Where /proc/locks leaves locks out").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import struct
+from collections.abc import Sequence
+
+from lockwarden.model import ByteRange, InodeKey, KernelLock
+from lockwarden.support.namespaces import proc_is_own_nested_namespace
+
+# struct flock (flock64 where off_t is 32 bits): l_type, l_whence, l_start, l_len, l_pid, its
+# end aligned as the C compiler aligns it (`0q`).
+_FLOCK = struct.Struct("@hhqqi0q")
+WHOLE_FILE: tuple[int, int | None] = (0, None)
+
+
+def hidden_locks(
+    files: Sequence[tuple[str, InodeKey]], writer_ranges: Sequence[ByteRange] = ()
+) -> tuple[KernelLock, ...]:
+    """The POSIX locks on these files (path, and the key the claim read it as) that /proc/locks
+    leaves out here: none in the host's PID namespace, where it leaves nothing out, and none
+    asked where the /proc read is another namespace's than this process's. With
+    `writer_ranges` (SQLite's), only WRITE locks on those ranges; else any lock on the file.
+    A file that cannot be opened (gone, replaced, no right) is not asked about."""
+    if not files or not proc_is_own_nested_namespace():
+        return ()
+    found: list[KernelLock] = []
+    for path, key in files:
+        ranges: list[tuple[int, int | None]] = [
+            (span.start, span.end) for span in writer_ranges if span.key == key
+        ]
+        if writer_ranges and not ranges:
+            continue
+        lock = _ask(path, key, ranges or [WHOLE_FILE], exclusive_only=bool(writer_ranges))
+        found.extend(lock)
+    return tuple(found)
+
+
+def _ask(
+    path: str, key: InodeKey, ranges: list[tuple[int, int | None]], exclusive_only: bool
+) -> list[KernelLock]:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        descriptor = os.open(os.path.realpath(path), flags)
+    except (OSError, ValueError):
+        return []
+    try:
+        status = os.fstat(descriptor)
+        if (status.st_dev, status.st_ino) != key or not stat.S_ISREG(status.st_mode):
+            return []
+        # A READ request conflicts only with WRITE locks; a WRITE request with any lock.
+        request = fcntl.F_RDLCK if exclusive_only else fcntl.F_WRLCK
+        return [
+            lock
+            for start, end in ranges
+            if (lock := _conflict(descriptor, key, request, start, end)) is not None
+        ]
+    finally:
+        os.close(descriptor)
+
+
+def _conflict(
+    descriptor: int, key: InodeKey, request: int, start: int, end: int | None
+) -> KernelLock | None:
+    length = 0 if end is None else end - start + 1
+    asked = _FLOCK.pack(request, os.SEEK_SET, start, length, 0)
+    try:
+        answer = fcntl.fcntl(descriptor, fcntl.F_OFD_GETLK, asked)
+    except OSError:  # a file system without POSIX locks
+        return None
+    kind, _whence, first, size, pid = _FLOCK.unpack(answer)
+    if kind == fcntl.F_UNLCK or pid != 0:
+        return None  # free, or a lock /proc/locks lists (pid > 0; OFD locks are -1)
+    return KernelLock(
+        number=0,
+        kind="POSIX",
+        mode="WRITE" if kind == fcntl.F_WRLCK else "READ",
+        pid=0,
+        key=key,
+        start=first,
+        end=None if size == 0 else first + size - 1,
+        waiting=False,
+    )

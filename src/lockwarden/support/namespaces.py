@@ -1,0 +1,49 @@
+"""Which PID namespace this process runs in: the host's, or another (a container's).
+
+In any PID namespace but the host's, the kernel's locks_show() leaves out of /proc/locks a lock
+whose owner's PID does not translate into the namespace the /proc was mounted for: its taker
+exited while a child holds the lock, or its owner lives outside (on the host, in another
+container).
+"""
+
+from __future__ import annotations
+
+import os
+
+PROC_PID_INIT_INO = 0xEFFFFFFC
+"""The inode number of the host's (initial) PID namespace, fixed by the kernel
+(include/linux/proc_ns.h)."""
+
+
+def namespace_id(link: str) -> int | None:
+    """The inode number a namespace link (`/proc/PID/ns/pid`) names, None if unreadable."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    digits = target.partition("[")[2].rstrip("]")
+    return int(digits) if digits.isdigit() else None
+
+
+def proc_locks_may_omit(proc: str = "/proc") -> bool:
+    """True in any PID namespace but the host's, where /proc/locks may leave a lock out.
+    Unlike `NSpid:`, the namespace link tells this also in a container that mounts a /proc of
+    its own. (A process that entered a PID namespace without mounting a /proc still reads the
+    host's, which leaves nothing out; this errs on the side of looking further.)"""
+    return namespace_id(f"{proc}/self/ns/pid") != PROC_PID_INIT_INO
+
+
+def proc_is_own_nested_namespace(proc: str = "/proc") -> bool:
+    """True when this process runs in a PID namespace other than the host's and the /proc it
+    reads was mounted for that namespace, as a container's is: `NSpid:` then lists one PID,
+    this namespace's (it lists one per level from the /proc's namespace down). Then a lock
+    /proc/locks leaves out and the PID the kernel gives a caller for a lock's owner
+    (F_OFD_GETLK) are seen from the same namespace: 0 for an owner outside it."""
+    if not proc_locks_may_omit(proc):
+        return False
+    try:
+        with open(f"{proc}/self/status", encoding="utf-8", errors="replace") as status:
+            line = next((line for line in status if line.startswith("NSpid:")), "")
+    except OSError:
+        return False
+    return len(line.split()) == 2
