@@ -8,6 +8,7 @@ container).
 
 from __future__ import annotations
 
+import functools
 import os
 
 PROC_PID_INIT_INO = 0xEFFFFFFC
@@ -33,6 +34,7 @@ def proc_locks_may_omit(proc: str = "/proc") -> bool:
     return namespace_id(f"{proc}/self/ns/pid") != PROC_PID_INIT_INO
 
 
+@functools.cache  # a process never leaves its PID namespace; a run asks once per lock
 def proc_is_own_nested_namespace(proc: str = "/proc") -> bool:
     """True when this process runs in a PID namespace other than the host's and the /proc it
     reads was mounted for that namespace, as a container's is: `NSpid:` then lists one PID,
