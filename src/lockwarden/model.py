@@ -117,6 +117,29 @@ class Workers:
 
 
 @dataclass(frozen=True)
+class PidProof:
+    """What a record says beyond its PID (with `start_ticks`, `boot_id`, `pid_namespace` and
+    `host`, which every record may carry) that tells its holder from a process that merely has
+    the PID now, or names more PIDs. Each is a mechanism classify applies whatever the format."""
+
+    executables: tuple[str, ...] = ()
+    """The programs that can hold this lock (Chromium's and Firefox's profile locks): a live PID
+    running anything else is a reused PID."""
+    booted_at: datetime | None = None
+    """The boot time the holder recorded (Emacs): a record of another boot is stale."""
+    machine_id: int | None = None
+    """The machine id recorded beside the host name (borg's `uuid.getnode()`): a host of the
+    same name with another id is another machine."""
+    started_at_is_start: bool = False
+    """The claim's `started_at` is the holder's own start time (postmaster.pid), so a process
+    that started clearly before it is not the holder either."""
+    others: tuple[int, ...] = ()
+    """Further holders the record lists (borg's roster)."""
+    candidates: tuple[int, ...] = ()
+    """The layout names one of these PIDs and cannot say which (lockfile's names)."""
+
+
+@dataclass(frozen=True)
 class Claim:
     """What a lock's files say, read by a format; no judgement, no policy.
 
@@ -124,11 +147,7 @@ class Claim:
     ``existence_is_lock`` is true for layouts where the artefact alone blocks writers (mkdir
     locks, O_EXCL files, symlink locks, pidfiles); false where only a kernel lock counts.
     ``problem`` is set when the record exists but cannot be trusted; the claim's pid is then None.
-    ``executable_hint`` names the executables that can hold this lock (Chromium's profile lock):
-    a live PID running anything else is a reused PID. ``booted_at`` is the boot time the holder
-    recorded (Emacs), ``host_node`` the machine id recorded beside the host name (borg's
-    ``uuid.getnode()``), ``other_pids`` further holders the record lists (borg's roster), and
-    ``break_command`` the command the lock's own program offers to break it when stale.
+    ``break_command`` is the command the lock's own program offers to break it when stale.
     ``max_hold_s`` is the holder's own declared limit (`lockwarden hold --max-hold`), if any.
 
     Mechanisms a format can switch on (classify.py applies them, whatever the format):
@@ -139,9 +158,8 @@ class Claim:
     ``workers``: the processes that work on the lock's directories, and so may hold it.
     ``hidden_locks``: POSIX locks on its files that the kernel reported (F_OFD_GETLK) but
     /proc/locks leaves out, held from outside lockwarden's PID namespace (formats/hidden.py).
-    ``pid_candidates``: the layout names one of these PIDs and cannot say which (lockfile's names).
-    ``started_at_is_process_start``: ``started_at`` is the holder's own start time, so a process
-    that started clearly before it is not the holder either.
+    ``pid_proof``: what the record says beyond its PID that tells its holder from a process
+    that merely has the PID now (PidProof).
     ``never_remove``: why the lock file must never be deleted; no action ever says to.
     ``distrust`` is set when the record parsed but someone other than its writer could have put
     it there (formats/trust.py); its PID must then decide nothing.
@@ -170,18 +188,13 @@ class Claim:
     owner_uid: int | None = None
     remove_path: str | None = None
     stale_hint: str | None = None
-    executable_hint: tuple[str, ...] = ()
-    booted_at: datetime | None = None
-    host_node: int | None = None
-    other_pids: tuple[int, ...] = ()
     break_command: str | None = None
     max_hold_s: float | None = None
     writer_ranges: tuple[ByteRange, ...] = ()
     stale: Staleness = Staleness()
     workers: Workers | None = None
     hidden_locks: tuple[KernelLock, ...] = ()
-    pid_candidates: tuple[int, ...] = ()
-    started_at_is_process_start: bool = False
+    pid_proof: PidProof = PidProof()
     never_remove: str | None = None
     distrust: str | None = None
     missing_directory: str | None = None

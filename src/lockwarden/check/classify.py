@@ -228,7 +228,7 @@ def _existence_verdict(claim: Claim, evidence: Evidence, policy: Policy, now: da
         return _leftover_record_verdict(claim, evidence, policy)
     if claim.stale.proof is StaleProof.NO_WORKER and claim.workers is not None:
         return _worker_verdict(claim, claim.workers, evidence, policy, now)
-    if claim.pid is None and claim.pid_candidates:
+    if claim.pid is None and claim.pid_proof.candidates:
         return _candidates_verdict(claim, evidence, policy)
     if claim.pid is None:
         return _unnamed_verdict(claim, evidence)
@@ -241,14 +241,14 @@ def _recorded_pid_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> V
     foreign = _foreign_namespace_reason(claim, evidence) or _namespace_twin_reason(claim, evidence)
     if foreign:
         return Verdict(State.UNKNOWN, foreign, cause=UnknownCause.OTHER_PID_NAMESPACE)
-    if len(evidence.other_processes) != len(claim.other_pids):
+    if len(evidence.other_processes) != len(claim.pid_proof.others):
         return Verdict(
             State.UNKNOWN,
             "the other holders the record lists were not looked up",
             cause=UnknownCause.AMBIGUOUS,
         )
     recorded = zip(
-        (claim.pid, *claim.other_pids),
+        (claim.pid, *claim.pid_proof.others),
         (evidence.record_process, *evidence.other_processes),
         strict=True,
     )
@@ -301,10 +301,13 @@ def _combine(by_pid: dict[int, Verdict]) -> Verdict:
 def _other_boot_proof(claim: Claim, evidence: Evidence) -> str | None:
     if claim.boot_id and claim.boot_id != evidence.boot_id:
         return f"it was taken in another boot (boot id {claim.boot_id}, now {evidence.boot_id})"
-    if claim.booted_at is not None and abs(claim.booted_at - evidence.booted_at) > BOOT_MARGIN:
+    if (
+        claim.pid_proof.booted_at is not None
+        and abs(claim.pid_proof.booted_at - evidence.booted_at) > BOOT_MARGIN
+    ):
         return (
             f"it was taken in another boot: its holder recorded a boot at "
-            f"{format_time(claim.booted_at)}, this host booted at "
+            f"{format_time(claim.pid_proof.booted_at)}, this host booted at "
             f"{format_time(evidence.booted_at)}"
         )
     return None
@@ -337,10 +340,17 @@ def _unless_workers_remain(claim: Claim, evidence: Evidence, stale: Verdict) -> 
 def _candidates_verdict(claim: Claim, evidence: Evidence, policy: Policy) -> Verdict:
     """A name that reads as several PIDs: held only if exactly one reading is a live holder,
     stale only if every reading is provably not one."""
-    readings = " or ".join(str(pid) for pid in claim.pid_candidates)
+    readings = " or ".join(str(pid) for pid in claim.pid_proof.candidates)
     outcomes = [
-        (pid, _recorded_pid_verdict(replace(claim, pid=pid, pid_candidates=()), seen, policy))
-        for pid in claim.pid_candidates
+        (
+            pid,
+            _recorded_pid_verdict(
+                replace(claim, pid=pid, pid_proof=replace(claim.pid_proof, candidates=())),
+                seen,
+                policy,
+            ),
+        )
+        for pid in claim.pid_proof.candidates
         for seen in [replace(evidence, record_process=evidence.candidate_processes.get(pid))]
     ]
     held = [(pid, verdict) for pid, verdict in outcomes if verdict.state is State.HELD]
@@ -525,15 +535,16 @@ def _foreign_host_reason(claim: Claim, evidence: Evidence, aliases: tuple[str, .
     `NAME@NODE`) must match too, unless the configuration names the whole id as an alias."""
     if not claim.host:
         return None
-    if claim.host_node is not None and f"{claim.host}@{claim.host_node}" in aliases:
+    node = claim.pid_proof.machine_id
+    if node is not None and f"{claim.host}@{node}" in aliases:
         return None
     if not _same_host(claim.host, evidence.hostname, aliases):
         return f"the lock was taken on host {claim.host!r}, not on this host ({evidence.hostname})"
-    if claim.host_node is not None and claim.host_node != evidence.host_node:
+    if node is not None and node != evidence.host_node:
         return (
             f"the lock was taken on a host named {claim.host!r} with machine id "
-            f"{claim.host_node}, but this host's id is {evidence.host_node}: another machine "
-            f'(add "{claim.host}@{claim.host_node}" to host_aliases if it is this one)'
+            f"{node}, but this host's id is {evidence.host_node}: another machine "
+            f'(add "{claim.host}@{node}" to host_aliases if it is this one)'
         )
     return None
 
@@ -559,8 +570,8 @@ def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
 def _reuse_proof(claim: Claim, process: Process) -> str | None:
     """Proof that the PID now names another process: it runs another program than the one that
     takes this lock, or its start ticks (monotonic, counted from boot) differ from the record's."""
-    if claim.executable_hint and not _runs_one_of(process, claim.executable_hint):
-        expected = " or ".join(claim.executable_hint)
+    if claim.pid_proof.executables and not _runs_one_of(process, claim.pid_proof.executables):
+        expected = " or ".join(claim.pid_proof.executables)
         return (
             f"PID {process.pid} runs {_program_of(process)!r}, not {expected}, which is what "
             "takes this lock: the process that took it is gone"
@@ -590,7 +601,7 @@ def _reuse_suspicion(claim: Claim, started_at: datetime) -> str | None:
             f"written ({format_time(written)}): probably another process that reused the PID, "
             "but wall-clock times are no proof; check it before removing the lock"
         )
-    if claim.started_at_is_process_start and -started_after > PID_REUSE_MARGIN:
+    if claim.pid_proof.started_at_is_start and -started_after > PID_REUSE_MARGIN:
         return (
             f"PID {claim.pid} started at {format_time(started_at)}, but the holder its record "
             f"names started at {format_time(written)}: probably another process that reused the "

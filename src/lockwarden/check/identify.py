@@ -106,10 +106,12 @@ def question_for(claim: Claim) -> LockQuestion:
     return LockQuestion(
         keys=claim.keys,
         by_openers=_judged_by_openers(claim),
-        pids=(() if claim.pid is None else (claim.pid,)) + claim.other_pids + claim.pid_candidates,
+        pids=(() if claim.pid is None else (claim.pid,))
+        + claim.pid_proof.others
+        + claim.pid_proof.candidates,
         twin_pid=claim.pid if claim.present and claim.existence_is_lock else None,
         workers=claim.workers if claim.present else None,
-        machine_id=claim.host_node is not None,
+        machine_id=claim.pid_proof.machine_id is not None,
         hidden_locks=claim.hidden_locks,
     )
 
@@ -171,12 +173,12 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         openers=_openers(descriptors, snapshot) if needs_openers and not granted else (),
         record_process=snapshot.process(claim.pid) if claim.pid is not None else None,
         unreadable_pids=snapshot.unreadable_pids if (granted or needs_openers) else 0,
-        other_processes=tuple(snapshot.process(pid) for pid in claim.other_pids),
-        host_node=snapshot.node_id() if claim.host_node is not None else None,
+        other_processes=tuple(snapshot.process(pid) for pid in claim.pid_proof.others),
+        host_node=snapshot.node_id() if claim.pid_proof.machine_id is not None else None,
         readers=tuple(holder for holder in readers if holder.pid not in writer_pids),
         workers=workers,
         unreadable_cwds=unreadable_cwds,
-        candidate_processes={pid: snapshot.process(pid) for pid in claim.pid_candidates},
+        candidate_processes={pid: snapshot.process(pid) for pid in claim.pid_proof.candidates},
         namespace_twins=_namespace_twins(claim, snapshot, granted),
         takers={lock.pid: snapshot.process(lock.pid) for lock in writing if lock.pid > 0},
         unattributed=_unattributed(claim, granted, descriptors, unnamed_waiters, snapshot),

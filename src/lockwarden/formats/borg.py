@@ -19,7 +19,7 @@ from datetime import datetime
 
 from lockwarden.formats.base import STOP_HOLDER, key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.formats.record import RecordProblem, parse_pid
-from lockwarden.model import Claim
+from lockwarden.model import Claim, PidProof
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 NAME = "borg"
@@ -221,9 +221,8 @@ def _with_holders(claim: Claim, holders: list[BorgHolder], host: str, node: int 
     return replace(
         claim,
         pid=first.pid,
-        other_pids=tuple(holder.pid for holder in holders[1:]),
         host=host,
-        host_node=node,
+        pid_proof=PidProof(machine_id=node, others=tuple(holder.pid for holder in holders[1:])),
         role=role,
         note=note,
     )

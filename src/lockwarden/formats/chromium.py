@@ -22,7 +22,7 @@ from lockwarden.formats.symlink_lock import (
     parse_pid,
     read_or_problem,
 )
-from lockwarden.model import Claim
+from lockwarden.model import Claim, PidProof
 from lockwarden.support.safe_read import read_link
 
 NAME = "chromium-profile"
@@ -82,7 +82,7 @@ def _claim(lock_path: str, record: LinkRecord, pid_max: int) -> Claim:
         base,
         pid=pid,
         host=host,
-        executable_hint=CHROMIUM_EXECUTABLES,
+        pid_proof=PidProof(executables=CHROMIUM_EXECUTABLES),
         extra=_companions(directory),
         break_command=_break_command(directory),
     )

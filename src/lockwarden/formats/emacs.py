@@ -22,7 +22,7 @@ from lockwarden.formats.symlink_lock import (
     parse_pid,
     read_or_problem,
 )
-from lockwarden.model import Claim
+from lockwarden.model import Claim, PidProof
 
 NAME = "emacs"
 PREFIX = ".#"
@@ -62,7 +62,7 @@ def _claim(lock_path: str, record: LinkRecord, pid_max: int) -> Claim:
         booted_at = _boot_time(boot)
     except RecordProblem as error:
         return replace(base, problem=f"{lock_path}: {error}", started_at=None)
-    return replace(base, pid=pid, host=host, user=user, booted_at=booted_at)
+    return replace(base, pid=pid, host=host, user=user, pid_proof=PidProof(booted_at=booted_at))
 
 
 def parse_owner(text: str) -> tuple[str, str, str, str | None]:

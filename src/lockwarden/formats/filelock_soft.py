@@ -13,7 +13,7 @@ lockfile 0.12 (`lockfile.LockBase`): `LinkLockFile` hard-links `X.lock` to an em
 `HOST-TID.PIDHASH` beside it (`HOST.PIDHASH` when not threaded; TID is the thread ident's low 32
 bits in hex, HASH is `hash(path)`, possibly negative); `MkdirLockFile` makes the directory
 `X.lock/` holding an empty file `HOST.-TIDPID` (`HOST.PID`). Where hex TID, PID and HASH run
-together the name reads as several PIDs; the claim lists them all (`pid_candidates`).
+together the name reads as several PIDs; the claim lists them all (`PidProof.candidates`).
 `PIDLockFile` writes `pid\\n`, read here too (and by the `pidfile` format).
 """
 
@@ -27,7 +27,7 @@ from datetime import datetime
 
 from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of
 from lockwarden.formats.record import RecordProblem, parse_pid
-from lockwarden.model import Claim, Staleness, StaleProof
+from lockwarden.model import Claim, PidProof, Staleness, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record, scan_directory
 
 NAME = "filelock-soft"
@@ -268,7 +268,7 @@ def _from_owner(base: Claim, owner: Owner | None, missing: str) -> Claim:
         pid_namespace=owner.pid_namespace,
         boot_id=owner.boot_id,
         start_ticks=owner.start_ticks,
-        pid_candidates=owner.candidates,
+        pid_proof=PidProof(candidates=owner.candidates),
         started_at=owner.started_at,
         note=f"layout: {owner.layout}",
     )

@@ -28,7 +28,7 @@ from lockwarden.formats.symlink_lock import (
     parse_pid,
     read_or_problem,
 )
-from lockwarden.model import Claim
+from lockwarden.model import Claim, PidProof
 
 NAME = "firefox-profile"
 LOCK_NAME = "lock"
@@ -114,7 +114,7 @@ def _claim(
         keys=(*parent_keys, *base.keys),
         pid=pid,
         host=os.uname().nodename if local else address,
-        executable_hint=FIREFOX_EXECUTABLES,
+        pid_proof=PidProof(executables=FIREFOX_EXECUTABLES),
         remove_path=lock_path,
         break_command=f"rm -f -- {shlex.quote(lock_path)}",
         extra={"address": address},

@@ -24,7 +24,7 @@ from lockwarden.formats.base import (
     mtime_of,
 )
 from lockwarden.formats.record import RecordProblem, parse_pid, parse_timestamp
-from lockwarden.model import Claim, Workers
+from lockwarden.model import Claim, PidProof, Workers
 from lockwarden.support.safe_read import UnsafeRecord, read_record
 
 NAME = "postgres"
@@ -67,7 +67,7 @@ class PostgresPidFile:
             present=True,
             existence_is_lock=True,
             workers=Workers((data_directory,), ("postgres", "postmaster")),
-            started_at_is_process_start=True,
+            pid_proof=PidProof(started_at_is_start=True),
             record_path=path,
             remove_path=path,
         )

@@ -17,6 +17,7 @@ from lockwarden.model import (
     Finding,
     Holder,
     KernelLock,
+    PidProof,
     Process,
     Staleness,
     StaleProof,
@@ -176,7 +177,9 @@ def test_a_worker_that_started_after_the_lock_was_written_did_not_take_it():
 
 
 def test_candidate_pids_held_only_by_the_one_that_runs():
-    claim = existence(pid_candidates=(100, 1000, 10000), started_at=NOW - timedelta(hours=1))
+    claim = existence(
+        pid_proof=PidProof(candidates=(100, 1000, 10000)), started_at=NOW - timedelta(hours=1)
+    )
     running = {100: None, 1000: process(1000, NOW - timedelta(hours=2)), 10000: None}
     finding = judged(claim, evidence(candidate_processes=running))
     assert finding.state is State.HELD
@@ -187,7 +190,9 @@ def test_candidate_pids_held_only_by_the_one_that_runs():
 
 
 def test_candidate_pids_all_gone_is_stale():
-    claim = existence(pid_candidates=(100, 1000), started_at=NOW - timedelta(hours=1))
+    claim = existence(
+        pid_proof=PidProof(candidates=(100, 1000)), started_at=NOW - timedelta(hours=1)
+    )
     state, text = judge(claim, evidence(candidate_processes={100: None, 1000: None}))
     assert state is State.STALE and "100" in text and "1000" in text
 
@@ -195,7 +200,9 @@ def test_candidate_pids_all_gone_is_stale():
 def test_candidate_pid_younger_than_the_record_is_unknown_not_stale():
     """One reading is gone, the other runs but started after the lock was made: by wall-clock
     times only, so no proof either way."""
-    claim = existence(pid_candidates=(100, 1000), started_at=NOW - timedelta(hours=1))
+    claim = existence(
+        pid_proof=PidProof(candidates=(100, 1000)), started_at=NOW - timedelta(hours=1)
+    )
     running = {100: None, 1000: process(1000, NOW - timedelta(minutes=1))}  # started after
     finding = judged(claim, evidence(candidate_processes=running))
     assert finding.state is State.UNKNOWN
@@ -203,7 +210,9 @@ def test_candidate_pid_younger_than_the_record_is_unknown_not_stale():
 
 
 def test_candidate_pids_two_running_is_unknown():
-    claim = existence(pid_candidates=(100, 1000), started_at=NOW - timedelta(hours=1))
+    claim = existence(
+        pid_proof=PidProof(candidates=(100, 1000)), started_at=NOW - timedelta(hours=1)
+    )
     old = NOW - timedelta(hours=2)
     running = {100: process(100, old), 1000: process(1000, old)}
     assert judge(claim, evidence(candidate_processes=running))[0] is State.UNKNOWN
@@ -220,7 +229,9 @@ def test_candidate_pids_two_running_is_unknown():
     ],
 )
 def test_recorded_process_start_is_checked_both_ways(process_started, state):
-    claim = existence(pid=50, started_at=NOW - timedelta(hours=1), started_at_is_process_start=True)
+    claim = existence(
+        pid=50, started_at=NOW - timedelta(hours=1), pid_proof=PidProof(started_at_is_start=True)
+    )
     seen = evidence(record_process=process(50, process_started))
     assert judge(claim, seen)[0] is state
 

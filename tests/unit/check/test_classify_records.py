@@ -11,7 +11,7 @@ import pytest
 from factories import make_evidence, make_process
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import Evidence
-from lockwarden.model import Claim, Process, State
+from lockwarden.model import Claim, PidProof, Process, State
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BOOTED = NOW - timedelta(days=1)
@@ -58,8 +58,8 @@ CLAIM = Claim(
         ((), "sleep", State.HELD),
     ],
 )
-def test_executable_hint_tells_a_reused_pid(hint: tuple[str, ...], name: str, state: State) -> None:
-    claim = replace(CLAIM, executable_hint=hint)
+def test_recorded_executables_tell_a_reused_pid(hint: tuple[str, ...], name: str, state: State) -> None:
+    claim = replace(CLAIM, pid_proof=PidProof(executables=hint))
     assert classify("l", claim, evidence(process(10, name)), POLICY, NOW).state is state
 
 
@@ -74,12 +74,12 @@ def test_executable_hint_tells_a_reused_pid(hint: tuple[str, ...], name: str, st
 def test_recorded_boot_time_proves_another_boot_only_beyond_a_clock_step(
     recorded_boot: datetime, state: State
 ) -> None:
-    claim = replace(CLAIM, booted_at=recorded_boot)
+    claim = replace(CLAIM, pid_proof=PidProof(booted_at=recorded_boot))
     assert classify("l", claim, evidence(process(10)), POLICY, NOW).state is state
 
 
 def test_another_hosts_boot_time_proves_nothing() -> None:
-    claim = replace(CLAIM, host="laptop", booted_at=BOOTED - timedelta(days=9))
+    claim = replace(CLAIM, host="laptop", pid_proof=PidProof(booted_at=BOOTED - timedelta(days=9)))
     assert classify("l", claim, evidence(None), POLICY, NOW).state is State.UNKNOWN
 
 
@@ -90,7 +90,7 @@ def test_another_hosts_boot_time_proves_nothing() -> None:
 def test_machine_id_beside_the_host_name_must_match(
     node: int, aliases: tuple[str, ...], state: State
 ) -> None:
-    claim = replace(CLAIM, host_node=node)
+    claim = replace(CLAIM, pid_proof=PidProof(machine_id=node))
     policy = replace(POLICY, host_aliases=aliases)
     assert classify("l", claim, evidence(process(10)), policy, NOW).state is state
 
@@ -106,7 +106,7 @@ def test_machine_id_beside_the_host_name_must_match(
 def test_several_recorded_holders_are_stale_only_when_all_are_gone(
     others: tuple[Process | None, ...], state: State
 ) -> None:
-    claim = replace(CLAIM, owner_uid=1000, other_pids=(11, 12))
+    claim = replace(CLAIM, owner_uid=1000, pid_proof=PidProof(others=(11, 12)))
     finding = classify("l", claim, evidence(None, *others), POLICY, NOW)
     assert finding.state is state
     if state is State.HELD:

@@ -20,7 +20,7 @@ from lockwarden.check.identify import (
     question_for,
     request_for,
 )
-from lockwarden.model import ByteRange, Claim, Workers
+from lockwarden.model import ByteRange, Claim, PidProof, Workers
 from lockwarden.procfs.reader import HostReader, wall_clock
 
 FLOCK_WAITER = """
@@ -40,7 +40,7 @@ time.sleep(120)
 
 
 def test_a_record_naming_a_pid_asks_for_that_process_and_its_namespace_twins() -> None:
-    question = question_for(make_claim(other_pids=(4300,), pid_candidates=(4301,)))
+    question = question_for(make_claim(pid_proof=PidProof(others=(4300,), candidates=(4301,))))
     assert question.keys == (KEY,)
     assert question.pids == (4242, 4300, 4301)
     assert (question.twin_pid, question.by_openers) == (4242, False)
@@ -74,7 +74,7 @@ def test_work_directories_are_asked_for_only_while_the_lock_is_present() -> None
 
 
 def test_a_recorded_machine_id_asks_for_this_ones() -> None:
-    assert question_for(make_claim(host_node=0x0242AC110002)).machine_id
+    assert question_for(make_claim(pid_proof=PidProof(machine_id=0x0242AC110002))).machine_id
 
 
 def test_a_request_carries_one_question_per_claim_and_removals_extras() -> None:
