@@ -187,7 +187,6 @@ class Claim:
     record_path: str | None = None
     owner_uid: int | None = None
     remove_path: str | None = None
-    stale_hint: str | None = None
     break_command: str | None = None
     max_hold_s: float | None = None
     writer_ranges: tuple[ByteRange, ...] = ()

@@ -504,10 +504,10 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
             "stepped wall clock can make a lock look older than it is, so check it by hand",
             cause=UnknownCause.UNPROVEN,
         )
-    hint = f"; {claim.stale_hint}" if claim.stale_hint else ""
+    hint = ""
     cause = UnknownCause.UNPROVEN
     if claim.stale.proof is StaleProof.NO_OPENER and blind:
-        hint = f"; {blind}{hint}"
+        hint = f"; {blind}"
         cause = _blind_cause(evidence.unreadable_pids)
     return Verdict(
         State.UNKNOWN,
