@@ -956,10 +956,10 @@ def _configured_database_locks(path: str | None) -> list[config_module.LockConfi
 
 
 def _given_databases(arguments: argparse.Namespace) -> list[config_module.LockConfig]:
-    """--database CONNECTION: every lock wait of that PostgreSQL database (databases/observe
+    """--database CONNECTION: every lock wait of that PostgreSQL database (check/observation
     WAITS), judged with the budgets given."""
+    from lockwarden.check.observation import WAITS
     from lockwarden.config.schema import check_connection
-    from lockwarden.databases.observe import WAITS
 
     warn_after, critical_after = _budgets(arguments)
     locks = []

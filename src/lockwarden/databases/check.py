@@ -5,7 +5,7 @@ read, under its deadline. Which processes are worth reading here (a session's cl
 the Liquibase processes) is known only from its answer, so the answer says what the run's one
 capture must read as well (`host_question`: procfs/sockets.py reads the sockets, their owners
 and what runs below them, and command lines under the capture's deadline). Judging
-(judge.py) then looks them up in the frozen snapshot: nothing here reads the host.
+(check/database.py) then looks them up in the frozen snapshot: nothing here reads the host.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockwarden.check.classify import Policy
-from lockwarden.check.identify import holder_from_process
-from lockwarden.config import DatabaseWatch, LockConfig
-from lockwarden.databases.judge import (
+from lockwarden.check.database import (
     LiquibaseHost,
     judge_holds,
     judge_liquibase,
     names_this_host,
 )
-from lockwarden.databases.observe import WAITS, Backend, Client, Observation, Tree
+from lockwarden.check.identify import holder_from_process
+from lockwarden.check.observation import WAITS, Backend, Client, Observation, Tree
+from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.peers import client_question, find_clients
 from lockwarden.databases.session import answer_deadline_s, unanswered
 from lockwarden.model import Finding, Holder, InodeKey

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from lockwarden.check.observation import Backend, Hold, Observation
 from lockwarden.config import DatabaseWatch
 from lockwarden.databases.keys import MYSQL_TOOLS, mysql_lock_names
-from lockwarden.databases.observe import Backend, Hold, Observation
 from lockwarden.databases.session import (
     APPLICATION_NAME,
     CheckProblem,

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 
 from lockwarden.check.identify import holder_from_process
-from lockwarden.databases.observe import Backend, Client
+from lockwarden.check.observation import Backend, Client
 from lockwarden.model import Process
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.procfs.sockets import Endpoint, SessionEnds

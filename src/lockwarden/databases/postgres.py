@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from lockwarden.check.observation import WAITS, Backend, Hold, LiquibaseRow, Observation
 from lockwarden.config import DatabaseWatch
 from lockwarden.databases.keys import (
     ComputedKeys,
@@ -22,7 +23,6 @@ from lockwarden.databases.keys import (
     matches,
     tool_of,
 )
-from lockwarden.databases.observe import WAITS, Backend, Hold, LiquibaseRow, Observation
 from lockwarden.databases.session import (
     APPLICATION_NAME,
     CheckProblem,

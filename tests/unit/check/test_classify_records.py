@@ -58,7 +58,9 @@ CLAIM = Claim(
         ((), "sleep", State.HELD),
     ],
 )
-def test_recorded_executables_tell_a_reused_pid(hint: tuple[str, ...], name: str, state: State) -> None:
+def test_recorded_executables_tell_a_reused_pid(
+    hint: tuple[str, ...], name: str, state: State
+) -> None:
     claim = replace(CLAIM, pid_proof=PidProof(executables=hint))
     assert classify("l", claim, evidence(process(10, name)), POLICY, NOW).state is state
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from factories import NOW, make_process, make_snapshot
 from lockwarden.check.classify import Policy
+from lockwarden.check.observation import Backend, Hold, LiquibaseRow, Observation
 from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.check import LIQUIBASE_COMMAND, ServerClaim, host_question
-from lockwarden.databases.observe import Backend, Hold, LiquibaseRow, Observation
 from lockwarden.model import Bound, State, UnknownCause
 from lockwarden.procfs.sockets import ClientQuestion
 

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import Children
 from factories import NOW, make_process, make_snapshot
-from lockwarden.databases.observe import Backend
+from lockwarden.check.observation import Backend
 from lockwarden.databases.peers import Client, client_question, find_clients
 from lockwarden.procfs.reader import HostReader, Request, wall_clock
 from lockwarden.procfs.snapshot import NotCaptured

@@ -1,4 +1,4 @@
-"""databases/observe.py: how a server session is named in a report and an alert: its user,
+"""check/observation.py: how a server session is named in a report and an alert: its user,
 application, client (an address, the server's unix socket, or nothing known), an idle
 transaction shouted, and its query on one cut line."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockwarden.databases.observe import IDLE_IN_TRANSACTION, QUERY_LIMIT, Backend
+from lockwarden.check.observation import IDLE_IN_TRANSACTION, QUERY_LIMIT, Backend
 
 
 @pytest.mark.parametrize(

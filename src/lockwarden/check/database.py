@@ -1,4 +1,5 @@
-"""Observation + clients + policy + now -> Finding. Pure: no server, no /proc, no clock.
+"""Observation + clients + policy + now -> Finding, for a database lock: judged here in check,
+as a file lock is. Pure: no server, no /proc, no clock.
 
 States as for every lock: `free`, `held` within budget, `held_too_long`, `stale` (only for
 Liquibase's row, and only with proof), `unknown` with the reason. The action stops the client
@@ -15,7 +16,7 @@ from datetime import datetime
 
 from lockwarden.check.advice import SQL_ADVICE, advise_holder, needs_action
 from lockwarden.check.classify import Policy, budget_words, grade, projected
-from lockwarden.databases.observe import Backend, Client, Hold, LiquibaseRow, Observation, Tree
+from lockwarden.check.observation import Backend, Client, Hold, LiquibaseRow, Observation, Tree
 from lockwarden.model import (
     NOT_HELD,
     Bound,
