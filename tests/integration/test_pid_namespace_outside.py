@@ -16,6 +16,7 @@ Not covered, because it is not seen (docs/design.md): a flock(2) held from outsi
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -60,14 +61,22 @@ EXPECTED = {
 KERNEL_CASES = ("free", "posix_write", "posix_read", "posix_range", "ofd")
 
 
-def locked_inodes() -> set[int]:
-    """The inodes /proc/locks lists here (this test's namespace: its own holders are seen)."""
+def locked_inodes() -> set[tuple[int, int, int]]:
+    """(major, minor, inode) of every file /proc/locks lists here (this test's namespace: its
+    own holders are seen)."""
     found = set()
     for line in Path("/proc/locks").read_text().splitlines():
         fields = line.split()
         if len(fields) > 5 and fields[1] != "->":
-            found.add(int(fields[5].rsplit(":", 1)[1]))
+            major, minor, inode = fields[5].split(":")
+            found.add((int(major, 16), int(minor, 16), int(inode)))
     return found
+
+
+def locked(path: Path) -> bool:
+    status = path.stat()
+    device = (os.major(status.st_dev), os.minor(status.st_dev), status.st_ino)
+    return device in locked_inodes()
 
 
 def hold_sqlite(children: Children, database: Path, case: str) -> None:
@@ -93,9 +102,9 @@ def hold_sqlite(children: Children, database: Path, case: str) -> None:
     )
     shell.stdin.flush()
     watched = Path(f"{database}-shm") if wal else database
-    assert wait_until(
-        lambda: watched.exists() and watched.stat().st_ino in locked_inodes(), timeout=20
-    ), f"sqlite3 did not lock {watched}"
+    assert wait_until(lambda: watched.exists() and locked(watched), timeout=20), (
+        f"sqlite3 did not lock {watched}"
+    )
 
 
 def arrange(children: Children, directory: Path, seed: int) -> tuple[str, dict[str, str]]:
@@ -227,3 +236,119 @@ def test_only_a_lock_whose_owner_is_outside_is_reported_left_out(
             }
         ],
     }, errors
+
+
+BEHIND_A_READER = """
+import fcntl, json, os, subprocess, sys, time
+lock, go, config = sys.argv[1], sys.argv[2], sys.argv[3]
+reader = subprocess.Popen([sys.executable, "-c", sys.argv[4], lock, "posix_read_first"],
+                          stdout=subprocess.PIPE, text=True)
+assert reader.stdout.readline().strip() == "ready"
+print("inside ready", flush=True)
+for _ in range(1000):  # the test takes the outside WRITE lock, then says go
+    if os.path.exists(go):
+        break
+    time.sleep(0.01)
+run = subprocess.run([sys.executable, "-m", "lockwarden", "--once", "--config", config, "--json"],
+                     capture_output=True, text=True, timeout=60)
+print(json.dumps({"reader": reader.pid, "report": json.loads(run.stdout)}), flush=True)
+"""
+
+READER_THEN_WRITER = """
+import fcntl, sys, time
+handle = open(sys.argv[1], "r+")
+if sys.argv[2] == "posix_read_first":
+    fcntl.lockf(handle, fcntl.LOCK_SH, 1, 0)  # byte 0, first in the file's lock list
+else:
+    fcntl.lockf(handle, fcntl.LOCK_EX, 1, 100)  # byte 100, behind it
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_writer_outside_behind_a_reader_inside_is_found_and_never_ok(
+    tmp_path: Path, children: Children
+) -> None:
+    """The kernel answers F_OFD_GETLK with the first lock in the way: here a reader inside the
+    namespace, which /proc/locks lists there. The range beside it is asked again, so the
+    writer outside is found; a young reader here neither times nor frees the lock, so the
+    lock is `unknown`, not held within budget."""
+    lock, go = tmp_path / "store.lock", tmp_path / "go"
+    lock.write_bytes(b"\0" * 4096)
+    (tmp_path / "state").mkdir(mode=0o700)
+    config = tmp_path / "lockwarden.toml"
+    config.write_text(
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n[host]\n'
+        f'blocked_writers = false\n\n[[lock]]\nname = "store"\npath = "{lock}"\n'
+        'format = "kernel"\n'
+    )
+    config.chmod(0o600)
+    inside = children.start(
+        [
+            *pid_namespace_command(),
+            sys.executable,
+            "-c",
+            BEHIND_A_READER,
+            str(lock),
+            str(go),
+            str(config),
+            READER_THEN_WRITER,
+        ],
+        ready="inside ready",
+        env=cli_env(),
+    )
+    children.python(READER_THEN_WRITER, str(lock), "posix_write_behind")
+    go.touch()
+    try:
+        output, errors = inside.communicate(timeout=120)
+    finally:
+        inside.kill()
+    seen = json.loads(output.strip().splitlines()[-1]) if output.strip() else errors
+    [finding] = seen["report"]["locks"]
+    assert (finding["state"], finding["unknown_cause"]) == ("unknown", OUTSIDE), finding
+    assert finding["action"] is None or "kill" not in json.dumps(finding["action"]), finding
+    assert f"PID {seen['reader']}" in finding["reason"], finding["reason"]
+
+
+FIFO_WRITER = """
+import os, sys
+descriptor = os.open(sys.argv[1], os.O_WRONLY)  # blocks until some process opens it to read
+print("woken", flush=True)
+"""
+
+
+def test_a_symlink_to_a_fifo_where_a_state_file_should_be_wakes_no_writer(
+    tmp_path: Path, children: Children
+) -> None:
+    """terraform's state file read from inside a namespace: a symlink to a FIFO is never
+    opened for reading (which would wake a writer blocked opening it), only looked at."""
+    fifo, state = tmp_path / "fifo", tmp_path / "terraform.tfstate"
+    os.mkfifo(fifo)
+    os.symlink(fifo, state)
+    writer = children.start([sys.executable, "-c", FIFO_WRITER, str(fifo)])
+    (tmp_path / "state").mkdir(mode=0o700)
+    config = tmp_path / "lockwarden.toml"
+    config.write_text(
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n[[lock]]\n'
+        f'name = "tf"\npath = "{tmp_path}"\nformat = "terraform"\n'
+    )
+    config.chmod(0o600)
+    inside = children.start(
+        [
+            *pid_namespace_command(),
+            sys.executable,
+            "-m",
+            "lockwarden",
+            "--once",
+            "--config",
+            str(config),
+            "--json",
+        ],
+        env=cli_env(),
+    )
+    try:
+        output, errors = inside.communicate(timeout=60)
+    finally:
+        inside.kill()
+    assert json.loads(output)["locks"][0]["name"] == "tf", errors
+    assert writer.poll() is None, "the FIFO's writer was woken: something opened it to read"

@@ -231,7 +231,7 @@ def test_the_writer_does_notice_a_party_that_takes_the_lock(
 # F_OFD_GETLK is not among them: it asks which lock would conflict and takes none. lockwarden
 # asks it (read-only descriptor, no lock of its own) only inside a PID namespace of its own,
 # where /proc/locks leaves out locks held from outside (formats/hidden.py).
-LOCK_COMMANDS = re.compile(r"F_SETLKW?|F_GETLK\b|F_OFD_SETLKW?|F_SETLK64|F_SETLKW64")
+LOCK_COMMANDS = re.compile(r"F_SETLKW?|F_GETLK(?:64)?\b|F_OFD_SETLKW?|F_SETLK64|F_SETLKW64")
 WRITE_FLAGS = re.compile(r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND")
 
 

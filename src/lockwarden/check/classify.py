@@ -139,26 +139,36 @@ def _blind_past_budget(
     policy: Policy,
 ) -> Verdict | None:
     """A kernel lock whose holder cannot be read for want of a right (or from inside a
-    container) is never OK when it may be past its budget: `unknown`, naming the right."""
-    if state is not State.HELD or verdict.holder is not None or not evidence.kernel_locked:
+    container) is never OK when it may be past its budget: `unknown`, naming the right. One
+    held from outside lockwarden's PID namespace is `unknown` however young a holder here is:
+    nothing here times the hold from outside, and stopping a holder here would not free it."""
+    if state is not State.HELD or not evidence.kernel_locked:
         return None
-    outside = evidence.unattributed is not None and evidence.unattributed.outside
-    if not (evidence.unreadable_pids or evidence.nested_pid_namespace or outside):
-        return None
-    if bound is Bound.AT_MOST and held_for is not None and held_for < policy.warn_after:
-        return None
+    unnamed = evidence.unattributed
+    outside = unnamed is not None and unnamed.outside and unnamed.holders > 0
+    if not outside:
+        if verdict.holder is not None:
+            return None
+        if not (evidence.unreadable_pids or evidence.nested_pid_namespace):
+            return None
+        if bound is Bound.AT_MOST and held_for is not None and held_for < policy.warn_after:
+            return None
     how_long = (
         f"held for {bound.words}{format_duration(held_for)}"
-        if held_for is not None
+        if held_for is not None and verdict.holder is None
         else "held for an unknown time"
     )
-    why = evidence.unattributed.why if evidence.unattributed else verdict.reason
+    why = unnamed.why if unnamed else verdict.reason
+    here = [party.describe() for party in (verdict.holder, *verdict.sharers) if party is not None]
+    also = f" (also held here by {', '.join(here)})" if here else ""
     return Verdict(
         State.UNKNOWN,
         f"{how_long}, maybe past its {format_duration(policy.warn_after)} budget, by a holder "
-        f"lockwarden cannot name: {why}",
+        f"lockwarden cannot name: {why}{also}",
         readers=verdict.readers,
-        cause=_blind_cause(evidence.unreadable_pids),
+        cause=UnknownCause.OTHER_PID_NAMESPACE
+        if outside
+        else _blind_cause(evidence.unreadable_pids),
     )
 
 

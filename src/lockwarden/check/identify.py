@@ -219,6 +219,11 @@ def _why_unattributed(
 ) -> tuple[str, bool]:
     """The one true reason, and whether it is (or may be) a holder outside lockwarden's PID
     namespace, whose hold lockwarden cannot time."""
+    # Only F_OFD_GETLK's answer (formats/hidden.py) gives a lock no descriptor carries PID 0:
+    # its owner has no PID in this namespace (fdinfo's PID-0 locks are carried), whatever else
+    # could not be read.
+    if any(lock.pid == 0 for lock in unnamed):
+        return OUTSIDE, True
     hidden = snapshot.unreadable_pids
     if hidden:
         unless = "" if snapshot.nested_pid_namespace else f"; if none of them holds it, {IN_FLIGHT}"
@@ -238,10 +243,6 @@ def _why_unattributed(
             "fcntl(F_OFD_SETLKW) call its thread is blocked in, and it may have just been "
             "granted or given up"
         ), False
-    # Only F_OFD_GETLK's answer (formats/hidden.py) gives a lock no descriptor carries PID 0:
-    # its owner has no PID in this namespace. (fdinfo's PID-0 locks are carried.)
-    if any(lock.pid == 0 for lock in unnamed):
-        return OUTSIDE, True
     mapped = sorted({pid for key in claim.keys for pid in snapshot.mapping_pids(key)})
     if mapped:
         pids = ", ".join(str(pid) for pid in mapped[:5])

@@ -1,0 +1,65 @@
+"""support/namespaces.py: which PID namespace this process runs in, and whose /proc it reads,
+told from a /proc tree laid out in a temporary directory as the kernel lays out its own (the
+namespace link is a symlink whose target is `pid:[INODE]`; `NSpid:` lists one PID per level
+from the /proc's namespace down)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lockwarden.support.namespaces import (
+    PROC_PID_INIT_INO,
+    namespace_id,
+    proc_is_own_nested_namespace,
+    proc_locks_may_omit,
+)
+
+NESTED = 4026532175
+
+
+def fake_proc(root: Path, namespace: int | None, nspid: str | None) -> str:
+    (root / "self" / "ns").mkdir(parents=True)
+    if namespace is not None:
+        os.symlink(f"pid:[{namespace}]", root / "self" / "ns" / "pid")
+    status = "Name:\tpython3\n" + (f"NSpid:\t{nspid}\n" if nspid is not None else "")
+    (root / "self" / "status").write_text(status)
+    return str(root)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "nspid", "may_omit", "own_nested"),
+    [
+        (PROC_PID_INIT_INO, "4242", False, False),  # the host's namespace
+        (NESTED, "7", True, True),  # a container with a /proc of its own
+        (NESTED, "4242\t7", True, False),  # entered a namespace, reads the host's /proc
+        (None, "7", True, True),  # the link unreadable: not proven the host's
+        (NESTED, None, True, False),  # no NSpid line (a kernel before 4.1): not asked
+    ],
+)
+def test_the_namespace_and_the_proc_it_reads(
+    tmp_path: Path, namespace: int | None, nspid: str | None, may_omit: bool, own_nested: bool
+) -> None:
+    proc = fake_proc(tmp_path, namespace, nspid)
+    assert proc_locks_may_omit(proc) is may_omit
+    assert proc_is_own_nested_namespace.__wrapped__(proc) is own_nested
+
+
+def test_a_namespace_link_is_read_as_its_inode_number(tmp_path: Path) -> None:
+    os.symlink("pid:[4026531836]", tmp_path / "pid")
+    os.symlink("garbage", tmp_path / "odd")
+    assert namespace_id(str(tmp_path / "pid")) == PROC_PID_INIT_INO
+    assert namespace_id(str(tmp_path / "odd")) is None
+    assert namespace_id(str(tmp_path / "absent")) is None
+
+
+def test_this_process_is_read_from_the_real_proc() -> None:
+    """The real /proc agrees with itself: a process whose /proc is its own namespace's is in a
+    namespace /proc/locks may leave locks out of."""
+    if proc_is_own_nested_namespace.__wrapped__("/proc"):
+        assert proc_locks_may_omit("/proc")
+    own = namespace_id("/proc/self/ns/pid")
+    assert own is not None
+    assert proc_locks_may_omit("/proc") is (own != PROC_PID_INIT_INO)
