@@ -26,6 +26,7 @@ from lockwarden.model import Claim, PidProof
 
 NAME = "emacs"
 PREFIX = ".#"
+MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT: what a PID can be on any host
 
 
 class EmacsLock:
@@ -37,8 +38,24 @@ class EmacsLock:
     never_removed = None
 
     def detect(self, path: str, status: os.stat_result) -> bool:
-        named = os.path.basename(path).startswith(PREFIX)
-        return named and (stat.S_ISLNK(status.st_mode) or stat.S_ISREG(status.st_mode))
+        """A `.#NAME` symlink; a regular file only when it holds Emacs's text (other programs
+        name lock files `.#NAME` too: systemd-nspawn's image locks, `.#root.lck`)."""
+        if not os.path.basename(path).startswith(PREFIX):
+            return False
+        if stat.S_ISLNK(status.st_mode):
+            return True
+        if not stat.S_ISREG(status.st_mode):
+            return False
+        found = read_or_problem(NAME, path)
+        if not isinstance(found, LinkRecord):
+            return False
+        try:
+            _user, _host, pid_text, boot = parse_owner(found.text)
+            parse_pid(pid_text, MAX_PID)
+            _boot_time(boot)
+        except RecordProblem:
+            return False
+        return True
 
     def read(self, path: str, pid_max: int) -> Claim:
         lock_path = lock_path_for(path)

@@ -96,3 +96,21 @@ def test_another_host_is_unknown(tmp_path: Path) -> None:
 
     assert finding.state is State.UNKNOWN
     assert finding.unknown_cause is UnknownCause.OTHER_HOST
+
+
+def test_only_a_regular_file_with_emacs_text_is_taken_for_an_emacs_lock(tmp_path: Path) -> None:
+    """systemd-nspawn names its image locks `.#root.lck` too (an empty file it holds with an OFD
+    lock): discover and `auto` once called it an Emacs lock. Emacs's own regular-file lock
+    (where symlinks are unsupported) holds its USER@HOST.PID[:BOOT] text."""
+    from lockwarden.formats.emacs import EmacsLock
+
+    image_lock, fallback, link = tmp_path / ".#root.lck", tmp_path / ".#notes", tmp_path / ".#a"
+    image_lock.write_text("")
+    fallback.write_text("me@host.1234:1700000000")
+    os.symlink("me@host.99", link)
+    detect = EmacsLock().detect
+    assert [detect(str(path), os.lstat(path)) for path in (image_lock, fallback, link)] == [
+        False,
+        True,
+        True,
+    ]
