@@ -9,8 +9,12 @@
 # The namespace has its own mounts too (unshare --mount-proc), and as root it gets an empty
 # /var/lib/lockwarden of its own: a test whose config names no [state] writes the default
 # journal there, never the host's nor the one a run beside it is writing.
+# Every process the tests' locks are held by runs inside it, so it says so to the lockwarden
+# runs under test (LOCKWARDEN_PID_NAMESPACE=complete: a PID's absence here is proof, as on the
+# host). The tests of a container that does not hold every holder unset it.
 # Usage: scripts/in-pid-namespace.sh COMMAND [ARGUMENT...]
 set -euo pipefail
+export LOCKWARDEN_PID_NAMESPACE=complete
 exec unshare --fork --pid --mount-proc --kill-child \
     bash -c 'set -e
         if [ "$(id -u)" = 0 ]; then

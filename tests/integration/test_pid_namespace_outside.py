@@ -20,6 +20,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,17 @@ import pytest
 from conftest import Children, cli_env, pid_namespace_command, require_tool, wait_until
 
 SEEDS = range(6)
+
+
+def container_env() -> dict[str, str]:
+    """What lockwarden runs with inside these namespaces: a container that does not hold every
+    holder, so no declaration that it does (scripts/in-pid-namespace.sh makes one for the
+    test parts, whose holders are all inside)."""
+    env = cli_env()
+    env.pop("LOCKWARDEN_PID_NAMESPACE", None)
+    return env
+
+
 LOCKS_PER_SEED = 6
 OUTSIDE = "other_pid_namespace"
 
@@ -153,7 +165,7 @@ def test_a_posix_lock_held_from_outside_the_namespace_is_never_read_free(
             config,
             "--json",
         ],
-        env=cli_env(),
+        env=container_env(),
     )
     try:
         output, errors = inside.communicate(timeout=120)
@@ -213,7 +225,7 @@ def test_only_a_lock_whose_owner_is_outside_is_reported_left_out(
             str(outside),
             POSIX_HOLDER,
         ],
-        env=cli_env(),
+        env=container_env(),
     )
     try:
         output, errors = process.communicate(timeout=60)
@@ -295,7 +307,7 @@ def test_a_writer_outside_behind_a_reader_inside_is_found_and_never_ok(
             READER_THEN_WRITER,
         ],
         ready="inside ready",
-        env=cli_env(),
+        env=container_env(),
     )
     children.python(READER_THEN_WRITER, str(lock), "posix_write_behind")
     go.touch()
@@ -344,7 +356,7 @@ def test_a_symlink_to_a_fifo_where_a_state_file_should_be_wakes_no_writer(
             str(config),
             "--json",
         ],
-        env=cli_env(),
+        env=container_env(),
     )
     try:
         output, errors = inside.communicate(timeout=60)
@@ -352,3 +364,65 @@ def test_a_symlink_to_a_fifo_where_a_state_file_should_be_wakes_no_writer(
         inside.kill()
     assert json.loads(output)["locks"][0]["name"] == "tf", errors
     assert writer.poll() is None, "the FIFO's writer was woken: something opened it to read"
+
+
+SLEEPER = """
+import time
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_pidfile_naming_a_process_of_another_namespace_is_never_stale_there(
+    tmp_path: Path, children: Children, declared: bool
+) -> None:
+    """A pidfile names a live process outside lockwarden's namespace: there its PID is not
+    running, which proves nothing, so the lock is `unknown` and `remove_stale` removes nothing
+    (a new user's trial once saw it removed). Where the operator says the namespace holds every
+    holder (LOCKWARDEN_PID_NAMESPACE=complete), the absence is taken as proof, as on the host."""
+    holder = children.python(SLEEPER)
+    pidfile = tmp_path / "daemon.pid"
+    pidfile.write_text(f"{holder.pid}\n")
+    (tmp_path / "state").mkdir(mode=0o700)
+    config = tmp_path / "lockwarden.toml"
+    config.write_text(
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n[[lock]]\nname = "daemon"\n'
+        f'path = "{pidfile}"\nformat = "pidfile"\nremove_stale = true\nstale_confirm = "1s"\n'
+    )
+    config.chmod(0o600)
+    env = container_env()
+    if declared:
+        env["LOCKWARDEN_PID_NAMESPACE"] = "complete"
+    findings = []
+    for _ in range(2):  # a removal takes two sightings, stale_confirm apart
+        inside = children.start(
+            [
+                *pid_namespace_command(),
+                sys.executable,
+                "-m",
+                "lockwarden",
+                "--once",
+                "--config",
+                str(config),
+                "--json",
+            ],
+            env=env,
+        )
+        try:
+            output, errors = inside.communicate(timeout=60)
+        finally:
+            inside.kill()
+        assert output.strip(), errors
+        [finding] = json.loads(output)["locks"]
+        findings.append(finding)
+        time.sleep(1.2)
+    if declared:  # the PID is not running in a namespace said to hold every holder
+        assert findings[0]["state"] == "stale", findings[0]
+    else:
+        assert [(f["state"], f["unknown_cause"]) for f in findings] == [
+            ("unknown", OUTSIDE),
+            ("unknown", OUTSIDE),
+        ], findings
+        assert pidfile.exists(), "a live process's pidfile was removed"
+    assert holder.poll() is None

@@ -26,7 +26,6 @@ from lockwarden.model import (
 )
 from lockwarden.procfs.reader import LockQuestion, Request, uncarried, unmatched_locks
 from lockwarden.procfs.snapshot import Descriptor, Snapshot
-from lockwarden.support.namespaces import PROC_PID_INIT_INO
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,11 +206,6 @@ OUTSIDE = (
     "whose owner has no PID in this namespace, which /proc/locks leaves out and no descriptor "
     "here carries"
 )
-OUTSIDE_OR_IN_FLIGHT = (
-    "lockwarden runs in a PID namespace of its own (a container's): a process outside it, "
-    "which it cannot see, holds the descriptor, or the descriptor is in flight in a unix "
-    "socket (sent with SCM_RIGHTS, not yet received)"
-)
 
 
 def _why_unattributed(
@@ -234,8 +228,8 @@ def _why_unattributed(
         ), False
     if snapshot.nested_pid_namespace:
         return (
-            "lockwarden runs in a container's PID namespace; a process outside it holds the "
-            "descriptor, which this namespace cannot see"
+            "lockwarden runs in a container's PID namespace: a process outside it, which it "
+            "cannot see, holds the descriptor, or the descriptor is in flight in a unix socket"
         ), False
     if not unnamed:  # every holder was named; only blocked requests were not
         return (
@@ -250,8 +244,6 @@ def _why_unattributed(
             f"no process has it in a descriptor table, but PID {pids} maps the file into "
             "memory, which keeps a closed descriptor's lock alive"
         ), False
-    if snapshot.pid_namespace not in (None, PROC_PID_INIT_INO):  # a container's own /proc
-        return OUTSIDE_OR_IN_FLIGHT, True
     return f"no process has it in a descriptor table or a memory mapping: {IN_FLIGHT}", False
 
 

@@ -32,7 +32,7 @@ import psutil
 
 from lockwarden.model import InodeKey, KernelLock, Process, Workers
 from lockwarden.procfs.sockets import ClientSockets
-from lockwarden.support.namespaces import namespace_id
+from lockwarden.support.namespaces import namespace_id, sees_every_holder
 
 DEFAULT_PID_MAX = 4194304
 # The [defaults] fs_timeout default (config.py); the run passes the configured one.
@@ -583,15 +583,10 @@ def _nested_levels(
 
 
 def _own_namespace_is_nested(proc: str) -> bool:
-    """True inside a container's PID namespace: NSpid lists one PID per namespace level."""
-    try:
-        status = _read_text(f"{proc}/self/status")
-    except OSError:
-        return False
-    for line in status.splitlines():
-        if line.startswith("NSpid:"):
-            return len(line.split()) > 2
-    return False
+    """True inside a container's PID namespace, whose /proc shows only its own processes (and
+    PIDs a record names may be another namespace's), unless the operator said it holds every
+    holder (support/namespaces.py)."""
+    return not sees_every_holder(proc)
 
 
 # What a descriptor's link names when it cannot be a lock file: pipes, sockets, epoll and

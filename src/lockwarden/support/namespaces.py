@@ -11,6 +11,11 @@ from __future__ import annotations
 import functools
 import os
 
+COMPLETE_VARIABLE = "LOCKWARDEN_PID_NAMESPACE"
+"""Set to `complete` where lockwarden runs in a PID namespace of its own that holds every
+process that may take the locks it watches (inside the only container that writes its stores):
+a PID a record names is then this namespace's, and its absence here is proof."""
+
 PROC_PID_INIT_INO = 0xEFFFFFFC
 """The inode number of the host's (initial) PID namespace, fixed by the kernel
 (include/linux/proc_ns.h)."""
@@ -32,6 +37,16 @@ def proc_locks_may_omit(proc: str = "/proc") -> bool:
     its own. (A process that entered a PID namespace without mounting a /proc still reads the
     host's, which leaves nothing out; this errs on the side of looking further.)"""
     return namespace_id(f"{proc}/self/ns/pid") != PROC_PID_INIT_INO
+
+
+def sees_every_holder(proc: str = "/proc") -> bool:
+    """Whether every process that may hold a watched lock is visible here, so that a PID's
+    absence proves its holder gone: in the host's PID namespace, or where the operator says so
+    (`LOCKWARDEN_PID_NAMESPACE=complete`). In any other namespace (a container, which mounts a
+    /proc of its own, or one entered without it) a record may name another namespace's PID."""
+    if os.environ.get(COMPLETE_VARIABLE) == "complete":
+        return True
+    return not proc_locks_may_omit(proc)
 
 
 @functools.cache  # a process never leaves its PID namespace; a run asks once per lock
