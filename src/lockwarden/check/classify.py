@@ -180,8 +180,9 @@ def judge(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Ve
             "there: is the path right, and is its volume mounted?",
             cause=UnknownCause.MISSING_DIRECTORY,
         )
-    if not claim.present:
-        return Verdict(State.FREE, f"free: nothing is at {claim.path}")
+    if not claim.present:  # a format may say why that is odd (a database that is not there)
+        odd = f" ({claim.note})" if claim.note else ""
+        return Verdict(State.FREE, f"free: nothing is at {claim.path}{odd}")
     if evidence.kernel_locked:
         return _kernel_verdict(claim, evidence)
     if claim.problem:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 
 from lockwarden.formats.base import KERNEL_ONLY, STOP_HOLDER, absent, key_of, lstat_or_none
 from lockwarden.formats.hidden import hidden_locks
@@ -28,6 +29,10 @@ SHARED_FIRST = PENDING_BYTE + 2
 SHARED_SIZE = 510
 WAL_WRITE_LOCK = 120
 COMPANION_SUFFIXES = ("-wal", "-shm", "-journal")
+MISSING = (
+    "no SQLite database is there, so nothing can lock it; a database is not removed when its "
+    "writer is done: is the path right?"
+)
 
 
 def database_path(path: str) -> str:
@@ -73,7 +78,7 @@ class SqliteDatabase:
         path = database_path(path)
         status = lstat_or_none(path)
         if status is None:
-            return absent(NAME, path, existence_is_lock=False)
+            return replace(absent(NAME, path, existence_is_lock=False), note=MISSING)
         try:
             head, status = read_head(path, len(HEADER))
         except (OSError, UnsafeRecord) as error:

@@ -117,3 +117,12 @@ def test_a_large_database_is_judged_without_reading_it_whole(children, tmp_path)
     writer = start_sqlite_shell(children, database, "BEGIN IMMEDIATE;")
     finding = inspect(database)
     assert finding.holder is not None and finding.holder.pid == writer.pid
+
+
+def test_a_database_that_is_not_there_is_free_and_says_the_path_may_be_wrong(tmp_path):
+    """A new user's mistyped path read `free` forever. Nothing can lock a file that is not
+    there, so it is free; but a database is not removed when its writer is done, so the reason
+    asks whether the path is right."""
+    finding = inspect(str(tmp_path / "typo.sqlite"), "sqlite")
+    assert finding.state is State.FREE
+    assert finding.reason.endswith("is the path right?)"), finding.reason
