@@ -88,6 +88,11 @@ def test_a_writer_blocked_on_a_kernel_lock_is_followed_to_its_holder(
     assert wait["path"] == str(lock)
     assert holder_pids(wait) == {holder.pid}
     assert waiter.pid not in holder_pids(wait)
+    # within its budget the lock has no action, but the person whose command waits is told
+    # what would free it now: the action it would get past its budget
+    assert wait["lock"]["action"] is None and wait["to_free_it"] == f"kill {holder.pid}", wait
+    within = run_cli("why", str(waiter.pid)).stdout
+    assert f"to free it now: kill {holder.pid} (within its budget" in within, within
 
     text = run_cli("why", str(waiter.pid), "--warn-after", "0s", "--critical-after", "0s")
     assert text.returncode == 2, text.stdout  # a budget of 0: any hold is past it
@@ -216,6 +221,7 @@ def test_a_posix_lock_on_other_bytes_is_not_what_the_writer_waits_for(
     named = {holder["pid"] for holder in wait["lock"]["holders"]}
     assert {low.pid, high.pid} <= named  # the file's holders, as inspect lists them
     assert wait["blocked_by"] == [high.pid]  # bytes 0-9 block nobody waiting for 100-109
+    assert wait["to_free_it"] == f"kill {high.pid}", wait  # not the holder of bytes 0-9
     text = run_cli("why", str(waiter.pid)).stdout
     assert f"by PID {high.pid} (" in text and f"PID {low.pid} (" not in text, text
     assert wait["behind"] == []

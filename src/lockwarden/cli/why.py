@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from lockwarden.check.advice import advise_holder
 from lockwarden.model import (
     Finding,
     Holder,
@@ -303,11 +304,29 @@ def _answer_lines(item: Answer, indent: str) -> str:
     return lines
 
 
+def to_free_it(wait: Wait) -> str | None:
+    """What frees the lock this wait is for: its action, or, for one held within its budget,
+    the action it would get past its budget for the holders this request conflicts with (the
+    same advice), which a person whose command waits may take rather than wait. None when no
+    holder in its way is named."""
+    finding = wait.finding
+    if finding is None or not wait.blockers:
+        return None
+    if finding.action:
+        return finding.action
+    first, *others = wait.blockers
+    if finding.state is not State.HELD or first.pid is None or wait.call == DATABASE_CALL:
+        return None  # a database session's action is judged with its client (check/database)
+    return advise_holder(first, tuple(others), finding.format)
+
+
 def _what(wait: Wait) -> str:
     finding = wait.finding
     if wait.path is None or finding is None:
         return "a lock on a file lockwarden cannot name"
     action = f" — {finding.action}" if finding.action else ""
+    if not action and (early := to_free_it(wait)):
+        action = f" — to free it now: {early} (within its budget: it may end by itself)"
     if not wait.blockers:
         return f"a lock on {wait.path}: {finding.reason}"
     names = ", ".join(holder.describe() for holder in wait.blockers)
@@ -343,6 +362,7 @@ def _doc(item: Answer) -> dict[str, object]:
                 "path": wait.path,
                 "lock": finding_document(wait.finding) if wait.finding else None,
                 "blocked_by": [h.pid for h in wait.blockers if h.pid is not None],
+                "to_free_it": to_free_it(wait),
                 "behind": [_doc(behind) for behind in wait.behind],
             }
             for wait in item.waits
