@@ -225,3 +225,35 @@ def test_a_posix_lock_on_other_bytes_is_not_what_the_writer_waits_for(
     text = run_cli("why", str(waiter.pid)).stdout
     assert f"by PID {high.pid} (" in text and f"PID {low.pid} (" not in text, text
     assert wait["behind"] == []
+
+
+def test_an_sqlite_writer_retrying_in_its_busy_handler_is_pointed_at_the_holder(
+    tmp_path: Path, children: Children
+) -> None:
+    """sqlite3 with `.timeout` does not wait in a lock call: its busy handler sleeps and tries
+    again. why says it waits on no lock (true), and that a file it has open, the database, is
+    held by the writer in its way, with what would free it; a candidate, not a claimed wait."""
+    sqlite3 = require_tool("sqlite3")
+    database = tmp_path / "store.db"
+    subprocess.run([sqlite3, str(database), "CREATE TABLE t(a);"], check=True, timeout=30)
+    holder = children.start([sqlite3, str(database)], stdin=subprocess.PIPE)
+    retrying = children.start([sqlite3, str(database)], stdin=subprocess.PIPE)
+    assert holder.stdin is not None and retrying.stdin is not None
+    holder.stdin.write("BEGIN IMMEDIATE; INSERT INTO t VALUES (1);\n")
+    holder.stdin.flush()
+    assert wait_until(lambda: f":{database.stat().st_ino} " in Path("/proc/locks").read_text())
+    retrying.stdin.write(".timeout 60000\nBEGIN IMMEDIATE;\n")
+    retrying.stdin.flush()
+
+    def pointed() -> dict[str, Any] | None:
+        [process] = why(str(retrying.pid))[1]["processes"]
+        return process if process["locked_open"] else None
+
+    assert wait_until(lambda: pointed() is not None, timeout=10)
+    process = pointed()
+    assert process is not None and not process["blocked"], process
+    [candidate] = process["locked_open"]
+    assert candidate["path"] == str(database) and candidate["held_by"] == [holder.pid], candidate
+    assert candidate["to_free_it"] == f"kill {holder.pid}", candidate
+    text = run_cli("why", str(retrying.pid)).stdout
+    assert f"by PID {holder.pid} (" in text and "busy timeout" in text, text

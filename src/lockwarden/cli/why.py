@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -90,6 +91,10 @@ class Answer:
     doing: str | None = None  # what it does, when it waits on no lock
     deadlock: bool = False
     problem: str | None = None  # why lockwarden cannot tell
+    locked_open: tuple[Wait, ...] = ()
+    """When it waits on no lock: files it has open that other processes hold a kernel lock on
+    (a program that retries a lock in a loop, as SQLite's busy timeout does, sleeps between
+    tries instead of waiting in a lock call). Candidates, not proof that it waits for them."""
 
     @property
     def severity(self) -> Severity:
@@ -140,7 +145,7 @@ def answer(pid: int, walk: Walk) -> Answer:
         silent = unanswered(walk.database_findings())
         if silent:  # a wait on a server that did not answer cannot be ruled out
             return Answer(pid, command, doing=doing, problem=f"{doing}; but {silent[0]}")
-        return Answer(pid, command, doing=doing)
+        return Answer(pid, command, doing=doing, locked_open=_locked_open(pid, walk))
     finally:
         walk.seen.pop()
 
@@ -168,6 +173,38 @@ def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
 
 
 DATABASE_CALL = "a database session"
+RETRY_CALL = "a retry loop?"
+MAX_OPEN_LOOKED_AT = 4096
+"""Descriptors of one process looked at for files others hold a lock on."""
+
+
+def _locked_open(pid: int, walk: Walk) -> tuple[Wait, ...]:
+    """The files `pid` has open that another process holds a kernel lock on, each judged as
+    a wait would be (its holders, the action); only inodes /proc/locks lists are looked at."""
+    try:
+        with open(f"{walk.proc}/locks") as handle:
+            listed = index_proc_locks(handle.read())
+        names = os.listdir(f"{walk.proc}/{pid}/fd")[:MAX_OPEN_LOOKED_AT]
+    except OSError:
+        return ()
+    found: dict[str, Wait] = {}
+    for name in names:
+        inode = descriptor_inode(walk.proc, pid, int(name))
+        if inode is None or inode not in listed:
+            continue
+        named = descriptor_path(walk.proc, pid, int(name))
+        if named is None:
+            continue
+        path = reachable_path(walk.proc, pid, named, int(name))
+        if path in found:
+            continue
+        finding = walk.inspect(path)
+        if finding.key is None or finding.key[1] != inode:
+            continue
+        others = tuple(h for h in finding.holders if h.pid is not None and h.pid != pid)
+        if others:
+            found[path] = Wait(pid, path, RETRY_CALL, finding, blockers=others)
+    return tuple(found.values())
 
 
 def local_client(waiter: Waiter) -> bool:
@@ -295,7 +332,13 @@ def _answer_lines(item: Answer, indent: str) -> str:
     if item.deadlock:
         return f"{indent}{who} is waiting already, earlier in this chain: a deadlock\n"
     if not item.waits:
-        return f"{indent}{who} is not waiting on any lock lockwarden can see: {item.doing}\n"
+        line = f"{indent}{who} is not waiting on any lock lockwarden can see: {item.doing}\n"
+        for wait in item.locked_open:
+            line += (
+                f"{indent}    but it has open {_what(wait)}; a program that retries a lock in "
+                "a loop (SQLite's busy timeout) sleeps between tries like this\n"
+            )
+        return line
     lines = ""
     for wait in item.waits:
         lines += f"{indent}{who} waits in {wait.call} for {_what(wait)}\n"
@@ -356,6 +399,15 @@ def _doc(item: Answer) -> dict[str, object]:
         "doing": item.doing,
         "problem": item.problem,
         "severity": item.severity.label,
+        "locked_open": [
+            {
+                "path": wait.path,
+                "lock": finding_document(wait.finding) if wait.finding else None,
+                "held_by": [h.pid for h in wait.blockers if h.pid is not None],
+                "to_free_it": to_free_it(wait),
+            }
+            for wait in item.locked_open
+        ],
         "waits": [
             {
                 "call": wait.call,
