@@ -113,3 +113,27 @@ def test_the_hosts_facts_are_the_kernels() -> None:
 
 def test_a_proc_without_pid_max_falls_back_to_the_kernels_default(tmp_path: Path) -> None:
     assert HostReader(wall_clock, proc=str(tmp_path)).pid_max == DEFAULT_PID_MAX
+
+
+def test_a_lock_the_kernel_reported_to_the_claim_joins_those_listed_once() -> None:
+    """formats/hidden.py's answers (POSIX locks held from outside the namespace, PID 0) join
+    the capture's kernel locks unless /proc/locks or a descriptor's fdinfo showed the same
+    lock already; none is ever counted twice, and one no descriptor carries stays unnamed."""
+    from lockwarden.model import KernelLock
+    from lockwarden.procfs.reader import LockQuestion, _with_locks_asked, uncarried
+    from lockwarden.procfs.snapshot import Descriptor
+
+    key, other = (1, 10), (1, 11)
+    listed = KernelLock(1, "POSIX", "WRITE", 0, key, 0, 0, False)  # fdinfo's line: carried
+    outside = KernelLock(0, "POSIX", "WRITE", 0, key, 100, 100, False)
+    again = KernelLock(0, "POSIX", "WRITE", 0, key, 0, 0, False)  # the same as `listed`
+    on_other = KernelLock(0, "POSIX", "READ", 0, other, 0, None, False)
+    questions = [
+        LockQuestion(keys=(key,), hidden_locks=(outside, again)),
+        LockQuestion(keys=(other,), hidden_locks=(on_other,)),
+    ]
+    merged = _with_locks_asked({key: (listed,), other: ()}, questions)
+    assert merged == {key: (listed, outside), other: (on_other,)}
+    carrier = Descriptor(pid=7, fd=3, locks=(listed,), write=True)
+    assert uncarried(merged[key], [carrier]) == [outside]
+    assert unmatched_locks(merged[key], [carrier]) == 1
