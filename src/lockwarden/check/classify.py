@@ -130,6 +130,12 @@ def classify(
     )
 
 
+DECLARE = (
+    " (run it in the host's PID namespace; or, if every process that takes this lock runs in "
+    "this one, say so with LOCKWARDEN_PID_NAMESPACE=complete)"
+)
+
+
 def _blind_past_budget(
     verdict: Verdict,
     evidence: Evidence,
@@ -400,7 +406,7 @@ def _leftover_record_verdict(claim: Claim, evidence: Evidence, policy: Policy) -
         return Verdict(
             State.UNKNOWN,
             "lockwarden runs in a container's PID namespace, where /proc/locks hides locks "
-            "held from outside it",
+            f"held from outside it{DECLARE}",
             cause=UnknownCause.OTHER_PID_NAMESPACE,
         )
     proof = f"no process holds a kernel lock on it, and {claim.stale.fact}"
@@ -484,7 +490,10 @@ def _blind_reason(unreadable: int, evidence: Evidence, what: str) -> str | None:
     if unreadable:
         return f"{processes(unreadable)} {what} could not be read: {missing_right(evidence)}"
     if evidence.nested_pid_namespace:
-        return "lockwarden runs in a container's PID namespace and cannot see the host's processes"
+        return (
+            "lockwarden runs in a container's PID namespace and cannot see the host's "
+            f"processes{DECLARE}"
+        )
     return None
 
 
@@ -536,7 +545,7 @@ def _foreign_namespace_reason(claim: Claim, evidence: Evidence) -> str | None:
     if claim.pid_namespace is None and evidence.nested_pid_namespace:
         return (
             "lockwarden runs in a container's PID namespace and the record does not say "
-            f"which namespace PID {claim.pid} belongs to"
+            f"which namespace PID {claim.pid} belongs to{DECLARE}"
         )
     return None
 
