@@ -895,7 +895,8 @@ def command_why(arguments: argparse.Namespace) -> int:
         looked = databases() if databases is not None else []
         silent = why.unanswered(looked)
         pids = sorted({*why.waiting_pids(), *why.database_waiting_pids(looked)})
-    answers = [why.answer(pid, why.Walk(inspect, databases=databases)) for pid in pids]
+    walk = why.Walk(inspect, databases=databases)  # one per `why`: each lock judged once
+    answers = [why.answer(pid, walk) for pid in pids]
     if arguments.json:
         sys.stdout.write(why.render_json(answers, now))
     else:

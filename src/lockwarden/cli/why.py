@@ -116,6 +116,14 @@ class Walk:
     seen: list[int] = field(default_factory=list)
     databases: DatabaseLooks | None = None
     _database_findings: Sequence[Finding] | None = None
+    _looked: dict[str, Finding] = field(default_factory=dict)
+
+    def look(self, path: str) -> Finding:
+        """The lock at `path` judged once per `why`: a waiter's lock and the same file among
+        its holder's open files are one inspection (each walks every process's descriptors)."""
+        if path not in self._looked:
+            self._looked[path] = self.inspect(path)
+        return self._looked[path]
 
     def database_findings(self) -> Sequence[Finding]:
         """Asked of the servers once per `why`, and only when a process waits on no kernel
@@ -157,7 +165,7 @@ def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     if named is None:
         return Wait(pid, None, kind, None)
     path = reachable_path(walk.proc, pid, named, call.fd)  # a container's: its name here
-    finding = walk.inspect(path)
+    finding = walk.look(path)
     if inode is None or finding.key is None or finding.key[1] != inode:
         # unlinked and made again, or another mount namespace's path: not the waited-for file
         return Wait(pid, None, kind, None)
@@ -198,7 +206,7 @@ def _locked_open(pid: int, walk: Walk) -> tuple[Wait, ...]:
         path = reachable_path(walk.proc, pid, named, int(name))
         if path in found:
             continue
-        finding = walk.inspect(path)
+        finding = walk.look(path)
         if finding.key is None or finding.key[1] != inode:
             continue
         others = tuple(h for h in finding.holders if h.pid is not None and h.pid != pid)
