@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,34 @@ def container_env() -> dict[str, str]:
     env = cli_env()
     env.pop("LOCKWARDEN_PID_NAMESPACE", None)
     return env
+
+
+def write_config(directory: Path, tables: str) -> str:
+    """A config of these `[[lock]]` tables with a state journal of its own, judging only them
+    (no host-wide blocked writers)."""
+    (directory / "state").mkdir(mode=0o700)
+    config = directory / "lockwarden.toml"
+    config.write_text(
+        f'[state]\npath = "{directory / "state" / "state.jsonl"}"\n\n[host]\n'
+        f"blocked_writers = false\n\n{tables}"
+    )
+    config.chmod(0o600)
+    return str(config)
+
+
+def once_inside(
+    children: Children, config: str, env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The findings of `lockwarden --once --json` run as PID 1 of a new PID namespace."""
+    command = [sys.executable, "-m", "lockwarden", "--once", "--config", config, "--json"]
+    inside = children.start([*pid_namespace_command(), *command], env=env or container_env())
+    try:
+        output, errors = inside.communicate(timeout=120)
+    finally:
+        inside.kill()
+    assert output.strip(), errors
+    locks: list[dict[str, Any]] = json.loads(output)["locks"]
+    return locks
 
 
 LOCKS_PER_SEED = 6
@@ -122,11 +151,7 @@ def hold_sqlite(children: Children, database: Path, case: str) -> None:
 def arrange(children: Children, directory: Path, seed: int) -> tuple[str, dict[str, str]]:
     """Holders at random: the config's locks, and each lock's case."""
     chooser = random.Random(seed)
-    tables = [
-        f'[state]\npath = "{directory / "state" / "state.jsonl"}"\n\n[host]\n'
-        "blocked_writers = false\n"
-    ]
-    (directory / "state").mkdir(mode=0o700)
+    tables: list[str] = []
     cases: dict[str, str] = {}
     for number in range(LOCKS_PER_SEED):
         case = chooser.choice(list(EXPECTED))
@@ -143,10 +168,7 @@ def arrange(children: Children, directory: Path, seed: int) -> tuple[str, dict[s
             hold_sqlite(children, path, case)
             lock_format = "sqlite"
         tables.append(f'\n[[lock]]\nname = "{name}"\npath = "{path}"\nformat = "{lock_format}"\n')
-    config = directory / "lockwarden.toml"
-    config.write_text("".join(tables))
-    config.chmod(0o600)
-    return str(config), cases
+    return write_config(directory, "".join(tables)), cases
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -154,25 +176,7 @@ def test_a_posix_lock_held_from_outside_the_namespace_is_never_read_free(
     seed: int, tmp_path: Path, children: Children
 ) -> None:
     config, cases = arrange(children, tmp_path, seed)
-    inside = children.start(
-        [
-            *pid_namespace_command(),
-            sys.executable,
-            "-m",
-            "lockwarden",
-            "--once",
-            "--config",
-            config,
-            "--json",
-        ],
-        env=container_env(),
-    )
-    try:
-        output, errors = inside.communicate(timeout=120)
-    finally:
-        inside.kill()
-    assert output.strip(), errors
-    findings = {found["name"]: found for found in json.loads(output)["locks"]}
+    findings = {found["name"]: found for found in once_inside(children, config)}
     said = {name: (findings[name]["state"], findings[name]["unknown_cause"]) for name in cases}
     wanted = {name: EXPECTED[case] for name, case in cases.items()}
     assert said == wanted, json.dumps(
@@ -287,14 +291,9 @@ def test_a_writer_outside_behind_a_reader_inside_is_found_and_never_ok(
     lock is `unknown`, not held within budget."""
     lock, go = tmp_path / "store.lock", tmp_path / "go"
     lock.write_bytes(b"\0" * 4096)
-    (tmp_path / "state").mkdir(mode=0o700)
-    config = tmp_path / "lockwarden.toml"
-    config.write_text(
-        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n[host]\n'
-        f'blocked_writers = false\n\n[[lock]]\nname = "store"\npath = "{lock}"\n'
-        'format = "kernel"\n'
+    config = write_config(
+        tmp_path, f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n'
     )
-    config.chmod(0o600)
     inside = children.start(
         [
             *pid_namespace_command(),
@@ -303,7 +302,7 @@ def test_a_writer_outside_behind_a_reader_inside_is_found_and_never_ok(
             BEHIND_A_READER,
             str(lock),
             str(go),
-            str(config),
+            config,
             READER_THEN_WRITER,
         ],
         ready="inside ready",
@@ -338,31 +337,9 @@ def test_a_symlink_to_a_fifo_where_a_state_file_should_be_wakes_no_writer(
     os.mkfifo(fifo)
     os.symlink(fifo, state)
     writer = children.start([sys.executable, "-c", FIFO_WRITER, str(fifo)])
-    (tmp_path / "state").mkdir(mode=0o700)
-    config = tmp_path / "lockwarden.toml"
-    config.write_text(
-        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n[[lock]]\n'
-        f'name = "tf"\npath = "{tmp_path}"\nformat = "terraform"\n'
-    )
-    config.chmod(0o600)
-    inside = children.start(
-        [
-            *pid_namespace_command(),
-            sys.executable,
-            "-m",
-            "lockwarden",
-            "--once",
-            "--config",
-            str(config),
-            "--json",
-        ],
-        env=container_env(),
-    )
-    try:
-        output, errors = inside.communicate(timeout=60)
-    finally:
-        inside.kill()
-    assert json.loads(output)["locks"][0]["name"] == "tf", errors
+    tables = f'[[lock]]\nname = "tf"\npath = "{tmp_path}"\nformat = "terraform"\n'
+    [finding] = once_inside(children, write_config(tmp_path, tables))
+    assert finding["name"] == "tf", finding
     assert writer.poll() is None, "the FIFO's writer was woken: something opened it to read"
 
 
@@ -384,37 +361,17 @@ def test_a_pidfile_naming_a_process_of_another_namespace_is_never_stale_there(
     holder = children.python(SLEEPER)
     pidfile = tmp_path / "daemon.pid"
     pidfile.write_text(f"{holder.pid}\n")
-    (tmp_path / "state").mkdir(mode=0o700)
-    config = tmp_path / "lockwarden.toml"
-    config.write_text(
-        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n[[lock]]\nname = "daemon"\n'
-        f'path = "{pidfile}"\nformat = "pidfile"\nremove_stale = true\nstale_confirm = "1s"\n'
+    config = write_config(
+        tmp_path,
+        f'[[lock]]\nname = "daemon"\npath = "{pidfile}"\nformat = "pidfile"\n'
+        'remove_stale = true\nstale_confirm = "1s"\n',
     )
-    config.chmod(0o600)
     env = container_env()
     if declared:
         env["LOCKWARDEN_PID_NAMESPACE"] = "complete"
     findings = []
     for _ in range(2):  # a removal takes two sightings, stale_confirm apart
-        inside = children.start(
-            [
-                *pid_namespace_command(),
-                sys.executable,
-                "-m",
-                "lockwarden",
-                "--once",
-                "--config",
-                str(config),
-                "--json",
-            ],
-            env=env,
-        )
-        try:
-            output, errors = inside.communicate(timeout=60)
-        finally:
-            inside.kill()
-        assert output.strip(), errors
-        [finding] = json.loads(output)["locks"]
+        [finding] = once_inside(children, config, env)
         findings.append(finding)
         time.sleep(1.2)
     if declared:  # the PID is not running in a namespace said to hold every holder

@@ -343,8 +343,8 @@ def _answer_lines(item: Answer, indent: str) -> str:
         line = f"{indent}{who} is not waiting on any lock lockwarden can see: {item.doing}\n"
         for wait in item.locked_open:
             line += (
-                f"{indent}    but it has open {_what(wait)}; a program that retries a lock in "
-                "a loop (SQLite's busy timeout) sleeps between tries like this\n"
+                f"{indent}    but a file it has open is {_what(wait)}; a program that retries "
+                "a lock in a loop (SQLite's busy timeout) sleeps between tries like this\n"
             )
         return line
     lines = ""

@@ -42,7 +42,6 @@ from lockwarden.procfs.snapshot import (
     WorkingDirectories,
     _has_capability,
     _mapping_pids,
-    _own_namespace_is_nested,
     _pointing_into,
     _process_facts,
     _read_text,
@@ -66,7 +65,7 @@ from lockwarden.procfs.sockets import (
     ClientSockets,
     read_client_sockets,
 )
-from lockwarden.support.namespaces import namespace_id, proc_locks_may_omit
+from lockwarden.support.namespaces import namespace_id, proc_locks_may_omit, sees_every_holder
 
 Clock = Callable[[], datetime]
 """The wall clock a capture is dated by; the caller passes it (tests step it)."""
@@ -164,16 +163,8 @@ def _with_locks_proc_hides(
     descriptor that shares the open file description, so it is counted once."""
     merged = dict(parsed)
     for key, descriptors in scan.by_key.items():
-        listed = merged.get(key, ())
-        known = {lock_identity(lock) for lock in listed}
-        hidden: list[KernelLock] = []
-        for descriptor in descriptors:
-            for lock in descriptor.locks:
-                if lock_identity(lock) not in known:
-                    known.add(lock_identity(lock))
-                    hidden.append(lock._replace(key=key))
-        if hidden:
-            merged[key] = (*listed, *hidden)
+        found = (lock._replace(key=key) for found in descriptors for lock in found.locks)
+        _add_unlisted(merged, key, found)
     return merged
 
 
@@ -186,10 +177,23 @@ def _with_locks_asked(
     merged = dict(parsed)
     for question in questions:
         for lock in question.hidden_locks:
-            listed = merged.get(lock.key, ())
-            if lock_identity(lock) not in {lock_identity(known) for known in listed}:
-                merged[lock.key] = (*listed, lock)
+            _add_unlisted(merged, lock.key, (lock,))
     return merged
+
+
+def _add_unlisted(
+    merged: dict[InodeKey, tuple[KernelLock, ...]], key: InodeKey, found: Iterable[KernelLock]
+) -> None:
+    """Add to an inode's locks each of `found` not listed yet, counting one lock once."""
+    listed = merged.get(key, ())
+    known = {lock_identity(lock) for lock in listed}
+    added: list[KernelLock] = []
+    for lock in found:
+        if lock_identity(lock) not in known:
+            known.add(lock_identity(lock))
+            added.append(lock)
+    if added:
+        merged[key] = (*listed, *added)
 
 
 @dataclass(frozen=True, eq=False)
@@ -316,7 +320,7 @@ class HostReader:
             uptime_s=float(_read_text(f"{proc}/uptime").split()[0]),
             boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
             pid_namespace=namespace_id(f"{proc}/self/ns/pid"),
-            nested_pid_namespace=_own_namespace_is_nested(proc),
+            nested_pid_namespace=not sees_every_holder(proc),
             proc_locks_may_omit=proc_locks_may_omit(proc),
             euid=os.geteuid(),
             ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),

@@ -32,7 +32,7 @@ import psutil
 
 from lockwarden.model import InodeKey, KernelLock, Process, Workers
 from lockwarden.procfs.sockets import ClientSockets
-from lockwarden.support.namespaces import namespace_id, sees_every_holder
+from lockwarden.support.namespaces import namespace_id
 
 DEFAULT_PID_MAX = 4194304
 # The [defaults] fs_timeout default (config.py); the run passes the configured one.
@@ -580,13 +580,6 @@ def _nested_levels(
         line = next((line for line in status.splitlines() if line.startswith("NSpid:")), "")
         found.append([int(part) for part in line.split()[1:] if part.isdigit()])
     return found
-
-
-def _own_namespace_is_nested(proc: str) -> bool:
-    """True inside a container's PID namespace, whose /proc shows only its own processes (and
-    PIDs a record names may be another namespace's), unless the operator said it holds every
-    holder (support/namespaces.py)."""
-    return not sees_every_holder(proc)
 
 
 # What a descriptor's link names when it cannot be a lock file: pipes, sockets, epoll and
