@@ -80,13 +80,7 @@ def judge_holds(
     sessions), which the action must stop too."""
     base = _blank(name, path, format_name)
     if observation.problem:
-        return replace(
-            base,
-            state=State.UNKNOWN,
-            severity=Severity.UNKNOWN,
-            reason=f"cannot check {observation.target}: {observation.problem}",
-            unknown_cause=UnknownCause.DATABASE,
-        )
+        return _unchecked(base, observation)
     if not observation.holds:
         return replace(
             base,
@@ -130,6 +124,17 @@ def _graded(hold: Hold, measured: Measured) -> Bound:
     if hold.transaction_scoped and origin == "xact_start":
         return Bound.EXACT
     return held.bound
+
+
+def _unchecked(base: Finding, observation: Observation) -> Finding:
+    """The server could not be asked, or did not answer: unknown, saying why."""
+    return replace(
+        base,
+        state=State.UNKNOWN,
+        severity=Severity.UNKNOWN,
+        reason=f"cannot check {observation.target}: {observation.problem}",
+        unknown_cause=UnknownCause.DATABASE,
+    )
 
 
 def _blank(name: str, path: str, format_name: str) -> Finding:
@@ -290,13 +295,7 @@ def judge_liquibase(
     base = _blank(name, path, "liquibase")
     row = observation.liquibase
     if observation.problem:
-        return replace(
-            base,
-            state=State.UNKNOWN,
-            severity=Severity.UNKNOWN,
-            reason=f"cannot check {observation.target}: {observation.problem}",
-            unknown_cause=UnknownCause.DATABASE,
-        )
+        return _unchecked(base, observation)
     if row is None or not row.locked:
         return replace(
             base,
