@@ -25,13 +25,10 @@ from lockwarden.config import (
 )
 from lockwarden.formats import read_claim
 from lockwarden.model import Claim, Finding, InodeKey, Severity, State, UnknownCause, worst
-from lockwarden.procfs.reader import Clock, HostReader, wall_clock
+from lockwarden.procfs.reader import Clock, HostReader, waits_in, wall_clock
 from lockwarden.procfs.snapshot import (
     Snapshot,
-    blocked_calls,
-    descriptor_inode,
     descriptor_path,
-    parse_lock_line,
     reachable_path,
 )
 from lockwarden.support.bounded import BoundedRun, Unanswered
@@ -83,6 +80,7 @@ def inspect(
     remembered: Memory | None = None,
     reads: FileReads | None = None,
     what_if: bool = False,
+    waits: bool = False,
 ) -> Inspection:
     """Three steps: each lock's claim (check/source.py), a file lock's read from its files
     while a database lock's server is asked (databases/check.py); capture the host once for
@@ -92,11 +90,12 @@ def inspect(
     `remembered`: the sighting memory of kernel locks (sightings.py). `reads`: the claims of
     these locks already being read (FileReads), else they are read here. `what_if`: the run
     journals nothing (`inspect`, `--dry-run`), so a `now` past the capture asks what a later
-    run would say if the locks stayed as they are (classify.projected)."""
+    run would say if the locks stayed as they are (classify.projected). `waits`: the capture
+    also finds the files processes wait on (blocked_writers), in the same walk."""
     if reads is None:
         reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
     claimed = _claims(locks, reads, host.hostname)
-    snapshot = host.capture(combined(each.question for each in claimed))
+    snapshot = host.capture(replace(combined(each.question for each in claimed), waits=waits))
     memory = remembered or {}
     findings = tuple(
         _with_store(lock, _judge(lock, each, snapshot, now, memory.get(lock.name), what_if))
@@ -337,7 +336,8 @@ def run_once(
     differ (`--now` asks what a run would say at another time)."""
     if host is None:
         host = HostReader(clock, proc, read_timeout=config.fs_timeout)
-    inspection = inspect(config.locks, host, now, remembered, reads, what_if)
+    waits = config.host.blocked_writers
+    inspection = inspect(config.locks, host, now, remembered, reads, what_if, waits)
     snapshot, findings = inspection.snapshot, inspection.findings
     past, within = blocked_writers(config, inspection, host, now, remembered)
     findings = (*findings, *past)
@@ -364,7 +364,7 @@ def blocked_writers(
     if not config.host.blocked_writers:
         return (), ()
     configured = {finding.key for finding in inspection.findings if finding.key is not None}
-    waited = waited_paths(inspection.snapshot, host, configured | inspection.keys)
+    waited = waited_paths(inspection.snapshot, host.proc, configured | inspection.keys)
     if not waited:
         return (), ()
     # The hold itself is graded at once (a zero budget), so the lock's action is worked out;
@@ -393,33 +393,22 @@ def blocked_writers(
     return tuple(past), tuple(within)
 
 
-def waited_paths(
-    snapshot: Snapshot, host: HostReader, configured: set[InodeKey]
-) -> dict[InodeKey, str]:
+def waited_paths(snapshot: Snapshot, proc: str, configured: set[InodeKey]) -> dict[InodeKey, str]:
     """Each inode a process waits on in /proc/locks that no configured lock is, with its path:
-    from the waiter's own descriptor (the one its blocked lock call is on), or, for an OFD
-    wait (/proc/locks shows no PID for it), from any descriptor open on that inode (one walk
-    of the descriptors, only when such a wait exists). A waiter whose descriptor is another
-    file now is not followed."""
-    waiting: dict[InodeKey, list[int]] = {}
-    for lines in snapshot.lock_lines.values():
-        for line in lines:
-            if "->" not in line:
-                continue
-            lock = parse_lock_line(line)
-            if lock is not None and lock.waiting and lock.key not in configured:
-                waiting.setdefault(lock.key, []).extend([lock.pid] if lock.pid > 0 else [])
-    proc = host.proc
+    from the waiter's own descriptor (the one its blocked lock call is on), else from any
+    descriptor open on that inode (an OFD wait shows no PID; a waiter's own table may be a
+    thread's). The capture walked these inodes' descriptors with the locks' and read the
+    waiters' blocked calls (Request.waits): nothing is walked again here."""
     paths: dict[InodeKey, str] = {}
-    for key, pids in waiting.items():
-        found = [path for pid in sorted(pids) if (path := waited_path(proc, pid, key[1]))]
-        if found:
-            paths[key] = _host_name_first(found, proc)
-    unnamed = frozenset(key for key in waiting if key not in paths)
-    for key, descriptors in host.scan_descriptors(unnamed).by_key.items() if unnamed else ():
+    for key, pids in waits_in(snapshot.lock_lines).items():
+        if key in configured:
+            continue
+        descriptors = snapshot.descriptors(key)
+        waiting = {(pid, call.fd) for pid in pids for call in snapshot.blocked_calls(pid)}
+        theirs = [d for d in descriptors if (d.pid, d.fd) in waiting] or descriptors
         opened = [
             reachable_path(proc, d.pid, path, d.fd)
-            for d in descriptors
+            for d in theirs
             if (path := descriptor_path(proc, d.pid, d.fd)) is not None
         ]
         if opened:
@@ -431,15 +420,6 @@ def _host_name_first(paths: Sequence[str], proc: str) -> str:
     """A name this process reaches the file by, when any has one: a `/proc/PID/root/...` one
     changes with the process it goes through."""
     return next((path for path in paths if not path.startswith(f"{proc}/")), paths[0])
-
-
-def waited_path(proc: str, pid: int, inode: int) -> str | None:
-    for call in blocked_calls(proc, pid):
-        if descriptor_inode(proc, pid, call.fd) == inode:
-            path = descriptor_path(proc, pid, call.fd)
-            if path is not None:
-                return reachable_path(proc, pid, path, call.fd)
-    return None
 
 
 def inspect_path(

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
@@ -54,6 +54,7 @@ from lockwarden.procfs.snapshot import (
     index_proc_locks,
     locks_on,
     log,
+    parse_lock_line,
     parse_proc_locks,
     processes_under,
     read_within,
@@ -113,6 +114,10 @@ class Request:
     """Details of every process whose descriptors could not be read (removal)."""
     clients: ClientQuestion = NO_CLIENTS
     """Database sessions' clients, and command lines looked for (databases/check.py)."""
+    waits: bool = False
+    """Every inode a process waits on in /proc/locks, with its descriptors (found in the same
+    walk as the locks') and its waiters' blocked calls: how the pipeline names the file a
+    blocked writer waits on (an OFD wait shows no PID) without a second walk."""
 
 
 @dataclass
@@ -253,6 +258,9 @@ class HostReader:
         self._processes, self._entries = {}, None
         base, index = self.read_host(request.read_locks)
         self._base = base
+        waiters = waits_in(index) if request.waits else {}
+        if waiters:
+            request = replace(request, scan_keys=request.scan_keys | waiters.keys())
         parsed = self._parse(request, index)
         if request.all_locked and base.proc_locks_may_omit:
             locked = _scan_locked_descriptors(self.proc, self.pid_entries())
@@ -292,7 +300,7 @@ class HostReader:
             hidden_pids=tuple(scan.hidden),
             thread_tables=None if threads is None else _frozen(threads),
             mappings=_frozen(mappings),
-            blocked=_frozen(self._blocked(looks)),
+            blocked=_frozen(self._blocked(looks, waiters)),
             twins=_frozen(self._twins(looks)),
             cwds=cwds,
             working_in=_frozen(working_in),
@@ -403,10 +411,14 @@ class HostReader:
                     mappings[key] = _mapping_pids(self.proc, key, self.pid_entries())
         return mappings
 
-    def _blocked(self, looks: list[_Look]) -> dict[int, tuple[BlockedCall, ...]]:
+    def _blocked(
+        self, looks: list[_Look], waiters: Mapping[InodeKey, tuple[int, ...]]
+    ) -> dict[int, tuple[BlockedCall, ...]]:
         """The blocked lock calls of the openers of each lock with an OFD waiter (/proc/locks
-        shows those as PID -1)."""
+        shows those as PID -1), and of each waiter /proc/locks names (`Request.waits`)."""
         blocked: dict[int, tuple[BlockedCall, ...]] = {}
+        for pid in sorted({pid for pids in waiters.values() for pid in pids}):
+            blocked[pid] = tuple(blocked_calls(self.proc, pid))
         for look in looks:
             if not any(lock.pid <= 0 for lock in look.waiting):
                 continue
@@ -610,6 +622,17 @@ def _first_look(
     if look.granted or question.by_openers:
         look.found([found for key in question.keys for found in scan.by_key.get(key, ())])
     return look
+
+
+def waits_in(index: Mapping[int, Sequence[str]]) -> dict[InodeKey, tuple[int, ...]]:
+    """Every inode some process waits on in /proc/locks (its lines indexed by inode), with the
+    waiters' PIDs (none for an OFD wait, which shows PID -1)."""
+    found: dict[InodeKey, set[int]] = {}
+    for lines in index.values():
+        for line in lines:
+            if "->" in line and (lock := parse_lock_line(line)) is not None and lock.waiting:
+                found.setdefault(lock.key, set()).update([lock.pid] if lock.pid > 0 else [])
+    return {key: tuple(sorted(pids)) for key, pids in found.items()}
 
 
 def _waiting(kernel: list[KernelLock]) -> tuple[KernelLock, ...]:

@@ -12,10 +12,21 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from conftest import MKDIR_HOLDER, Children, cli_env, run_json, write_config
+import pytest
+
+from conftest import (
+    MKDIR_HOLDER,
+    Children,
+    cli_env,
+    run_json,
+    wait_until,
+    write_config,
+)
+from integration.test_why import HOLDERS, WAITER, blocked_in_lock_call
 
 FLOCK_SEVERAL = """
 import fcntl, sys, time
@@ -45,7 +56,7 @@ def audit(event, args):
 
 sys.addaudithook(audit)
 from lockwarden.cli.commands import main
-code = main(["--once", "--json", "--config", sys.argv[1]])
+code = main(["--once", "--json", "--config", sys.argv[1], *sys.argv[3:]])
 with open(sys.argv[2], "w") as handle:
     json.dump({"code": code, "opened": opened, "listed": listed}, handle)
 """
@@ -69,22 +80,17 @@ def test_five_held_locks_cost_one_scan_and_details_only_of_their_holders(
         f'[[lock]]\nname = "store-{n}"\npath = "{path}"\nformat = "kernel"\n\n'
         for n, path in enumerate(files)
     )
+    # A writer blocked elsewhere on the host would be judged in a capture of its own (the
+    # next test): not this test's to count.
     config = write_config(
-        tmp_path / "config.toml", tables + f'[[lock]]\nname = "wa"\npath = "{record}"\n'
+        tmp_path / "config.toml",
+        "[host]\nblocked_writers = false\n"
+        + tables
+        + f'[[lock]]\nname = "wa"\npath = "{record}"\n',
     )
-    audit_file = tmp_path / "audit.json"
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(AUDITED_RUN), config, str(audit_file)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(),
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    document = json.loads(completed.stdout)
+    code, document, audit = audited_run(config, tmp_path / "audit.json")
+    assert code == 0, document
     assert [lock["state"] for lock in document["locks"]] == ["held"] * 6
-    audit = json.loads(audit_file.read_text())
     opened = Counter(audit["opened"])
 
     assert opened["/proc/locks"] == 1
@@ -127,6 +133,66 @@ def test_five_held_locks_cost_one_scan_and_details_only_of_their_holders(
         "cmdline": 1,
         "cgroup": 1,
     }, reads
+
+
+def audited_run(
+    config: str, audit_file: Path, *arguments: str
+) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """`lockwarden --once --json --config CONFIG ARGUMENTS` in a fresh interpreter with the
+    audit hook: its exit code, its JSON, and what it opened and listed under /proc."""
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(AUDITED_RUN), config, str(audit_file), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    assert completed.stdout, completed.stderr
+    audit = json.loads(audit_file.read_text())
+    return completed.returncode, json.loads(completed.stdout), audit
+
+
+@pytest.mark.parametrize("style", ["flock", "posix", "ofd"])
+def test_a_blocked_writer_costs_no_walk_beyond_its_own_lock_judged(
+    tmp_path: Path, children: Children, style: str
+) -> None:
+    """A writer blocked on a file nobody configured is found in the run's one descriptor walk
+    (the file it waits on is named by its own descriptor, an OFD waiter's by any descriptor on
+    the inode), and its lock is then judged like any lock, in a capture of its own: /proc/locks
+    read twice and each fdinfo entry at most twice, once per capture. Each waiting style, since
+    each is named another way (an OFD wait shows no PID in /proc/locks)."""
+    quiet = tmp_path / "quiet.lock"
+    quiet.touch()
+    orders = tmp_path / "orders.lock"
+    orders.touch()
+    holder = children.python(HOLDERS[style], str(orders))
+    waiter = children.python(WAITER, str(orders), style)
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+        '[host]\nblocked_after = "1m"\nblocked_critical_after = "1h"\n'
+        f'[[lock]]\nname = "quiet"\npath = "{quiet}"\nformat = "kernel"\n',
+    )
+    start = datetime.now(UTC)
+    for seconds in (0, 50):  # the first run starts counting; a break under the budget
+        at = (start + timedelta(seconds=seconds)).isoformat()
+        audited_run(config, tmp_path / f"run-{seconds}.json", "--now", at)
+    later = (start + timedelta(seconds=100)).isoformat()  # blocked at least 100 s: past 1 m
+    _, document, audit = audited_run(config, tmp_path / "audit.json", "--now", later)
+
+    found = {
+        lock["path"]: lock for lock in document["locks"] if lock["name"].startswith("blocked:")
+    }
+    assert str(orders) in found, document
+    assert [w["pid"] for w in found[str(orders)]["waiters"]] == [waiter.pid]
+    assert [h["pid"] for h in found[str(orders)]["holders"]] == [holder.pid]
+    opened = Counter(audit["opened"])
+    assert opened["/proc/locks"] == 2  # the run's capture, then the blocked lock's
+    fdinfo = {path: count for path, count in opened.items() if FDINFO.match(path)}
+    assert any(path.startswith(f"/proc/{waiter.pid}/fdinfo/") for path in fdinfo), fdinfo
+    assert max(fdinfo.values()) == 2, "an fdinfo entry was read more than once per capture"
 
 
 def _in_nested_namespace(pid: int) -> bool:
