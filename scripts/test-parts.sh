@@ -27,6 +27,7 @@ host=(
     tests/hung/test_service_unit.py
     tests/integration/test_ground_truth.py
     tests/integration/test_holders.py
+    tests/integration/test_descriptor_names.py
 )
 fleet=(tests/alerts tests/integration)
 for path in "${host[@]}" "${fleet[@]}"; do

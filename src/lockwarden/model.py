@@ -165,6 +165,9 @@ class Claim:
     it there (formats/trust.py); its PID must then decide nothing.
     ``missing_directory`` is set when the lock is absent and so is the directory it should be
     in (read with the claim, within its deadline): then its absence says nothing.
+    ``key_names``: the one name of each of its inodes that has exactly one (a directory, or a
+    file with one link), lstat-ed at a path the claim read (formats.read_claim): a descriptor
+    on it shows that name, which spares the descriptor walk most fdinfo reads (snapshot.Names).
     """
 
     format: str
@@ -197,6 +200,7 @@ class Claim:
     never_remove: str | None = None
     distrust: str | None = None
     missing_directory: str | None = None
+    key_names: tuple[tuple[InodeKey, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ def question_for(claim: Claim) -> LockQuestion:
         workers=claim.workers if claim.present else None,
         machine_id=claim.pid_proof.machine_id is not None,
         hidden_locks=claim.hidden_locks,
+        names=claim.key_names,
     )
 
 

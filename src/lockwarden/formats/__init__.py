@@ -9,9 +9,9 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from lockwarden.formats.base import Format, lstat_or_none
+from lockwarden.formats.base import Format, key_of, lstat_or_none
 from lockwarden.formats.owner_record import PREFERRED_RECORDS
-from lockwarden.model import Claim
+from lockwarden.model import Claim, InodeKey
 from lockwarden.support.safe_read import scan_directory
 
 # The registry: every format, most specific first (`auto` picks the first whose detect()
@@ -185,9 +185,26 @@ def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
     file system, and this read is the one a deadline guards (bounded.py)."""
     claim = _read_claim(path, format_name, pid_max)
     if claim.present:
-        return claim
+        return _with_key_names(claim)
     directory = os.path.dirname(claim.path.rstrip("/")) or "/"
     return claim if os.path.isdir(directory) else replace(claim, missing_directory=directory)
+
+
+def _with_key_names(claim: Claim) -> Claim:
+    """The claim with the one name of each of its inodes that has one (Claim.key_names): a
+    path it read, lstat-ed now, that is still one of its inodes and is a directory (never hard
+    linked) or a file with a single link. An inode none of them is stays unnamed (the walk then
+    reads every descriptor's fdinfo, as it must for a name it cannot know)."""
+    named: dict[InodeKey, str] = {}
+    paths = (claim.path, claim.record_path, claim.remove_path)
+    for candidate in dict.fromkeys(path for path in paths if path):
+        name = os.path.basename(candidate.rstrip("/"))
+        status = lstat_or_none(candidate) if name else None
+        if status is None or key_of(status) not in claim.keys:
+            continue
+        if stat.S_ISDIR(status.st_mode) or (stat.S_ISREG(status.st_mode) and status.st_nlink == 1):
+            named.setdefault(key_of(status), name)
+    return replace(claim, key_names=tuple(named.items())) if named else claim
 
 
 def _read_claim(path: str, format_name: str, pid_max: int) -> Claim:

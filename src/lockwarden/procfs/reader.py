@@ -38,6 +38,7 @@ from lockwarden.procfs.snapshot import (
     BlockedCall,
     Descriptor,
     DescriptorScan,
+    Names,
     Snapshot,
     WorkingDirectories,
     _has_capability,
@@ -54,6 +55,7 @@ from lockwarden.procfs.snapshot import (
     index_proc_locks,
     locks_on,
     log,
+    names_here,
     parse_lock_line,
     parse_proc_locks,
     processes_under,
@@ -94,6 +96,9 @@ class LockQuestion(NamedTuple):
     hidden_locks: tuple[KernelLock, ...] = ()
     """POSIX locks on its files that the kernel reported to the claim's F_OFD_GETLK, held from
     outside this PID namespace, which /proc/locks leaves out (formats/hidden.py)."""
+    names: tuple[tuple[InodeKey, str], ...] = ()
+    """The one name of each of its inodes that has one (Claim.key_names): with every inode's,
+    the descriptor walk passes over other files on their links alone (snapshot.Names)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -266,11 +271,17 @@ class HostReader:
             locked = _scan_locked_descriptors(self.proc, self.pid_entries())
             parsed = _with_locks_proc_hides(parsed, locked)
         scan_keys = self._scan_keys(request, parsed, base.proc_locks_may_omit)
-        scan = self.scan_descriptors(scan_keys)
+        names = self._names(request, scan_keys, base.proc_locks_may_omit)
+        scan = self.scan_descriptors(scan_keys, names)
         if base.proc_locks_may_omit:
             parsed = _with_locks_proc_hides(parsed, scan)
             parsed = _with_locks_asked(parsed, request.locks)
         looks = [_first_look(question, parsed, scan) for question in request.locks]
+        if names is not None and any(look.unmatched for look in looks):
+            # A lock no descriptor passed by name carries: its holder reached the file by a
+            # name the walk could not know (Names). Every descriptor's fdinfo decides.
+            scan = self.scan_descriptors(scan_keys)
+            looks = [_first_look(question, parsed, scan) for question in request.locks]
         threads = self._thread_tables(looks, scan_keys)
         hidden_or_nested = bool(scan.unreadable_pids) or base.nested_pid_namespace
         mappings = {} if hidden_or_nested else self._mappings(looks)
@@ -378,11 +389,29 @@ class HostReader:
                 wanted.update(question.keys)
         return frozenset(wanted)
 
-    def scan_descriptors(self, keys: frozenset[InodeKey]) -> DescriptorScan:
-        """One walk of /proc/*/fdinfo for all these inodes (none at all for no inode)."""
+    def scan_descriptors(
+        self, keys: frozenset[InodeKey], names: Names | None = None
+    ) -> DescriptorScan:
+        """One walk of /proc/*/fdinfo for all these inodes (none at all for no inode); with
+        `names`, only the fdinfo of descriptors whose links may be on them."""
         if not keys:
             return DescriptorScan()
-        return _scan_descriptors(self.proc, keys, self.pid_entries())
+        return _scan_descriptors(self.proc, keys, self.pid_entries(), names)
+
+    def _names(self, request: Request, keys: frozenset[InodeKey], may_omit: bool) -> Names | None:
+        """What lets the walk pass over files by their links (snapshot.Names): only on the
+        host's view of locks, where a lock a walk by names missed shows in /proc/locks still
+        unmatched (and the walk is made again in full); never where a descriptor's absence
+        decides (a lock judged by its openers, removal's last look, discover, waits), nor with
+        an inode whose one name is not known."""
+        if may_omit or request.all_locked or request.scan_keys or not keys:
+            return None
+        if any(question.by_openers for question in request.locks):
+            return None
+        known = {key: name for question in request.locks for key, name in question.names}
+        if not keys <= known.keys():
+            return None
+        return names_here(self.proc, frozenset(known[key] for key in keys))
 
     def _thread_tables(
         self, looks: list[_Look], keys: frozenset[InodeKey]

@@ -631,17 +631,54 @@ def _shared_walk(entries: tuple[str, ...], walk: Callable[[tuple[str, ...]], _T]
     return [first, *other]
 
 
+class Names(NamedTuple):
+    """What lets the descriptor walk pass over a file on its link alone (`_scan_descriptors`).
+
+    Each watched inode has one name, verified in the claims phase: a directory (never hard
+    linked) or a file with one link, lstat-ed at the path the claim read. A descriptor on it then
+    shows that name as its link's last component, whatever directory the process reached it
+    through (a bind mount, a chroot, a rename since: the kernel prints the entry's name now),
+    unless the file itself is a mount point, a file bind-mounted under another name; so the
+    names of the mount points whose mounted root has a watched name count too, read from the
+    mount tables of `namespaces` (lockwarden's own and PID 1's). A process in any other mount
+    namespace, a link that names no path or an unlinked entry (` (deleted)`: a hard link removed
+    since), or one that cannot be read, has its fdinfo read as without Names."""
+
+    accepted: frozenset[str]
+    namespaces: frozenset[str]
+
+
+def names_here(proc: str, names: frozenset[str]) -> Names:
+    """`names` and the mount points that show one of them, in this process's and PID 1's mount
+    namespaces (PID 1's, when not ours, is the host's: the shipped unit runs lockwarden in a
+    private one). A namespace whose link cannot be read is left out: its processes' fdinfo is
+    read."""
+    accepted = set(names)
+    namespaces = set()
+    for pid in ("self", "1"):
+        namespace = _link(f"{proc}/{pid}/ns/mnt")
+        if namespace is None or namespace in namespaces:
+            continue
+        namespaces.add(namespace)
+        for mount in _mounts(f"{proc}/{pid}/mountinfo"):
+            if mount.root.rpartition("/")[2] in names:
+                accepted.add(mount.point.rpartition("/")[2])
+    return Names(frozenset(accepted), frozenset(namespaces))
+
+
 def _scan_descriptors(
-    proc: str, keys: frozenset[InodeKey], entries: tuple[str, ...]
+    proc: str, keys: frozenset[InodeKey], entries: tuple[str, ...], names: Names | None = None
 ) -> DescriptorScan:
     """Every descriptor on these inodes. Called once per run, this walk visits every open
     descriptor on the host (tens of thousands on a busy one), so it stays lean: a readlink to
     pass over pipes, sockets and devices, else one open/read/close of its fdinfo and a byte
-    comparison of its inode (fdinfo, not stat: a stat could hang on a dead network mount)."""
+    comparison of its inode (fdinfo, not stat: a stat could hang on a dead network mount).
+    With `names` (every inode's one name known), a file whose link shows none of them is
+    passed over on its link alone, as a pipe is."""
     if not keys:
         return DescriptorScan()
     inodes = frozenset(str(inode).encode() for _device, inode in keys)
-    parts = _shared_walk(entries, lambda part: _scan_part(proc, keys, inodes, part))
+    parts = _shared_walk(entries, lambda part: _scan_part(proc, keys, inodes, part, names))
     scan = parts[0]
     for part in parts[1:]:
         for key, found in part.by_key.items():
@@ -652,7 +689,11 @@ def _scan_descriptors(
 
 
 def _scan_part(
-    proc: str, keys: frozenset[InodeKey], inodes: frozenset[bytes], entries: tuple[str, ...]
+    proc: str,
+    keys: frozenset[InodeKey],
+    inodes: frozenset[bytes],
+    entries: tuple[str, ...],
+    names: Names | None,
 ) -> DescriptorScan:
     scan = DescriptorScan()
     for entry in entries:
@@ -664,12 +705,37 @@ def _scan_part(
             continue
         except OSError:
             continue
+        if not fd_names:
+            continue
+        if names is not None and _link(f"{base}/ns/mnt") in names.namespaces:
+            fd_names = _named_only(base, fd_names, names.accepted)
         found, readable = _table_descriptors(base, int(entry), fd_names, keys, inodes)
         for key, descriptor in found:
             scan.by_key.setdefault(key, []).append(descriptor)
         if not readable:  # its fd list is visible, its fdinfo is not (no ptrace right)
             scan.hide(entry)
     return scan
+
+
+def _named_only(base: str, fd_names: list[str], accepted: frozenset[str]) -> list[str]:
+    """The descriptors of one table whose fdinfo must be read: those whose link shows one of
+    the `accepted` names, an unlinked entry, no path, or could not be read (Names)."""
+    links = f"{base}/fd/"
+    wanted = []
+    for fd_name in fd_names:
+        try:
+            target = os.readlink(links + fd_name)
+        except FileNotFoundError:
+            continue  # closed meanwhile
+        except OSError:  # no right to it, or a path longer than PATH_MAX: fdinfo decides
+            wanted.append(fd_name)
+            continue
+        if target.startswith("/"):
+            if target.rpartition("/")[2] in accepted or target.endswith(DELETED):
+                wanted.append(fd_name)
+        elif not (target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES)):
+            wanted.append(fd_name)
+    return wanted
 
 
 def _table_descriptors(

@@ -1,0 +1,56 @@
+"""Claim.key_names (formats.read_claim): the one name of each inode a claim carries, only
+where an inode has exactly one: a directory, or a regular file with a single link. Real files
+in a temporary directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lockwarden.formats import read_claim
+
+PID_MAX = 4_194_304
+
+
+def key(path: Path) -> tuple[int, int]:
+    status = path.stat()
+    return (status.st_dev, status.st_ino)
+
+
+def test_a_file_with_one_link_is_named_by_its_path(tmp_path: Path) -> None:
+    lock = tmp_path / "store.lock"
+    lock.touch()
+    claim = read_claim(str(lock), "kernel", PID_MAX)
+    assert claim.key_names == ((key(lock), "store.lock"),)
+
+
+def test_a_hard_linked_file_has_no_one_name(tmp_path: Path) -> None:
+    lock = tmp_path / "store.lock"
+    lock.touch()
+    os.link(lock, tmp_path / "elsewhere.lock")
+    claim = read_claim(str(lock), "kernel", PID_MAX)
+    assert claim.keys == (key(lock),)
+    assert claim.key_names == ()
+
+
+def test_a_lock_directory_is_named_though_it_has_many_links(tmp_path: Path) -> None:
+    lock = tmp_path / "store" / "LOCK"
+    (lock / "sub").mkdir(parents=True)  # a directory's link count is never one
+    claim = read_claim(str(lock) + "/", "owner-record", PID_MAX)
+    assert claim.present
+    assert dict(claim.key_names) == {key(lock): "LOCK"}
+
+
+def test_a_lock_reached_through_a_symlink_is_not_named_by_the_symlink(tmp_path: Path) -> None:
+    real = tmp_path / "real.lock"
+    real.touch()
+    link = tmp_path / "store.lock"
+    link.symlink_to(real)
+    claim = read_claim(str(link), "kernel", PID_MAX)
+    assert claim.keys == (key(real),)
+    assert ((key(real), "store.lock")) not in claim.key_names
+
+
+def test_an_absent_lock_names_nothing(tmp_path: Path) -> None:
+    claim = read_claim(str(tmp_path / "none.lock"), "kernel", PID_MAX)
+    assert not claim.present and claim.key_names == ()
