@@ -1,14 +1,20 @@
 """The descriptor walk passes over a file on its link alone when the link shows none of the
-watched inodes' names (snapshot.Names). Every way a holder can reach a watched file under
-another name must still be named: randomized real holders, each reaching its lock one way,
-judged through the real CLI against the holders the test started.
+watched inodes' names (snapshot.Names). Every way a process can reach a watched file under
+another name must still leave it named: randomized real holders and waiters, each reaching its
+lock one way, judged through the real CLI against the processes the test started.
 
 The ways: the path itself; a file bind mount of it under another name in lockwarden's own
-mount namespace; the same in a mount namespace of the holder's own (`unshare -m`); a hard link
-removed after it was opened (its link then ends in ` (deleted)`); a temporary name renamed onto
-the path after the lock was taken; and a descriptor opened through a bind mount in another
-namespace and passed over a unix socket to a process in lockwarden's namespace, whose taker
-exited (its link shows a name no mount here has: only the walk made again in full finds it).
+mount namespace; the same in a mount namespace of the process's own (`unshare -m`); a hard link
+removed after it was opened (its link then ends in ` (deleted)`); a bind mount detached after
+it was opened (`umount -l`: its link shows only `/`); a temporary name renamed onto the path
+after the lock was taken; a descriptor opened through a bind mount in another namespace and
+passed over a unix socket to a process here that then makes its lock call (the sender closed
+its own and keeps the other namespace: the name is known to no mount here); and, for the
+lock itself, a
+watched path that is the mount point of a file bind-mounted there (reached by the source's
+name). The locks: an exclusive flock with one holder; two OFD readers (both show PID -1 in
+/proc/locks, so one found by name would pass for the other); an OFD writer with an OFD waiter
+(named only by its descriptor).
 
 Runs in the host's PID namespace (scripts/test-parts.sh, part host): only there does the walk
 go by names. Everything runs in a mount namespace the test makes (`unshare -m`), so the bind
@@ -18,155 +24,90 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import Children, cli_env, require_tool, write_config
+from conftest import Children, cli_env, require_tool, wait_until, write_config
+from integration.test_why import blocked_in_lock_call
 
-HOLDER = """
-import fcntl, os, sys, time
-mode, path = sys.argv[1], sys.argv[2]
-if mode == "deleted":
-    link = path + ".link"
+# argv: how (path, deleted, renamed), the lock call (flock, ofd-read, ofd-write, ofd-wait),
+# the path. Says "ready" once the lock is held, or just before it blocks (ofd-wait).
+PARTY = """
+import fcntl, os, struct, sys, time
+how, call, path = sys.argv[1], sys.argv[2], sys.argv[3]
+if how == "deleted":
+    link = f"{path}.link-{os.getpid()}"
     os.link(path, link)
     descriptor = os.open(link, os.O_RDWR)
     os.unlink(link)
-elif mode == "renamed":
-    temporary = path + ".tmp"
+elif how == "renamed":
+    temporary = f"{path}.tmp-{os.getpid()}"
     descriptor = os.open(temporary, os.O_RDWR | os.O_CREAT, 0o644)
 else:
     descriptor = os.open(path, os.O_RDWR)
-fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-if mode == "renamed":
+
+def ofd(command, kind):
+    fcntl.fcntl(descriptor, command, struct.pack("hhqqi4x", kind, 0, 0, 0, 0))
+
+if call == "flock":
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+elif call == "ofd-read":
+    ofd(fcntl.F_OFD_SETLK, fcntl.F_RDLCK)
+elif call == "ofd-write":
+    ofd(fcntl.F_OFD_SETLK, fcntl.F_WRLCK)
+if how == "renamed":
     os.rename(temporary, path)
 print("ready", flush=True)
+if call == "ofd-wait":
+    ofd(fcntl.F_OFD_SETLKW, fcntl.F_WRLCK)
 time.sleep(300)
 """
 
-# Opens argv[1] (a bind mount in its own namespace), takes the flock, sends the descriptor
-# over the socket argv[2] names, and exits.
+# Opens argv[1] (a bind mount in its own namespace), sends the descriptor over the socket
+# numbered argv[2] and closes its own; it stays, keeping its namespace and so the mount the
+# descriptor was opened through, until its receiver ends (its stdin, a pipe from there, ends).
 SENDER = """
-import fcntl, os, socket, sys
+import os, socket, sys
 descriptor = os.open(sys.argv[1], os.O_RDWR)
-fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-channel = socket.socket(fileno=int(sys.argv[2]))
-socket.send_fds(channel, [b"lock"], [descriptor])
+socket.send_fds(socket.socket(fileno=int(sys.argv[2])), [b"file"], [descriptor])
+os.close(descriptor)
+sys.stdin.read()
 """
 
-# Starts the sender in a mount namespace of its own and keeps the descriptor it sends.
+# Starts the sender in a mount namespace of its own, and makes the lock call argv[3] on the
+# descriptor it sends (as PARTY does).
 RECEIVER = """
-import os, socket, subprocess, sys, time
-real, alias, sender = sys.argv[1], sys.argv[2], sys.argv[3]
+import fcntl, socket, struct, subprocess, sys, time
+real, alias, call, sender = sys.argv[1:5]
 mine, theirs = socket.socketpair()
 script = f'mount --bind "$1" "$2" && exec {sys.executable} -c "$3" "$2" {theirs.fileno()}'
-subprocess.run(
+started = subprocess.Popen(
     ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", real, alias, sender],
-    pass_fds=[theirs.fileno()], check=True,
+    pass_fds=[theirs.fileno()], stdin=subprocess.PIPE,
 )
-_, descriptors, _, _ = socket.recv_fds(mine, 16, 1)
+_, (descriptor,), _, _ = socket.recv_fds(mine, 16, 1)
+
+def ofd(command, kind):
+    fcntl.fcntl(descriptor, command, struct.pack("hhqqi4x", kind, 0, 0, 0, 0))
+
+if call == "flock":
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+elif call == "ofd-read":
+    ofd(fcntl.F_OFD_SETLK, fcntl.F_RDLCK)
+elif call == "ofd-write":
+    ofd(fcntl.F_OFD_SETLK, fcntl.F_WRLCK)
 print("ready", flush=True)
+if call == "ofd-wait":
+    ofd(fcntl.F_OFD_SETLKW, fcntl.F_WRLCK)
 time.sleep(300)
 """
-
-MODES = ("path", "alias_here", "alias_elsewhere", "deleted", "renamed", "passed")
-
-
-@pytest.fixture
-def stage(children: Children) -> Iterator[int]:
-    """A process holding a private mount namespace of its own: the test's mounts, holders and
-    lockwarden runs go into it (`nsenter --mount`); it ends with the test."""
-    require_tool("unshare")
-    require_tool("nsenter")
-    keeper = children.start(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", "echo ready; exec sleep 300"],
-        ready="ready",
-    )
-    yield keeper.pid
-
-
-def inside(stage: int, *argv: str) -> list[str]:
-    return ["nsenter", f"--mount=/proc/{stage}/ns/mnt", *argv]
-
-
-def start_holder(
-    children: Children, stage: int, mode: str, real: Path, alias: Path
-) -> subprocess.Popen[str]:
-    python = sys.executable
-    if mode == "alias_here":
-        subprocess.run(inside(stage, "mount", "--bind", str(real), str(alias)), check=True)
-        argv = inside(stage, python, "-c", textwrap.dedent(HOLDER), "path", str(alias))
-    elif mode == "alias_elsewhere":
-        script = 'mount --bind "$1" "$2" && exec "$3" -c "$4" path "$2"'
-        argv = inside(
-            stage, "unshare", "-m", "--propagation", "private", "sh", "-c", script,
-            "sh", str(real), str(alias), python, textwrap.dedent(HOLDER),
-        )  # fmt: skip
-    elif mode == "passed":
-        argv = inside(
-            stage, python, "-c", textwrap.dedent(RECEIVER),
-            str(real), str(alias), textwrap.dedent(SENDER),
-        )  # fmt: skip
-    else:
-        argv = inside(stage, python, "-c", textwrap.dedent(HOLDER), mode, str(real))
-    return children.start(argv, ready="ready")
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_every_way_to_reach_a_lock_under_another_name_names_its_holder(
-    tmp_path: Path, children: Children, stage: int, seed: int
-) -> None:
-    require_tool("mount")
-    chooser = random.Random(seed)
-    modes = [chooser.choice(MODES) for _ in range(5)]
-    if seed < len(MODES):
-        modes[0] = MODES[seed]  # each way at least once across the seeds
-    truth: dict[str, int] = {}
-    tables = []
-    for number, mode in enumerate(modes):
-        real = tmp_path / f"store-{number}.lock"
-        alias = tmp_path / f"seen-as-{number}.lock"
-        alias.touch()  # a mount point for the bind mount
-        if mode != "renamed":
-            real.touch()
-        holder = start_holder(children, stage, mode, real, alias)
-        truth[f"lock-{number}"] = holder.pid
-        tables.append(f'[[lock]]\nname = "lock-{number}"\npath = "{real}"\nformat = "kernel"\n')
-    # A bystander with many files open under other names: the walk by names passes over them.
-    bystander = children.start(
-        inside(stage, sys.executable, "-c", BYSTANDER, str(tmp_path / "bystander")),
-        ready="ready",
-    )
-    config = write_config(tmp_path / "config.toml", "\n".join(tables))
-    audit = tmp_path / "audit.json"
-    completed = subprocess.run(
-        inside(stage, sys.executable, "-c", textwrap.dedent(AUDITED), config, str(audit)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(),
-        check=False,
-    )
-    assert completed.stdout, completed.stderr
-    document = json.loads(completed.stdout)
-    named = {lock["name"]: [h["pid"] for h in lock["holders"]] for lock in document["locks"]}
-    assert named == {name: [pid] for name, pid in truth.items()}, (modes, document)
-    assert all(lock["state"] == "held" for lock in document["locks"]), (modes, document)
-
-    opened = json.loads(audit.read_text())
-    bystander_reads = [path for path in opened if path.startswith(f"/proc/{bystander.pid}/")]
-    if "passed" in modes:
-        # The passed descriptor's lock is found by no name: the walk is made again in full.
-        assert bystander_reads, "the full walk after an unmatched lock did not run"
-    else:
-        assert not bystander_reads, f"files under other names were read: {bystander_reads}"
-    shutil.rmtree(tmp_path / "bystander", ignore_errors=True)
-
 
 BYSTANDER = """
 import os, sys, time
@@ -199,3 +140,172 @@ code = main(["--once", "--json", "--config", sys.argv[1]])
 with open(sys.argv[2], "w") as handle:
     json.dump(opened, handle)
 """
+
+WAYS = ("path", "alias_here", "alias_elsewhere", "deleted", "detached", "passed")
+LOCKS = {  # the lock calls of its holders, and of its waiter if any
+    "flock": (("flock",), None),
+    "ofd-shared": (("ofd-read", "ofd-read"), None),
+    "ofd-waited": (("ofd-write",), "ofd-wait"),
+}
+
+
+@dataclass
+class Stage:
+    """A private mount namespace of the test's own, held open by a process: the test's
+    mounts, holders and lockwarden runs go into it (`nsenter --mount`)."""
+
+    pid: int
+    children: Children
+    root: Path
+    truth: dict[str, tuple[set[int], set[int]]] = field(default_factory=dict)
+
+    def inside(self, *argv: str) -> list[str]:
+        return ["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", *argv]
+
+    def mount(self, source: Path, target: Path) -> None:
+        target.touch()
+        subprocess.run(self.inside("mount", "--bind", str(source), str(target)), check=True)
+
+    def party(self, way: str, call: str, path: Path, alias: Path) -> int:
+        """A process reaching `path` the `way` given and making the lock `call` on it."""
+        python, party = sys.executable, textwrap.dedent(PARTY)
+        if way in ("alias_here", "detached"):
+            self.mount(path, alias)
+            argv = self.inside(python, "-c", party, "path", call, str(alias))
+        elif way == "alias_elsewhere":
+            alias.touch()
+            script = 'mount --bind "$1" "$2" && exec "$3" -c "$4" path "$5" "$2"'
+            argv = self.inside(
+                "unshare", "-m", "--propagation", "private", "sh", "-c", script,
+                "sh", str(path), str(alias), python, party, call,
+            )  # fmt: skip
+        elif way == "passed":
+            alias.touch()
+            argv = self.inside(
+                python, "-c", textwrap.dedent(RECEIVER),
+                str(path), str(alias), call, textwrap.dedent(SENDER),
+            )  # fmt: skip
+        else:
+            argv = self.inside(python, "-c", party, way, call, str(path))
+        process = self.children.start(argv, ready="ready")
+        if call == "ofd-wait":
+            assert wait_until(lambda: blocked_in_lock_call(process.pid), timeout=10)
+        if way == "detached":
+            subprocess.run(self.inside("umount", "-l", str(alias)), check=True)
+        return process.pid
+
+    def lock(self, number: int, kind: str, ways: list[str], mounted: bool, first: str) -> str:
+        """One lock of `kind`, its parties reaching it the `ways` given (`first` for the first
+        holder); `mounted`: the watched path is the mount point of a file bind-mounted there,
+        and a party reaching it by "path" goes by the source's name. Its config table."""
+        real = self.root / f"store-{number}.lock"
+        reached = real
+        if mounted:
+            reached = self.root / f"source-{number}.lock"
+            reached.touch()
+            self.mount(reached, real)
+        elif first != "renamed":
+            real.touch()
+        holders, waiter = LOCKS[kind]
+        calls = [*holders, *([waiter] if waiter else [])]
+        pids = []
+        for index, (way, call) in enumerate(zip([first, *ways], calls, strict=False)):
+            alias = self.root / f"seen-as-{number}-{index}.lock"
+            pids.append(self.party(way, call, reached, alias))
+        name = f"lock-{number}"
+        self.truth[name] = (set(pids[: len(holders)]), set(pids[len(holders) :]))
+        return f'[[lock]]\nname = "{name}"\npath = "{real}"\nformat = "kernel"\n'
+
+
+@pytest.fixture
+def stage(tmp_path: Path, children: Children) -> Iterator[Stage]:
+    for tool in ("unshare", "nsenter", "mount", "umount"):
+        require_tool(tool)
+    keeper = children.start(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", "echo ready; exec sleep 300"],
+        ready="ready",
+    )
+    yield Stage(keeper.pid, children, tmp_path)
+
+
+def audited_run(stage: Stage, config: str) -> tuple[dict[str, Any], list[str]]:
+    audit = stage.root / "audit.json"
+    completed = subprocess.run(
+        stage.inside(sys.executable, "-c", textwrap.dedent(AUDITED), config, str(audit)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    assert completed.stdout, completed.stderr
+    return json.loads(completed.stdout), json.loads(audit.read_text())
+
+
+def parties(document: dict[str, Any]) -> dict[str, tuple[set[int], set[int]]]:
+    return {
+        lock["name"]: ({h["pid"] for h in lock["holders"]}, {w["pid"] for w in lock["waiters"]})
+        for lock in document["locks"]
+    }
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_every_way_to_reach_a_lock_under_another_name_leaves_its_processes_named(
+    stage: Stage, seed: int
+) -> None:
+    chooser = random.Random(seed)
+    tables = []
+    for number in range(4):
+        kind = chooser.choice(list(LOCKS))
+        mounted = chooser.random() < 0.25
+        first = chooser.choice([*WAYS, "renamed"] if kind == "flock" and not mounted else WAYS)
+        ways = [chooser.choice(WAYS) for _ in range(2)]
+        tables.append(stage.lock(number, kind, ways, mounted, first))
+    blocked_writers = chooser.choice(["true", "false"])
+    config = write_config(
+        stage.root / "config.toml",
+        f"[host]\nblocked_writers = {blocked_writers}\n\n" + "\n".join(tables),
+    )
+    document, _ = audited_run(stage, config)
+    assert parties(document) == stage.truth, document
+    assert all(lock["state"] == "held" for lock in document["locks"]), document
+
+
+def test_files_under_other_names_are_passed_over_unless_a_lock_is_left_unfound(
+    stage: Stage,
+) -> None:
+    """The walk by names reads no fdinfo of a file shown under another name (a bystander's
+    twenty data files), while every way of reaching a lock that keeps it found by name or by
+    its own process's full read is there; a descriptor passed in from another namespace is
+    found by no name, and then the walk is made again in full."""
+    tables = [
+        stage.lock(number, "flock", [], mounted=way == "source", first=way)
+        for number, way in enumerate(
+            ("path", "alias_here", "alias_elsewhere", "deleted", "detached", "renamed", "source")
+        )
+    ]
+    bystander = stage.children.start(
+        stage.inside(sys.executable, "-c", BYSTANDER, str(stage.root / "bystander")),
+        ready="ready",
+    )
+    config = write_config(stage.root / "config.toml", "\n".join(tables))
+    document, opened = audited_run(stage, config)
+    assert parties(document) == stage.truth, document
+    assert not [path for path in opened if path.startswith(f"/proc/{bystander.pid}/")]
+
+    tables.append(stage.lock(len(tables), "flock", [], mounted=False, first="passed"))
+    config = write_config(stage.root / "config.toml", "\n".join(tables))
+    document, opened = audited_run(stage, config)
+    assert parties(document) == stage.truth, document
+    assert [path for path in opened if path.startswith(f"/proc/{bystander.pid}/")]
+
+
+def test_an_ofd_waiter_known_by_no_name_is_named(stage: Stage) -> None:
+    """An OFD waiter shows PID -1 and is named only by its descriptor, and a waiter left
+    unfound leaves no granted lock unmatched: with one there, every fdinfo is read. Its
+    descriptor here came from another namespace's bind mount (no name here shows it), and
+    blocked writers are off, so no wait makes the walk a full one either."""
+    table = stage.lock(0, "ofd-waited", ["passed"], mounted=False, first="path")
+    config = write_config(stage.root / "config.toml", "[host]\nblocked_writers = false\n\n" + table)
+    document, _ = audited_run(stage, config)
+    assert parties(document) == stage.truth, document

@@ -40,7 +40,7 @@ from lockwarden.check.identify import gather, request_for
 from lockwarden.formats import read_claim
 from lockwarden.model import Finding, InodeKey, State
 from lockwarden.procfs.reader import HostReader, wall_clock
-from lockwarden.procfs.snapshot import DescriptorScan
+from lockwarden.procfs.snapshot import DescriptorScan, Names
 from reliability.support import Figures, paused_deadline, require_root, within_deadline
 
 T = TypeVar("T")
@@ -115,10 +115,12 @@ class CaseHost(HostReader):
     def read_host(self, read_locks: bool) -> Any:
         return self._paused(lambda: super(CaseHost, self).read_host(read_locks))
 
-    def scan_descriptors(self, keys: frozenset[InodeKey]) -> DescriptorScan:
+    def scan_descriptors(
+        self, keys: frozenset[InodeKey], names: Names | None = None
+    ) -> DescriptorScan:
         if self.scanned is not None and keys <= self.scanned[0]:
-            return self.scanned[1]
-        return self._paused(lambda: super(CaseHost, self).scan_descriptors(keys))
+            return self.scanned[1]  # a full walk: all a walk by names would find, and more
+        return self._paused(lambda: super(CaseHost, self).scan_descriptors(keys, names))
 
     def _paused(self, read: Callable[[], T]) -> T:
         started = time.perf_counter()

@@ -197,9 +197,10 @@ def _with_key_names(claim: Claim) -> Claim:
     reads every descriptor's fdinfo, as it must for a name it cannot know)."""
     named: dict[InodeKey, str] = {}
     paths = (claim.path, claim.record_path, claim.remove_path)
-    for candidate in dict.fromkeys(path for path in paths if path):
-        name = os.path.basename(candidate.rstrip("/"))
-        status = lstat_or_none(candidate) if name else None
+    for candidate in dict.fromkeys(path.rstrip("/") for path in paths if path):
+        name = os.path.basename(candidate)
+        # (without its trailing slash: `LOCK/` would follow a symlink LOCK to its target)
+        status = lstat_or_none(candidate) if name not in ("", ".", "..") else None
         if status is None or key_of(status) not in claim.keys:
             continue
         if stat.S_ISDIR(status.st_mode) or (stat.S_ISREG(status.st_mode) and status.st_nlink == 1):

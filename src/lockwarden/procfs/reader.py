@@ -271,7 +271,7 @@ class HostReader:
             locked = _scan_locked_descriptors(self.proc, self.pid_entries())
             parsed = _with_locks_proc_hides(parsed, locked)
         scan_keys = self._scan_keys(request, parsed, base.proc_locks_may_omit)
-        names = self._names(request, scan_keys, base.proc_locks_may_omit)
+        names = self._names(request, parsed, scan_keys, base.proc_locks_may_omit)
         scan = self.scan_descriptors(scan_keys, names)
         if base.proc_locks_may_omit:
             parsed = _with_locks_proc_hides(parsed, scan)
@@ -398,12 +398,23 @@ class HostReader:
             return DescriptorScan()
         return _scan_descriptors(self.proc, keys, self.pid_entries(), names)
 
-    def _names(self, request: Request, keys: frozenset[InodeKey], may_omit: bool) -> Names | None:
-        """What lets the walk pass over files by their links (snapshot.Names): only on the
-        host's view of locks, where a lock a walk by names missed shows in /proc/locks still
-        unmatched (and the walk is made again in full); never where a descriptor's absence
-        decides (a lock judged by its openers, removal's last look, discover, waits), nor with
-        an inode whose one name is not known."""
+    def _names(
+        self,
+        request: Request,
+        parsed: Mapping[InodeKey, tuple[KernelLock, ...]],
+        keys: frozenset[InodeKey],
+        may_omit: bool,
+    ) -> Names | None:
+        """What lets the walk pass over files by their links (snapshot.Names), or None.
+
+        Only on the host's view of locks, where every granted lock is in /proc/locks and one
+        that no descriptor found carries sends the walk round again in full; and only where
+        that check cannot be fooled: each lock's identity in /proc/locks is its own (two OFD
+        readers both show PID -1, one taker's two flocks the same PID, and a holder found by
+        name would pass for the other), and no OFD waiter is there (it is named only by its
+        descriptor, and a waiter left unfound leaves nothing unmatched). Never where a
+        descriptor's absence decides (a lock judged by its openers, removal's last look,
+        discover, blocked writers' files), nor with an inode whose one name is not known."""
         if may_omit or request.all_locked or request.scan_keys or not keys:
             return None
         if any(question.by_openers for question in request.locks):
@@ -411,6 +422,13 @@ class HostReader:
         known = {key: name for question in request.locks for key, name in question.names}
         if not keys <= known.keys():
             return None
+        for question in request.locks:
+            kernel = [lock for key in question.keys for lock in parsed[key]]
+            granted = [lock_identity(lock) for lock in kernel if not lock.waiting]
+            if len(set(granted)) < len(granted):
+                return None
+            if any(lock.waiting and lock.pid <= 0 for lock in kernel):
+                return None
         return names_here(self.proc, frozenset(known[key] for key in keys))
 
     def _thread_tables(

@@ -653,17 +653,26 @@ def names_here(proc: str, names: frozenset[str]) -> Names:
     namespaces (PID 1's, when not ours, is the host's: the shipped unit runs lockwarden in a
     private one). A namespace whose link cannot be read is left out: its processes' fdinfo is
     read."""
-    accepted = set(names)
+    pairs: list[tuple[str, str]] = []  # (the mounted root's name, the mount point's name)
     namespaces = set()
     for pid in ("self", "1"):
         namespace = _link(f"{proc}/{pid}/ns/mnt")
         if namespace is None or namespace in namespaces:
             continue
         namespaces.add(namespace)
-        for mount in _mounts(f"{proc}/{pid}/mountinfo"):
-            if mount.root.rpartition("/")[2] in names:
-                accepted.add(mount.point.rpartition("/")[2])
-    return Names(frozenset(accepted), frozenset(namespaces))
+        for mount in _mounts(f"{proc}/{pid}/mountinfo", errors="surrogateescape"):
+            pair = (mount.root.rpartition("/")[2], mount.point.rpartition("/")[2])
+            if all(pair):  # a whole file system's root has no name
+                pairs.append(pair)
+    # A file bind-mounted under another name shows that name, and a watched path that is
+    # itself such a mount point is reached under its source's name too: both ways, to the
+    # end of any chain of them.
+    accepted = set(names)
+    while True:
+        more = {b for a, b in pairs if a in accepted} | {a for a, b in pairs if b in accepted}
+        if more <= accepted:
+            return Names(frozenset(accepted), frozenset(namespaces))
+        accepted |= more
 
 
 def _scan_descriptors(
@@ -731,7 +740,9 @@ def _named_only(base: str, fd_names: list[str], accepted: frozenset[str]) -> lis
             wanted.append(fd_name)
             continue
         if target.startswith("/"):
-            if target.rpartition("/")[2] in accepted or target.endswith(DELETED):
+            # (a file of a detached mount shows only "/": no name, so fdinfo decides)
+            name = target.rpartition("/")[2]
+            if name in accepted or not name or target.endswith(DELETED):
                 wanted.append(fd_name)
         elif not (target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES)):
             wanted.append(fd_name)
@@ -895,9 +906,12 @@ class _Mount(NamedTuple):
     point: str
 
 
-def _mounts(path: str) -> list[_Mount]:
+def _mounts(path: str, errors: str = "replace") -> list[_Mount]:
+    """The mounts of a mountinfo file; `errors="surrogateescape"` keeps a name that is not
+    UTF-8 as os.readlink() returns it."""
     try:
-        text = _read_text(path)
+        with open(path, encoding="utf-8", errors=errors) as handle:
+            text = handle.read()
     except OSError:
         return []
     found = []

@@ -48,7 +48,26 @@ def test_a_lock_reached_through_a_symlink_is_not_named_by_the_symlink(tmp_path: 
     link.symlink_to(real)
     claim = read_claim(str(link), "kernel", PID_MAX)
     assert claim.keys == (key(real),)
-    assert ((key(real), "store.lock")) not in claim.key_names
+    assert claim.key_names == ()  # descriptors show "real.lock", which no path read names
+
+
+def test_a_trailing_slash_does_not_name_a_symlinked_directory_by_the_symlink(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "REAL"
+    real.mkdir()
+    (tmp_path / "LOCK").symlink_to(real)
+    claim = read_claim(str(tmp_path / "LOCK") + "/", "owner-record", PID_MAX)
+    assert claim.present and claim.keys == (key(real),)
+    assert claim.key_names == ()
+
+
+def test_dot_and_dot_dot_are_no_names(tmp_path: Path) -> None:
+    (tmp_path / "REAL").mkdir()
+    for tail in ("/.", "/.."):
+        claim = read_claim(str(tmp_path / "REAL") + tail, "kernel", PID_MAX)
+        assert claim.present and claim.keys, tail
+        assert claim.key_names == (), tail
 
 
 def test_an_absent_lock_names_nothing(tmp_path: Path) -> None:
