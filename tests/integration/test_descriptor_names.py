@@ -3,18 +3,19 @@ watched inodes' names (snapshot.Names). Every way a process can reach a watched 
 another name must still leave it named: randomized real holders and waiters, each reaching its
 lock one way, judged through the real CLI against the processes the test started.
 
-The ways: the path itself; a file bind mount of it under another name in lockwarden's own
-mount namespace; the same in a mount namespace of the process's own (`unshare -m`); a hard link
+The ways: the path itself; a file bind mount of it under another name in lockwarden's own mount
+namespace; the same in a mount namespace of the process's own (`unshare -m`); a hard link
 removed after it was opened (its link then ends in ` (deleted)`); a bind mount detached after
 it was opened (`umount -l`: its link shows only `/`); a temporary name renamed onto the path
 after the lock was taken; a descriptor opened through a bind mount in another namespace and
-passed over a unix socket to a process here that then makes its lock call (the sender closed
-its own and keeps the other namespace: the name is known to no mount here); and, for the
-lock itself, a
-watched path that is the mount point of a file bind-mounted there (reached by the source's
-name). The locks: an exclusive flock with one holder; two OFD readers (both show PID -1 in
-/proc/locks, so one found by name would pass for the other); an OFD writer with an OFD waiter
-(named only by its descriptor).
+passed over a unix socket to a process here that then makes its lock call (the sender closes
+its own and keeps the other namespace: the name is known to no mount here); the same with the
+sender keeping its descriptor (it holds the lock too, and is found by its full read: the
+process here shares its open file and so its link); and, for the lock itself, a watched path
+that is the mount point of a file bind-mounted there (reached by the source's name). The locks:
+an exclusive flock with one holder; two OFD readers (both show PID -1 in /proc/locks, so one
+found by name would pass for the other); an OFD writer with an OFD waiter (named only by its
+descriptor).
 
 Runs in the host's PID namespace (scripts/test-parts.sh, part host): only there does the walk
 go by names. Everything runs in a mount namespace the test makes (`unshare -m`), so the bind
@@ -71,25 +72,29 @@ time.sleep(300)
 """
 
 # Opens argv[1] (a bind mount in its own namespace), sends the descriptor over the socket
-# numbered argv[2] and closes its own; it stays, keeping its namespace and so the mount the
-# descriptor was opened through, until its receiver ends (its stdin, a pipe from there, ends).
+# numbered argv[2] and closes its own unless argv[3] is `keep` (then it shares the lock its
+# receiver takes); it stays, keeping its namespace and so the mount the descriptor was opened
+# through, until its receiver ends (its stdin, a pipe from there, ends).
 SENDER = """
 import os, socket, sys
 descriptor = os.open(sys.argv[1], os.O_RDWR)
 socket.send_fds(socket.socket(fileno=int(sys.argv[2])), [b"file"], [descriptor])
-os.close(descriptor)
+if sys.argv[3] != "keep":
+    os.close(descriptor)
 sys.stdin.read()
 """
 
-# Starts the sender in a mount namespace of its own, and makes the lock call argv[3] on the
-# descriptor it sends (as PARTY does).
+# Starts the sender in a mount namespace of its own (argv[5]: keep or close), and makes the
+# lock call argv[3] on the descriptor it sends (as PARTY does); prints "ready", then the
+# sender's PID.
 RECEIVER = """
 import fcntl, socket, struct, subprocess, sys, time
-real, alias, call, sender = sys.argv[1:5]
+real, alias, call, sender, keep = sys.argv[1:6]
 mine, theirs = socket.socketpair()
-script = f'mount --bind "$1" "$2" && exec {sys.executable} -c "$3" "$2" {theirs.fileno()}'
+script = f'mount --bind "$1" "$2" && exec {sys.executable} -c "$3" "$2" {theirs.fileno()} "$4"'
 started = subprocess.Popen(
-    ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", real, alias, sender],
+    ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+     "sh", real, alias, sender, keep],
     pass_fds=[theirs.fileno()], stdin=subprocess.PIPE,
 )
 _, (descriptor,), _, _ = socket.recv_fds(mine, 16, 1)
@@ -104,6 +109,7 @@ elif call == "ofd-read":
 elif call == "ofd-write":
     ofd(fcntl.F_OFD_SETLK, fcntl.F_WRLCK)
 print("ready", flush=True)
+print(started.pid, flush=True)
 if call == "ofd-wait":
     ofd(fcntl.F_OFD_SETLKW, fcntl.F_WRLCK)
 time.sleep(300)
@@ -141,7 +147,7 @@ with open(sys.argv[2], "w") as handle:
     json.dump(opened, handle)
 """
 
-WAYS = ("path", "alias_here", "alias_elsewhere", "deleted", "detached", "passed")
+WAYS = ("path", "alias_here", "alias_elsewhere", "deleted", "detached", "passed", "shared")
 LOCKS = {  # the lock calls of its holders, and of its waiter if any
     "flock": (("flock",), None),
     "ofd-shared": (("ofd-read", "ofd-read"), None),
@@ -166,8 +172,10 @@ class Stage:
         target.touch()
         subprocess.run(self.inside("mount", "--bind", str(source), str(target)), check=True)
 
-    def party(self, way: str, call: str, path: Path, alias: Path) -> int:
-        """A process reaching `path` the `way` given and making the lock `call` on it."""
+    def party(self, way: str, call: str, path: Path, alias: Path) -> list[int]:
+        """A process reaching `path` the `way` given and making the lock `call` on it; its PID,
+        and (`shared`) that of the process in another namespace that passed it the descriptor
+        and keeps it, when it holds the lock too."""
         python, party = sys.executable, textwrap.dedent(PARTY)
         if way in ("alias_here", "detached"):
             self.mount(path, alias)
@@ -179,20 +187,27 @@ class Stage:
                 "unshare", "-m", "--propagation", "private", "sh", "-c", script,
                 "sh", str(path), str(alias), python, party, call,
             )  # fmt: skip
-        elif way == "passed":
+        elif way in ("passed", "shared"):
             alias.touch()
+            keep = "keep" if way == "shared" else "close"
             argv = self.inside(
                 python, "-c", textwrap.dedent(RECEIVER),
-                str(path), str(alias), call, textwrap.dedent(SENDER),
+                str(path), str(alias), call, textwrap.dedent(SENDER), keep,
             )  # fmt: skip
         else:
             argv = self.inside(python, "-c", party, way, call, str(path))
         process = self.children.start(argv, ready="ready")
+        pids = [process.pid]
+        if way in ("passed", "shared"):
+            assert process.stdout is not None
+            sender = int(process.stdout.readline())
+            if way == "shared" and call != "ofd-wait":
+                pids.append(sender)  # it keeps the descriptor: it holds the lock too
         if call == "ofd-wait":
             assert wait_until(lambda: blocked_in_lock_call(process.pid), timeout=10)
         if way == "detached":
             subprocess.run(self.inside("umount", "-l", str(alias)), check=True)
-        return process.pid
+        return pids
 
     def lock(self, number: int, kind: str, ways: list[str], mounted: bool, first: str) -> str:
         """One lock of `kind`, its parties reaching it the `ways` given (`first` for the first
@@ -208,12 +223,15 @@ class Stage:
             real.touch()
         holders, waiter = LOCKS[kind]
         calls = [*holders, *([waiter] if waiter else [])]
-        pids = []
+        found: list[list[int]] = []
         for index, (way, call) in enumerate(zip([first, *ways], calls, strict=False)):
             alias = self.root / f"seen-as-{number}-{index}.lock"
-            pids.append(self.party(way, call, reached, alias))
+            found.append(self.party(way, call, reached, alias))
         name = f"lock-{number}"
-        self.truth[name] = (set(pids[: len(holders)]), set(pids[len(holders) :]))
+        self.truth[name] = (
+            {pid for pids in found[: len(holders)] for pid in pids},
+            {pid for pids in found[len(holders) :] for pid in pids},
+        )
         return f'[[lock]]\nname = "{name}"\npath = "{real}"\nformat = "kernel"\n'
 
 

@@ -53,6 +53,7 @@ from lockwarden.procfs.snapshot import (
     _scan_thread_tables,
     blocked_calls,
     index_proc_locks,
+    links_to_follow,
     locks_on,
     log,
     names_here,
@@ -273,6 +274,12 @@ class HostReader:
         scan_keys = self._scan_keys(request, parsed, base.proc_locks_may_omit)
         names = self._names(request, parsed, scan_keys, base.proc_locks_may_omit)
         scan = self.scan_descriptors(scan_keys, names)
+        follow = links_to_follow(self.proc, scan, names) if names is not None else frozenset()
+        if names is not None and follow != frozenset():
+            # A holder found under a name passed over here may share its file with a process
+            # here: follow its link too (or, when it cannot be read, read every fdinfo).
+            names = None if follow is None else names._replace(links=follow)
+            scan = self.scan_descriptors(scan_keys, names)
         if base.proc_locks_may_omit:
             parsed = _with_locks_proc_hides(parsed, scan)
             parsed = _with_locks_asked(parsed, request.locks)
@@ -419,7 +426,10 @@ class HostReader:
             return None
         if any(question.by_openers for question in request.locks):
             return None
-        known = {key: name for question in request.locks for key, name in question.names}
+        known: dict[InodeKey, set[str]] = {}
+        for question in request.locks:
+            for key, name in question.names:
+                known.setdefault(key, set()).add(name)  # two locks may name it two ways
         if not keys <= known.keys():
             return None
         for question in request.locks:
@@ -429,7 +439,7 @@ class HostReader:
                 return None
             if any(lock.waiting and lock.pid <= 0 for lock in kernel):
                 return None
-        return names_here(self.proc, frozenset(known[key] for key in keys))
+        return names_here(self.proc, frozenset(name for key in keys for name in known[key]))
 
     def _thread_tables(
         self, looks: list[_Look], keys: frozenset[InodeKey]
