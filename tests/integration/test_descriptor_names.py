@@ -327,3 +327,47 @@ def test_an_ofd_waiter_known_by_no_name_is_named(stage: Stage) -> None:
     config = write_config(stage.root / "config.toml", "[host]\nblocked_writers = false\n\n" + table)
     document, _ = audited_run(stage, config)
     assert parties(document) == stage.truth, document
+
+
+def test_sqlite_writer_and_readers_are_named_by_a_walk_by_names(stage: Stage) -> None:
+    """An SQLite database in WAL mode carries two inodes, the database and its `-shm` file,
+    each with its one name: real `sqlite3` shells, a writer in BEGIN IMMEDIATE and two readers
+    in open read transactions, are named while a bystander's files are passed over."""
+    sqlite3 = require_tool("sqlite3")
+    database = stage.root / "app.db"
+    subprocess.run(
+        [
+            sqlite3,
+            str(database),
+            "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);",
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+    def shell(*statements: str) -> int:
+        started = stage.children.start(stage.inside(sqlite3, str(database)), stdin=subprocess.PIPE)
+        assert started.stdin is not None and started.stdout is not None
+        started.stdin.write("".join(f"{s}\n" for s in statements) + ".print ready\n")
+        started.stdin.flush()
+        while (line := started.stdout.readline()) and line.strip() != "ready":
+            pass
+        assert line.strip() == "ready"
+        return started.pid
+
+    readers = {shell("BEGIN;", "SELECT count(*) FROM t;") for _ in range(2)}
+    writer = shell("BEGIN IMMEDIATE;")
+    bystander = stage.children.start(
+        stage.inside(sys.executable, "-c", BYSTANDER, str(stage.root / "bystander")),
+        ready="ready",
+    )
+    config = write_config(
+        stage.root / "config.toml",
+        f'[[lock]]\nname = "app"\npath = "{database}"\nformat = "sqlite"\n',
+    )
+    document, opened = audited_run(stage, config)
+    (lock,) = document["locks"]
+    assert lock["state"] == "held", lock
+    assert [holder["pid"] for holder in lock["holders"]] == [writer], lock
+    assert {reader["pid"] for reader in lock["readers"]} == readers, lock
+    assert not [path for path in opened if path.startswith(f"/proc/{bystander.pid}/")]

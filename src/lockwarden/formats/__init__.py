@@ -9,9 +9,9 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from lockwarden.formats.base import Format, key_of, lstat_or_none
+from lockwarden.formats.base import Format, lstat_or_none, one_name
 from lockwarden.formats.owner_record import PREFERRED_RECORDS
-from lockwarden.model import Claim, InodeKey
+from lockwarden.model import Claim
 from lockwarden.support.safe_read import scan_directory
 
 # The registry: every format, most specific first (`auto` picks the first whose detect()
@@ -191,20 +191,18 @@ def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
 
 
 def _with_key_names(claim: Claim) -> Claim:
-    """The claim with the one name of each of its inodes that has one (Claim.key_names): a
-    path it read, lstat-ed now, that is still one of its inodes and is a directory (never hard
-    linked) or a file with a single link. An inode none of them is stays unnamed (the walk then
-    reads every descriptor's fdinfo, as it must for a name it cannot know)."""
-    named: dict[InodeKey, str] = {}
+    """The claim with the one name of each of its inodes that has one (Claim.key_names): those
+    its format named (a file beside the lock, such as SQLite's `-shm`), and a path it read,
+    lstat-ed now, that is still one of its inodes (without a trailing slash: `LOCK/` would
+    follow a symlink LOCK to its target). An inode none of them is stays unnamed (the walk
+    then reads every descriptor's fdinfo, as it must for a name it cannot know)."""
+    named = dict(claim.key_names)
     paths = (claim.path, claim.record_path, claim.remove_path)
     for candidate in dict.fromkeys(path.rstrip("/") for path in paths if path):
-        name = os.path.basename(candidate)
-        # (without its trailing slash: `LOCK/` would follow a symlink LOCK to its target)
-        status = lstat_or_none(candidate) if name not in ("", ".", "..") else None
-        if status is None or key_of(status) not in claim.keys:
-            continue
-        if stat.S_ISDIR(status.st_mode) or (stat.S_ISREG(status.st_mode) and status.st_nlink == 1):
-            named.setdefault(key_of(status), name)
+        status = lstat_or_none(candidate) if candidate else None
+        found = one_name(candidate, status) if status is not None else None
+        if found is not None and found[0] in claim.keys:
+            named.setdefault(*found)
     return replace(claim, key_names=tuple(named.items())) if named else claim
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -78,6 +79,17 @@ def mtime_of(status: os.stat_result) -> datetime | None:
     except (OverflowError, OSError, ValueError):
         return None
     return moment if EARLIEST <= moment <= LATEST else None
+
+
+def one_name(path: str, status: os.stat_result) -> tuple[InodeKey, str] | None:
+    """The inode `path` was lstat-ed at (`status`) and its one name, when it has exactly one
+    (Claim.key_names): a directory (never hard linked) or a regular file with a single link."""
+    name = os.path.basename(path.rstrip("/"))
+    if name in ("", ".", ".."):
+        return None
+    if stat.S_ISDIR(status.st_mode) or (stat.S_ISREG(status.st_mode) and status.st_nlink == 1):
+        return key_of(status), name
+    return None
 
 
 def lstat_or_none(path: str) -> os.stat_result | None:

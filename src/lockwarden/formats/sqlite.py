@@ -16,7 +16,14 @@ import os
 import stat
 from dataclasses import replace
 
-from lockwarden.formats.base import KERNEL_ONLY, STOP_HOLDER, absent, key_of, lstat_or_none
+from lockwarden.formats.base import (
+    KERNEL_ONLY,
+    STOP_HOLDER,
+    absent,
+    key_of,
+    lstat_or_none,
+    one_name,
+)
 from lockwarden.formats.hidden import hidden_locks
 from lockwarden.model import ByteRange, Claim, InodeKey, Staleness, StaleProof
 from lockwarden.support.safe_read import UnsafeRecord, read_head
@@ -85,7 +92,8 @@ class SqliteDatabase:
             return self._problem(path, f"cannot read the database header: {error}")
         if head and head != HEADER:
             return self._problem(path, f"{path} is not an SQLite 3 database (its header differs)")
-        shm = _shm_key(path)
+        shm_status = _shm_status(path)
+        shm = key_of(shm_status) if shm_status is not None else None
         database = key_of(status)
         ranges = writer_ranges(database, shm)
         files = [(path, database)] if shm is None else [(path, database), (path + "-shm", shm)]
@@ -97,6 +105,7 @@ class SqliteDatabase:
             keys=(database,) if shm is None else (database, shm),
             writer_ranges=ranges,
             hidden_locks=hidden_locks(files, ranges),
+            key_names=_shm_name(path, shm_status),
             stale=Staleness(StaleProof.NEVER),
             note="WAL mode (its -shm file exists)" if shm is not None else None,
         )
@@ -105,8 +114,14 @@ class SqliteDatabase:
         return Claim(format=NAME, path=path, present=True, existence_is_lock=False, problem=problem)
 
 
-def _shm_key(path: str) -> InodeKey | None:
+def _shm_name(path: str, status: os.stat_result | None) -> tuple[tuple[InodeKey, str], ...]:
+    """The `-shm` file's one name (Claim.key_names; the database's is named by its path)."""
+    found = one_name(path + "-shm", status) if status is not None else None
+    return (found,) if found is not None else ()
+
+
+def _shm_status(path: str) -> os.stat_result | None:
     status = lstat_or_none(path + "-shm")
     if status is None or not stat.S_ISREG(status.st_mode):
         return None
-    return key_of(status)
+    return status

@@ -5,6 +5,7 @@ in a temporary directory."""
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 from lockwarden.formats import read_claim
@@ -73,3 +74,21 @@ def test_dot_and_dot_dot_are_no_names(tmp_path: Path) -> None:
 def test_an_absent_lock_names_nothing(tmp_path: Path) -> None:
     claim = read_claim(str(tmp_path / "none.lock"), "kernel", PID_MAX)
     assert not claim.present and claim.key_names == ()
+
+
+def test_an_sqlite_database_in_wal_mode_names_its_shm_file_too(tmp_path: Path) -> None:
+    """SQLite's claim carries the database and its `-shm` file (readers and the WAL writer
+    lock bytes there): the format names the `-shm` file, the path names the database."""
+    database = tmp_path / "app.db"
+    connection = sqlite3.connect(database)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("CREATE TABLE t(x)")
+        connection.commit()
+        shm = tmp_path / "app.db-shm"
+        assert shm.exists()
+        claim = read_claim(str(database), "sqlite", PID_MAX)
+        assert set(claim.keys) == {key(database), key(shm)}
+        assert dict(claim.key_names) == {key(database): "app.db", key(shm): "app.db-shm"}
+    finally:
+        connection.close()
