@@ -10,12 +10,12 @@ it was opened (`umount -l`: its link shows only `/`); a temporary name renamed o
 after the lock was taken; a descriptor opened through a bind mount in another namespace and
 passed over a unix socket to a process here that then makes its lock call (the sender closes
 its own and keeps the other namespace: the name is known to no mount here); the same with the
-sender keeping its descriptor (it holds the lock too, and is found by its full read: the
-process here shares its open file and so its link); and, for the lock itself, a watched path
-that is the mount point of a file bind-mounted there (reached by the source's name). The locks:
-an exclusive flock with one holder; two OFD readers (both show PID -1 in /proc/locks, so one
-found by name would pass for the other); an OFD writer with an OFD waiter (named only by its
-descriptor).
+sender keeping its descriptor (it holds the lock too, and is found by its full read, under a
+name passed over here: the process here sharing its file is found by a full walk); and, for the
+lock itself, a watched path that is the mount point of a file bind-mounted there (reached by
+the source's name). The locks: an exclusive flock with one holder; two OFD readers (both show
+PID -1 in /proc/locks, so one found by name would pass for the other); an OFD writer with an
+OFD waiter (named only by its descriptor).
 
 Runs in the host's PID namespace (scripts/test-parts.sh, part host): only there does the walk
 go by names. Everything runs in a mount namespace the test makes (`unshare -m`), so the bind
@@ -289,17 +289,20 @@ def test_every_way_to_reach_a_lock_under_another_name_leaves_its_processes_named
     assert all(lock["state"] == "held" for lock in document["locks"]), document
 
 
-def test_files_under_other_names_are_passed_over_unless_a_lock_is_left_unfound(
-    stage: Stage,
+@pytest.mark.parametrize("unfound_by_name", ["alias_elsewhere", "passed"])
+def test_files_under_other_names_are_passed_over_unless_a_holder_may_be_missed(
+    stage: Stage, unfound_by_name: str
 ) -> None:
     """The walk by names reads no fdinfo of a file shown under another name (a bystander's
-    twenty data files), while every way of reaching a lock that keeps it found by name or by
-    its own process's full read is there; a descriptor passed in from another namespace is
-    found by no name, and then the walk is made again in full."""
+    twenty data files) while every lock is reached a way that keeps its holder found by name.
+    A holder that may have a sharer the names miss sends the walk round again in full: one in
+    another mount namespace under a name no mount here has (read in full, it carries the lock
+    whoever here shares its file), or a descriptor passed in from there (found by no name:
+    its lock is left unmatched)."""
     tables = [
         stage.lock(number, "flock", [], mounted=way == "source", first=way)
         for number, way in enumerate(
-            ("path", "alias_here", "alias_elsewhere", "deleted", "detached", "renamed", "source")
+            ("path", "alias_here", "deleted", "detached", "renamed", "source")
         )
     ]
     bystander = stage.children.start(
@@ -311,7 +314,7 @@ def test_files_under_other_names_are_passed_over_unless_a_lock_is_left_unfound(
     assert parties(document) == stage.truth, document
     assert not [path for path in opened if path.startswith(f"/proc/{bystander.pid}/")]
 
-    tables.append(stage.lock(len(tables), "flock", [], mounted=False, first="passed"))
+    tables.append(stage.lock(len(tables), "flock", [], mounted=False, first=unfound_by_name))
     config = write_config(stage.root / "config.toml", "\n".join(tables))
     document, opened = audited_run(stage, config)
     assert parties(document) == stage.truth, document

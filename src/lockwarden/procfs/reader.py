@@ -52,8 +52,8 @@ from lockwarden.procfs.snapshot import (
     _scan_nested_pids,
     _scan_thread_tables,
     blocked_calls,
+    carrier_passed_over,
     index_proc_locks,
-    links_to_follow,
     locks_on,
     log,
     names_here,
@@ -274,12 +274,11 @@ class HostReader:
         scan_keys = self._scan_keys(request, parsed, base.proc_locks_may_omit)
         names = self._names(request, parsed, scan_keys, base.proc_locks_may_omit)
         scan = self.scan_descriptors(scan_keys, names)
-        follow = links_to_follow(self.proc, scan, names) if names is not None else frozenset()
-        if names is not None and follow != frozenset():
+        if names is not None and carrier_passed_over(self.proc, scan, names):
             # A holder found under a name passed over here may share its file with a process
-            # here: follow its link too (or, when it cannot be read, read every fdinfo).
-            names = None if follow is None else names._replace(links=follow)
-            scan = self.scan_descriptors(scan_keys, names)
+            # here: every descriptor's fdinfo decides.
+            names = None
+            scan = self.scan_descriptors(scan_keys)
         if base.proc_locks_may_omit:
             parsed = _with_locks_proc_hides(parsed, scan)
             parsed = _with_locks_asked(parsed, request.locks)

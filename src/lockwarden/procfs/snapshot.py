@@ -646,8 +646,6 @@ class Names(NamedTuple):
 
     accepted: frozenset[str]
     namespaces: frozenset[str]
-    links: frozenset[str] = frozenset()
-    """Whole links whose fdinfo is read too (`links_to_follow`)."""
 
 
 def names_here(proc: str, names: frozenset[str]) -> Names:
@@ -719,7 +717,7 @@ def _scan_part(
         if not fd_names:
             continue
         if names is not None and _link(f"{base}/ns/mnt") in names.namespaces:
-            fd_names = _named_only(base, fd_names, names)
+            fd_names = _named_only(base, fd_names, names.accepted)
         found, readable = _table_descriptors(base, int(entry), fd_names, keys, inodes)
         for key, descriptor in found:
             scan.by_key.setdefault(key, []).append(descriptor)
@@ -728,11 +726,9 @@ def _scan_part(
     return scan
 
 
-def _named_only(base: str, fd_names: list[str], names: Names) -> list[str]:
+def _named_only(base: str, fd_names: list[str], accepted: frozenset[str]) -> list[str]:
     """The descriptors of one table whose fdinfo must be read: those whose link shows one of
-    the accepted names or is one of the links to follow, an unlinked entry, no path, or could
-    not be read (Names)."""
-    accepted, links_wanted = names.accepted, names.links
+    the accepted names, an unlinked entry, no path, or could not be read (Names)."""
     links = f"{base}/fd/"
     wanted = []
     for fd_name in fd_names:
@@ -746,36 +742,32 @@ def _named_only(base: str, fd_names: list[str], names: Names) -> list[str]:
         if target.startswith("/"):
             # (a file of a detached mount shows only "/": no name, so fdinfo decides)
             name = target.rpartition("/")[2]
-            if name in accepted or not name or target.endswith(DELETED) or target in links_wanted:
+            if name in accepted or not name or target.endswith(DELETED):
                 wanted.append(fd_name)
         elif not (target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES)):
             wanted.append(fd_name)
     return wanted
 
 
-def links_to_follow(proc: str, scan: DescriptorScan, names: Names) -> frozenset[str] | None:
-    """After a walk by names: the links of lock-carrying descriptors found that show a name
-    the walk passes over (found in a process read in full, of another mount namespace). Every
-    descriptor sharing their open file (or a POSIX owner's table) shows the same link, and one
-    in a process here was passed over: a walk that follows these links too finds it, where
-    "every lock carried" alone would not. None when a carrier's link cannot be read (then only
-    a full walk is sure)."""
-    found = set()
+def carrier_passed_over(proc: str, scan: DescriptorScan, names: Names) -> bool:
+    """After a walk by names: whether a lock-carrying descriptor it found (in a process read in
+    full, of another mount namespace) shows a name the walk passes over, or can no longer be
+    read. Every descriptor sharing its open file shows the same link, so one in a process here
+    may have been passed over, and "every lock carried" would not mean "every holder found":
+    only a full walk is sure. (Read after the walk, a carrier closed since, or its number
+    reused for another file, counts too: the sharer here may still hold the lock.)"""
     for descriptors in scan.by_key.values():
         for descriptor in descriptors:
             if not descriptor.locks:
                 continue
             try:
                 target = os.readlink(f"{proc}/{descriptor.pid}/fd/{descriptor.fd}")
-            except FileNotFoundError:
-                continue  # closed since
             except OSError:
-                return None
+                return True
             name = target.rpartition("/")[2]
-            passed_over = name and name not in names.accepted and not target.endswith(DELETED)
-            if target.startswith("/") and passed_over:
-                found.add(target)
-    return frozenset(found)
+            if name and name not in names.accepted and not target.endswith(DELETED):
+                return True
+    return False
 
 
 def _table_descriptors(
