@@ -38,9 +38,26 @@ import pytest
 from conftest import Children, cli_env, require_tool, wait_until, write_config
 from integration.test_why import blocked_in_lock_call
 
+# The lock call `call` (flock, ofd-read, ofd-write; ofd-wait is made after "ready") on
+# `descriptor`: the part of PARTY and RECEIVER that takes the lock.
+LOCK_CALL = """
+import fcntl, struct
+
+def ofd(command, kind):
+    fcntl.fcntl(descriptor, command, struct.pack("hhqqi4x", kind, 0, 0, 0, 0))
+
+if call == "flock":
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+elif call == "ofd-read":
+    ofd(fcntl.F_OFD_SETLK, fcntl.F_RDLCK)
+elif call == "ofd-write":
+    ofd(fcntl.F_OFD_SETLK, fcntl.F_WRLCK)
+"""
+
 # argv: how (path, deleted, renamed), the lock call (flock, ofd-read, ofd-write, ofd-wait),
 # the path. Says "ready" once the lock is held, or just before it blocks (ofd-wait).
-PARTY = """
+PARTY = (
+    """
 import fcntl, os, struct, sys, time
 how, call, path = sys.argv[1], sys.argv[2], sys.argv[3]
 if how == "deleted":
@@ -54,22 +71,16 @@ elif how == "renamed":
 else:
     descriptor = os.open(path, os.O_RDWR)
 
-def ofd(command, kind):
-    fcntl.fcntl(descriptor, command, struct.pack("hhqqi4x", kind, 0, 0, 0, 0))
-
-if call == "flock":
-    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-elif call == "ofd-read":
-    ofd(fcntl.F_OFD_SETLK, fcntl.F_RDLCK)
-elif call == "ofd-write":
-    ofd(fcntl.F_OFD_SETLK, fcntl.F_WRLCK)
-if how == "renamed":
+"""
+    + LOCK_CALL
+    + """if how == "renamed":
     os.rename(temporary, path)
 print("ready", flush=True)
 if call == "ofd-wait":
     ofd(fcntl.F_OFD_SETLKW, fcntl.F_WRLCK)
 time.sleep(300)
 """
+)
 
 # Opens argv[1] (a bind mount in its own namespace), sends the descriptor over the socket
 # numbered argv[2] and closes its own unless argv[3] is `keep` (then it shares the lock its
@@ -87,7 +98,8 @@ sys.stdin.read()
 # Starts the sender in a mount namespace of its own (argv[5]: keep or close), and makes the
 # lock call argv[3] on the descriptor it sends (as PARTY does); prints "ready", then the
 # sender's PID.
-RECEIVER = """
+RECEIVER = (
+    """
 import fcntl, socket, struct, subprocess, sys, time
 real, alias, call, sender, keep = sys.argv[1:6]
 mine, theirs = socket.socketpair()
@@ -99,21 +111,15 @@ started = subprocess.Popen(
 )
 _, (descriptor,), _, _ = socket.recv_fds(mine, 16, 1)
 
-def ofd(command, kind):
-    fcntl.fcntl(descriptor, command, struct.pack("hhqqi4x", kind, 0, 0, 0, 0))
-
-if call == "flock":
-    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-elif call == "ofd-read":
-    ofd(fcntl.F_OFD_SETLK, fcntl.F_RDLCK)
-elif call == "ofd-write":
-    ofd(fcntl.F_OFD_SETLK, fcntl.F_WRLCK)
-print("ready", flush=True)
+"""
+    + LOCK_CALL
+    + """print("ready", flush=True)
 print(started.pid, flush=True)
 if call == "ofd-wait":
     ofd(fcntl.F_OFD_SETLKW, fcntl.F_WRLCK)
 time.sleep(300)
 """
+)
 
 BYSTANDER = """
 import os, sys, time

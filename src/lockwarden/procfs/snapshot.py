@@ -739,14 +739,19 @@ def _named_only(base: str, fd_names: list[str], accepted: frozenset[str]) -> lis
         except OSError:  # no right to it, or a path longer than PATH_MAX: fdinfo decides
             wanted.append(fd_name)
             continue
-        if target.startswith("/"):
-            # (a file of a detached mount shows only "/": no name, so fdinfo decides)
-            name = target.rpartition("/")[2]
-            if name in accepted or not name or target.endswith(DELETED):
-                wanted.append(fd_name)
-        elif not (target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES)):
+        if not _passed_over(target, accepted):
             wanted.append(fd_name)
     return wanted
+
+
+def _passed_over(target: str, accepted: frozenset[str]) -> bool:
+    """Whether the walk by names passes a descriptor with this link over: a pipe, socket or
+    device, or a path whose last name is none of the accepted ones. Not an unlinked entry, nor
+    a file of a detached mount (its link is only "/": no name), nor any other link."""
+    if not target.startswith("/"):
+        return target in NEVER_LOCK_TARGETS or target.startswith(NEVER_LOCK_PREFIXES)
+    name = target.rpartition("/")[2]
+    return bool(name) and name not in accepted and not target.endswith(DELETED)
 
 
 def carrier_passed_over(proc: str, scan: DescriptorScan, names: Names) -> bool:
@@ -764,8 +769,7 @@ def carrier_passed_over(proc: str, scan: DescriptorScan, names: Names) -> bool:
                 target = os.readlink(f"{proc}/{descriptor.pid}/fd/{descriptor.fd}")
             except OSError:
                 return True
-            name = target.rpartition("/")[2]
-            if name and name not in names.accepted and not target.endswith(DELETED):
+            if _passed_over(target, names.accepted):
                 return True
     return False
 
