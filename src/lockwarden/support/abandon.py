@@ -2,8 +2,8 @@
 database check) past its deadline is given up on and left to end by itself.
 
 Such a thread is a daemon named with THREAD_PREFIX. While one still runs when the command is
-done, `lockwarden` leaves without interpreter finalisation (cli/commands.py: run), which can
-crash under a daemon thread still inside C code.
+done, `lockwarden` leaves without its exit handlers either (cli/commands.py: leave): one could
+wait on a lock that thread holds.
 """
 
 from __future__ import annotations
