@@ -262,7 +262,9 @@ class SightingMemory:
     def __init__(self, config: Config, now: datetime, state: RunState) -> None:
         self.now = now
         self.state = state
-        self.latest: LastSeen | None = sightings.last_seen(state.records)
+        # the file's record; without one, the latest an earlier version appended to the journal
+        remembered = state.records if state.seen is None else [state.seen]
+        self.latest: LastSeen | None = sightings.last_seen(remembered)
         self.problem: str | None = state.problems[0] if state.problems else None
         self.unsaved: str | None = None  # why this run's sightings were not saved
         gaps = {lock.name: sightings.longest_gap(lock.warn_after) for lock in config.locks}
@@ -273,14 +275,14 @@ class SightingMemory:
         self.memory: Memory = sightings.memory(self.latest, now, gaps)
 
     def remember(self, result: RunResult) -> None:
-        """Append this run's `seen` record (a run holding no run lock takes it for this write;
-        a busy one means another run records it)."""
+        """Write this run's `seen` record in place of the last (a run holding no run lock takes
+        it for this write; a busy one means another run records it)."""
         seen = (*result.findings, *result.watching)  # blocked writers within budget too
         record = sightings.sightings_of(seen, self.memory, self.now, self.latest)
         if self.problem is None and sightings.worth_writing(record, self.latest):
-            # not fsynced unless it names a database session (Journal.append says why)
+            # not fsynced unless it names a database session (SeenFile says why)
             durable = sightings.outlives_the_boot(record)
-            self.problem = self.state.append_alone(record, durable, sightings.keep_latest_seen)
+            self.problem = self.state.replace_seen(record, durable)
         if self.problem is None:
             return
         self.unsaved = (

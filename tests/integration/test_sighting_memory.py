@@ -1,6 +1,6 @@
 """A minutely `--once` (simulated with `--now`) over a kernel lock: a brief lock inside a
 long-lived process never warns, a lock held continuously by the same process escalates on
-schedule. The sighting memory lives in the state journal, alerting on or off."""
+schedule. The sighting memory lives in the state directory's `seen.json`, alerting on or off."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import FLOCK_HOLDER, Children, cli_env, require_tool, run_json, write_config
+from lockwarden.state.journal import SEEN_NAME, SEEN_PREFIX
 
 # A long-lived process that takes and drops a flock when told: `lock` / `unlock` on stdin.
 ON_COMMAND = """
@@ -133,18 +134,21 @@ def test_a_memory_that_cannot_be_saved_is_the_state_finding_not_a_silent_ok(
 def test_the_seen_record_is_written_whole_and_not_fsynced(
     tmp_path: Path, children: Children
 ) -> None:
-    """A real run under strace (Debian's) while a real process holds the lock: the journal
-    gets the `seen` record in one write() and no fsync (Journal.append: every run writes one
-    afresh); the state directory is still fsynced when the journal is created."""
+    """A real run under strace (Debian's) while a real process holds the lock: the `seen`
+    record goes to a hidden file in one write() and no fsync, renamed over `seen.json`
+    (SeenFile: every run writes it afresh); the journal is not written at all."""
     path = config(tmp_path, alerting=False)
     holder = children.python(FLOCK_HOLDER, str(tmp_path / "store.lock"))
     traces = _traced(tmp_path, "-m", "lockwarden", "--once", "--config", path)
-    journal = tmp_path / "state" / "state.jsonl"
-    assert _calls_on(traces, f'"{journal}"', "O_APPEND") == ["write", "close"]
-    assert "fsync" in _calls_on(traces, f'"{journal.parent}"', "O_DIRECTORY")
-    records = [json.loads(line) for line in journal.read_text().splitlines()]
-    assert [(record["type"], list(record["locks"])) for record in records] == [("seen", ["store"])]
-    assert records[0]["locks"]["store"][0].startswith(f"pid:{holder.pid}:")
+    state = tmp_path / "state"
+    [calls] = _calls_on(traces, f'"{state}/{SEEN_PREFIX}', "O_CREAT")
+    assert calls == ["write", "close"]
+    assert not any("fsync" in calls for calls in _calls_on(traces, f'"{state}"', "O_DIRECTORY"))
+    assert not (state / "state.jsonl").exists()
+    [line] = (state / SEEN_NAME).read_text().splitlines()
+    record = json.loads(line)
+    assert (record["type"], list(record["locks"])) == ("seen", ["store"])
+    assert record["locks"]["store"][0].startswith(f"pid:{holder.pid}:")
 
 
 def test_a_seen_record_naming_a_database_session_is_fsynced(tmp_path: Path) -> None:
@@ -173,9 +177,12 @@ memory.remember(RunResult("host", "boot", now, (finding,)))
 assert memory.unsaved is None, memory.unsaved
 """
     traces = _traced(tmp_path, "-c", program)
-    journal = tmp_path / "state" / "state.jsonl"
-    assert _calls_on(traces, f'"{journal}"', "O_APPEND") == ["write", "fsync", "close"]
-    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    state = tmp_path / "state"
+    [calls] = _calls_on(traces, f'"{state}/{SEEN_PREFIX}', "O_CREAT")
+    assert calls == ["write", "fsync", "close"]
+    # the directory is fsynced after the rename, so that the new name is on disk too
+    assert any("fsync" in calls for calls in _calls_on(traces, f'"{state}"', "O_DIRECTORY"))
+    records = [json.loads(line) for line in (state / SEEN_NAME).read_text().splitlines()]
     assert [record["locks"]["store"][0] for record in records] == ["pg-backend:7:1"]
 
 
@@ -199,23 +206,22 @@ def _traced(tmp_path: Path, *arguments: str) -> list[list[str]]:
     return [file.read_text().splitlines() for file in files]
 
 
-def _calls_on(traces: list[list[str]], opened: str, flag: str) -> list[str]:
-    """The write/fsync/close calls on the first descriptor whose openat named `opened` with
-    `flag`, in the process that opened it, up to its close."""
+def _calls_on(traces: list[list[str]], opened: str, flag: str) -> list[list[str]]:
+    """For each descriptor whose openat named `opened` (a prefix of the quoted path) with
+    `flag`: the write/fsync/close calls on it in the process that opened it, up to its close."""
+    found: list[list[str]] = []
     for lines in traces:
-        calls: list[str] = []
         descriptor = None
         for line in lines:
             if descriptor is None:
-                found = re.search(r"= (\d+)$", line)
-                if line.startswith("openat(") and opened in line and flag in line and found:
-                    descriptor = found.group(1)
+                opened_here = re.search(r"= (\d+)$", line)
+                if line.startswith("openat(") and opened in line and flag in line and opened_here:
+                    descriptor = opened_here.group(1)
+                    found.append([])
                 continue
             named = re.match(rf"(write|fsync|close)\({descriptor}\b", line)
             if named:
-                calls.append(named.group(1))
+                found[-1].append(named.group(1))
                 if named.group(1) == "close":
-                    break
-        if descriptor is not None:
-            return calls
-    return []
+                    descriptor = None
+    return found

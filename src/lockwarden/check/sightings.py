@@ -2,7 +2,8 @@
 
 A kernel lock records no acquisition time, and a holder's running time is only an upper bound
 (a service started hours ago may have taken a flock a second ago). So every run that sees a lock
-held without a dated record writes one `seen` record to the state journal:
+held without a dated record writes one `seen` record, in place of the last one, to `seen.json`
+in the state directory (state/journal.SeenFile; only the latest ever counts):
 
     {"type": "seen", "at": T, "locks": {NAME: [IDENTITY, FIRST_SEEN]}}   (records.SeenRecord)
 
@@ -65,8 +66,9 @@ class LastSeen(NamedTuple):
 
 
 def last_seen(records: Iterable[JournalRecord]) -> LastSeen | None:
-    """The latest `seen` record (one of a shape this version cannot read is none: the fold
-    of the alert stage reports it)."""
+    """The last `seen` record of `records` (the sighting file's, or the journal's of an earlier
+    version; one of a shape this version cannot read is none: the fold of the alert stage
+    reports it)."""
     latest: LastSeen | None = None
     for record in records:
         if isinstance(record, SeenRecord):
@@ -155,7 +157,8 @@ def _undated_hold(finding: Finding) -> bool:
 
 
 def keep_latest_seen(records: list[JournalRecord]) -> list[JournalRecord]:
-    """Compaction: only the latest `seen` record matters."""
+    """Compaction: of the `seen` records an earlier version journaled, only the latest matters
+    (the memory of a run whose sighting file could not be written)."""
     indexes = [index for index, record in enumerate(records) if isinstance(record, SeenRecord)]
     drop = set(indexes[:-1])
     return [record for index, record in enumerate(records) if index not in drop]

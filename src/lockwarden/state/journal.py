@@ -3,10 +3,11 @@
 Durability rules (each has a test in tests/alerts/test_journal.py):
 
 * one record = one ``write()`` on an ``O_APPEND`` descriptor, its length checked, then
-  ``fsync``; the directory is fsynced after the file is created or renamed. The one exception
-  is the sighting memory's ``seen`` record of kernel locks (``durable=False``): every run
-  writes one afresh, repeating its series' start, so it is written and not fsynced
-  (``Journal.append`` says why; tested in tests/integration/test_sighting_memory.py);
+  ``fsync``; the directory is fsynced after the file is created or renamed;
+* the sighting memory's ``seen`` record is not journaled: it lives alone in ``seen.json``
+  beside the journal, replaced whole by each run that writes one (``SeenFile``), and only
+  one that names a database session is fsynced (tested in
+  tests/integration/test_sighting_memory.py);
 * a torn last line (a crash mid-write) is cut off before the next append; a corrupt line in
   the middle is skipped with a warning, so the journal fails toward one duplicate alert and
   never toward silence;
@@ -31,14 +32,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lockwarden.state.records import JournalRecord, from_json, to_json
+from lockwarden.state.records import JournalRecord, SeenRecord, from_json, to_json
 from lockwarden.support.checkpoints import Checkpoint, skip
 
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "state.jsonl"
 RUN_LOCK_NAME = "run.lock"
+SEEN_NAME = "seen.json"
 COMPACT_PREFIX = f".{JOURNAL_NAME}.compact-"
+SEEN_PREFIX = f".{SEEN_NAME}.new-"
 MAX_JOURNAL_READ = 64 * 1024 * 1024
 
 
@@ -247,21 +250,9 @@ class Journal:
 
     def load(self) -> Loaded:
         """Read every record; a missing journal is an empty one."""
-        if self.unusable is not None:
-            raise StateError(self.unusable)
-        try:
-            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
+        data = _read_state_file(self.path, self.unusable, "journal file")
+        if data is None:
             return Loaded()
-        except OSError as error:
-            raise StateError(f"cannot read {self.path}: {error.strerror}") from None
-        try:
-            info = os.fstat(descriptor)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_JOURNAL_READ:
-                raise StateError(f"{self.path} is not a regular journal file of sane size")
-            data = _read_all(descriptor)
-        finally:
-            os.close(descriptor)
         loaded = parse_lines(data, self.path)
         self._torn_at = loaded.torn_at
         for warning in loaded.warnings:
@@ -270,16 +261,7 @@ class Journal:
 
     def append(self, record: JournalRecord, durable: bool = True) -> None:
         """One write(), length checked, then fsync; raise StateError on any failure.
-
-        `durable=False` skips the fsync, for a record that every run writes afresh, that
-        repeats what the one before it said, and whose facts end with the boot: the `seen`
-        record of kernel locks (each carries its series' start; one that names a database
-        session, which a server on another host keeps through this host's crash, is durable).
-        A power cut or kernel crash, all an fsync protects against, can lose the last seconds
-        of appends, as a torn or missing last line that load() handles; the records before
-        them reached the disk by the kernel's own writeback, and the kernel locks and
-        processes they name ended with the boot. An fsync per such record would flush the
-        disk on every timer run for nothing."""
+        `durable=False` skips the fsync (a record whose loss in a crash costs nothing)."""
         descriptor = self._open_for_append()
         data = encode(record)
         before = os.fstat(descriptor).st_size
@@ -343,11 +325,9 @@ class Journal:
         """Rewrite the journal as `keep(records)`: temp file, fsync, rename, fsync dir."""
         records = self.load().records
         kept = keep(records)
-        self._remove_leftovers()
-        temporary = os.path.join(self.directory, f"{COMPACT_PREFIX}{os.getpid()}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        temporary = _hidden_path(self.directory, COMPACT_PREFIX)
         try:
-            descriptor = os.open(temporary, flags, 0o600)
+            descriptor = os.open(temporary, _HIDDEN_FLAGS, 0o600)
             try:
                 body = b"".join(encode(record) for record in kept)
                 if self.checkpoint is not skip:  # the new file half written at the step
@@ -365,17 +345,91 @@ class Journal:
             raise StateError(f"cannot compact {self.path}: {error.strerror or error}") from None
         return len(records) - len(kept)
 
-    def _remove_leftovers(self) -> None:
-        """A run killed mid-compaction leaves its temp file; the run lock makes this safe."""
-        with contextlib.suppress(OSError):
-            for name in os.listdir(self.directory):
-                if name.startswith(COMPACT_PREFIX):
-                    _remove_quietly(os.path.join(self.directory, name))
-
     def close(self) -> None:
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
+
+
+class SeenFile:
+    """The sighting memory (check/sightings.py): the latest `seen` record, in a file of its own
+    beside the journal, replaced whole by each run that writes one.
+
+    Only the latest `seen` record ever counts. Appended to the journal, one a run, they made it
+    grow by a record a run until compaction, and every run loaded them all: on a host holding a
+    kernel lock all day, up to `max_bytes` of them, ~5 ms and ~1 MB of memory a run.
+
+    A replacement is a new file under a hidden name, renamed over the old one: a reader sees the
+    old record or the new one, never half of one. It is fsynced (the file, then the directory)
+    only when `durable`: one that names a database session, which a server on another host
+    keeps through this host's crash. One that names only this boot's kernel locks is written
+    afresh by every run and its facts end with the boot: a power cut or kernel crash, all an
+    fsync protects against, can lose it (a file of the old record, or an empty or torn one,
+    read as none), and the kernel locks and processes it named ended with the boot. An fsync
+    per run would flush the disk on every timer run for nothing."""
+
+    def __init__(self, directory: str, unusable: str | None = None) -> None:
+        self.directory = directory
+        self.path = os.path.join(directory, SEEN_NAME)
+        self.unusable = unusable
+
+    def load(self) -> SeenRecord | None:
+        """The record; None when there is none. One that is not a `seen` record this version
+        reads is said at warning and read as none: the series it held start over."""
+        data = _read_state_file(self.path, self.unusable, "sighting file")
+        if data is None:
+            return None
+        record = _parse_line(data) if data.endswith(b"\n") and data.count(b"\n") == 1 else None
+        if not isinstance(record, SeenRecord):
+            log.warning(
+                "%s: not a sighting record; ignored (the series of kernel locks it held start "
+                "over, and the next run writes it afresh)",
+                self.path,
+            )
+            return None
+        return record
+
+    def replace(self, record: SeenRecord, durable: bool) -> None:
+        """Write `record` in place of the last one; raise StateError on any failure. The
+        caller holds the run lock (a run killed mid-write left its hidden file: removed here)."""
+        if self.unusable is not None:
+            raise StateError(self.unusable)
+        check_state_dir(self.directory)
+        temporary = _hidden_path(self.directory, SEEN_PREFIX)
+        try:
+            descriptor = os.open(temporary, _HIDDEN_FLAGS, 0o600)
+            try:
+                _write_all(descriptor, encode(record))
+                if durable:
+                    os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+            os.rename(temporary, self.path)
+            if durable:
+                fsync_directory(self.directory)
+        except OSError as error:
+            _remove_quietly(temporary)
+            raise StateError(f"cannot write {self.path}: {error.strerror or error}") from None
+
+
+def _read_state_file(path: str, unusable: str | None, what: str) -> bytes | None:
+    """A file of the state directory, whole; None when it does not exist. Never through a
+    symlink, never anything but a regular file of sane size."""
+    if unusable is not None:
+        raise StateError(unusable)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise StateError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_JOURNAL_READ:
+            raise StateError(f"{path} is not a regular {what} of sane size")
+        return _read_all(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _read_all(descriptor: int) -> bytes:
@@ -390,6 +444,20 @@ def _write_all(descriptor: int, data: bytes) -> None:
     while view:
         written = os.write(descriptor, view)
         view = view[written:]
+
+
+_HIDDEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _hidden_path(directory: str, prefix: str) -> str:
+    """Where this run writes a file to rename into place (`prefix` + its PID), once the hidden
+    files a run killed mid-write left are removed. Only a run holding the run lock may call
+    this, or it could remove another's file being written."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if name.startswith(prefix):
+                _remove_quietly(os.path.join(directory, name))
+    return os.path.join(directory, f"{prefix}{os.getpid()}")
 
 
 def _remove_quietly(path: str) -> None:

@@ -1,5 +1,5 @@
-"""One run's state, opened once: the run lock, the journal loaded once, the fallback journal,
-and the one list of state problems.
+"""One run's state, opened once: the run lock, the journal loaded once, the sighting memory's
+file, the fallback journal, and the one list of state problems.
 
 Every stage of a run reads the journal's records from here and appends through here; none
 opens or loads the journal itself. A problem (an unreadable journal, a refused write) is
@@ -19,8 +19,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from lockwarden.state.journal import Journal, RunBusy, RunLock, StateError
-from lockwarden.state.records import JournalRecord
+from lockwarden.state.journal import Journal, RunBusy, RunLock, SeenFile, StateError
+from lockwarden.state.records import JournalRecord, SeenRecord
 from lockwarden.state.runtime import private_directory, runtime_directory
 from lockwarden.support.checkpoints import Checkpoint, skip
 
@@ -53,6 +53,8 @@ class RunState:
         self.broken = False  # an append failed and no fallback took it: nothing more is tried
         self.fallback: Journal | None = None
         self._said_malformed = False
+        self.seen_file = SeenFile(journal.directory, journal.unusable)
+        self.seen: SeenRecord | None = None  # the sighting memory, as the last run left it
 
     @classmethod
     def open(
@@ -80,6 +82,11 @@ class RunState:
                 state.records = journal.load().records
         except StateError as error:
             problems.append(str(error))
+        if unusable is None:  # else the journal's load said why already
+            try:
+                state.seen = state.seen_file.load()
+            except StateError as error:
+                problems.append(str(error))
         if fallback and writes:
             state.use_fallback()
         return state
@@ -124,21 +131,25 @@ class RunState:
         self.journal = fallback
         return True
 
-    def append_alone(self, record: JournalRecord, durable: bool, keep: Keep) -> str | None:
-        """Append one record to the state journal alone (never the fallback), its failure
-        returned rather than added to `problems`: the sighting memory's `seen` record, which
-        says for itself what not saving it means. A run that holds no run lock (alerting off)
-        takes it for this write alone and compacts the journal with `keep` if it is due; a
-        busy lock means another run is recording the same."""
+    def replace_seen(self, record: SeenRecord, durable: bool) -> str | None:
+        """Write the sighting memory's record in place of the last (state/journal.SeenFile),
+        its failure returned rather than added to `problems`: the memory says for itself what
+        not saving it means. A run that holds no run lock (alerting off) takes it for this
+        write alone; a busy lock means another run is recording the same.
+
+        A journal an earlier version appended `seen` records to is compacted without them once
+        the file holds the memory: nothing else would ever compact a journal a run with
+        alerting off no longer writes to."""
         holds = self.run_lock is not None
         run_lock = None
         try:
             if not holds:
                 run_lock = RunLock.acquire(self.state_journal.directory)
-            self.state_journal.append(record, durable)
-            self.records.append(record)
-            if not holds and self.state_journal.needs_compaction():
-                self.state_journal.compact(keep)
+            self.seen_file.replace(record, durable)
+            self.seen = record
+            if any(isinstance(each, SeenRecord) for each in self.records):
+                self.state_journal.compact(_without_seen)
+                self.records = _without_seen(self.records)
         except RunBusy:
             return None
         except StateError as error:
@@ -204,6 +215,10 @@ class RunState:
         if self.run_lock is not None:
             self.run_lock.release()
             self.run_lock = None
+
+
+def _without_seen(records: list[JournalRecord]) -> list[JournalRecord]:
+    return [record for record in records if not isinstance(record, SeenRecord)]
 
 
 def _take_run_lock(journal: Journal) -> RunLock | None:

@@ -6,6 +6,7 @@ journal, which is merged back once the journal takes writes again."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from lockwarden.state.journal import RunBusy, RunLock
-from lockwarden.state.records import CloseRecord, OpenRecord, RunRecord, SeenRecord, to_json
+from lockwarden.state.records import (
+    CloseRecord,
+    JournalRecord,
+    OpenRecord,
+    RunRecord,
+    SeenEntry,
+    SeenRecord,
+    to_json,
+)
 from lockwarden.state.run_state import RunState
 from lockwarden.state.runtime import runtime_directory
 
@@ -107,15 +116,70 @@ def test_a_refused_write_goes_to_the_fallback_and_is_merged_back_once_healed(
 
 def test_a_run_without_the_run_lock_takes_it_for_its_seen_record_alone(tmp_path: Path) -> None:
     journal = journal_in(tmp_path)
+    seen_file = journal.parent / "seen.json"
     state = RunState.open(str(journal))
-    assert state.append_alone(SeenRecord(AT), True, lambda records: records) is None
-    assert times(journal) == ["2026-12-04T10:00:00Z"] and state.run_lock is None
+    assert state.replace_seen(SeenRecord(AT), durable=False) is None
+    assert times(seen_file) == ["2026-12-04T10:00:00Z"] and state.run_lock is None
+    assert not journal.exists()  # the sighting memory is not journaled
     other = RunLock.acquire(str(journal.parent))  # another run is recording the same
     try:
-        assert state.append_alone(SeenRecord(AT), True, lambda records: records) is None
+        later = SeenRecord(AT + timedelta(minutes=1))
+        assert state.replace_seen(later, durable=False) is None
     finally:
         other.release()
-    assert times(journal) == ["2026-12-04T10:00:00Z"]  # left to the run that holds it
+    assert times(seen_file) == ["2026-12-04T10:00:00Z"]  # left to the run that holds it
+    assert stored(RunState.open(str(journal)).seen) == to_json(SeenRecord(AT))
+
+
+def test_the_seen_file_replaces_the_last_record_and_is_what_the_next_run_reads(
+    tmp_path: Path,
+) -> None:
+    journal = journal_in(tmp_path)
+    for minute in range(3):
+        state = RunState.open(str(journal))
+        record = SeenRecord(AT + timedelta(minutes=minute), {"k": SeenEntry("pid:7:1:b", AT)})
+        assert state.replace_seen(record, durable=False) is None
+        state.close()
+    assert times(journal.parent / "seen.json") == ["2026-12-04T10:02:00Z"]  # one record, whole
+    assert stored(RunState.open(str(journal)).seen) == to_json(record)
+    assert sorted(os.listdir(journal.parent)) == ["run.lock", "seen.json"]  # no temp file left
+
+
+def test_seen_records_an_earlier_version_journaled_are_read_then_compacted_away(
+    tmp_path: Path,
+) -> None:
+    """A journal with `seen` records appended (an earlier version) among an incident's: the
+    first run reads its latest, and once the file holds the memory the journal keeps only the
+    incident's records (in order)."""
+    journal = journal_in(tmp_path)
+    journaled = [
+        SeenRecord(AT, {"k": SeenEntry("pid:7:1:b", AT)}),
+        OpenRecord(AT, "i1", "k", "inode:1:2", "critical"),
+        SeenRecord(AT + timedelta(minutes=1), {"k": SeenEntry("pid:7:1:b", AT)}),
+        CloseRecord(AT + timedelta(minutes=1), "i1"),
+    ]
+    journal.write_text("".join(json_line(record) for record in journaled))
+    state = RunState.open(str(journal))
+    assert state.seen is None and [stored(record) for record in state.records] == [
+        to_json(record) for record in journaled
+    ]
+    assert state.replace_seen(SeenRecord(AT + timedelta(minutes=2)), durable=False) is None
+    state.close()
+    assert [json.loads(line)["type"] for line in journal.read_text().splitlines()] == [
+        "open",
+        "close",
+    ]
+    kept = RunState.open(str(journal)).records
+    assert [stored(record) for record in kept] == [to_json(journaled[1]), to_json(journaled[3])]
+
+
+def stored(record: JournalRecord | None) -> dict[str, object] | None:
+    """Records compare by identity (eq=False): their JSON form says what they hold."""
+    return None if record is None else to_json(record)
+
+
+def json_line(record: JournalRecord) -> str:
+    return json.dumps(to_json(record), sort_keys=True) + "\n"
 
 
 def test_a_record_the_fold_cannot_read_is_said_once_a_run(
