@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ from lockwarden.state.journal import (
     StateError,
     check_state_dir,
     default_state_path,
+    encode,
 )
-from lockwarden.state.records import JournalRecord, RunRecord, to_json
+from lockwarden.state.records import JournalRecord, RunRecord, SeenEntry, SeenRecord, to_json
+from lockwarden.state.run_state import RunState
 from lockwarden.support.durations import parse_time
 
 from .helpers import SRC, require_tool
@@ -331,3 +334,37 @@ def test_compaction_syscalls_are_temp_file_fsync_rename_then_directory_fsync(
     assert len(steps) == 3 and steps[0].startswith("fsync .state.jsonl.compact-"), steps
     assert steps[1:] == ["rename", "fsync dir"]
     assert len(lines(path)) == 3
+
+
+def test_old_sighting_records_a_full_disk_cannot_compact_away_stay_and_the_memory_is_saved(
+    tiny_tmpfs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A journal an earlier version filled with `seen` records, on a real 64 KiB tmpfs with
+    room for the new sighting file but not for the journal's rewrite (a 12 KB run record it
+    must keep): the memory is saved
+    (seen.json), the failed compaction is said at warning, and the journal stays as it was."""
+    directory = tiny_tmpfs / "state"
+    directory.mkdir(mode=0o700)
+    journal = directory / "state.jsonl"
+    at = parse_time(A)
+    assert at is not None
+    old = SeenRecord(at, {"k": SeenEntry("pid:7:1:b", at)})
+    kept = RunRecord(at, {"y" * 12_000: ("stale", None)})  # what a rewrite must keep
+    journal.write_bytes(encode(kept) + encode(old) * (20_000 // len(encode(old))))
+    filler = os.open(tiny_tmpfs / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:  # leave ~4 KiB free: a sighting file fits, a 20 KB journal's rewrite does not
+        while os.statvfs(tiny_tmpfs).f_bavail * os.statvfs(tiny_tmpfs).f_frsize > 8192:
+            os.write(filler, b"x" * 4096)
+    finally:
+        os.close(filler)
+    before = journal.read_bytes()
+    state = RunState.open(str(journal))
+    assert state.seen is None and len(state.records) == len(before.splitlines())
+    new = SeenRecord(at + timedelta(minutes=1), {"k": SeenEntry("pid:7:1:b", at)})
+    with caplog.at_level(logging.WARNING):
+        assert state.replace_seen(new, durable=False) is None  # saved: no problem to say
+    state.close()
+    assert (directory / "seen.json").read_bytes() == encode(new)
+    assert "cannot compact" in caplog.text and "old sighting records stay" in caplog.text
+    assert journal.read_bytes() == before
+    assert sorted(os.listdir(directory)) == ["run.lock", "seen.json", "state.jsonl"]

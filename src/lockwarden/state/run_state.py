@@ -147,9 +147,7 @@ class RunState:
                 run_lock = RunLock.acquire(self.state_journal.directory)
             self.seen_file.replace(record, durable)
             self.seen = record
-            if any(isinstance(each, SeenRecord) for each in self.records):
-                self.state_journal.compact(_without_seen)
-                self.records = _without_seen(self.records)
+            self._drop_journaled_seen()
         except RunBusy:
             return None
         except StateError as error:
@@ -159,6 +157,20 @@ class RunState:
             if run_lock is not None:
                 run_lock.release()
         return None
+
+    def _drop_journaled_seen(self) -> None:
+        """Compact the journal without the `seen` records an earlier version appended to it,
+        once the sighting file holds the memory. A journal that cannot be rewritten (a full
+        disk) keeps them until a run can: the memory itself is saved, so this is said at
+        warning, not as a memory lost."""
+        if not any(isinstance(record, SeenRecord) for record in self.records):
+            return
+        try:
+            self.state_journal.compact(_without_seen)
+        except StateError as error:
+            log.warning("%s; its old sighting records stay until a run can", error)
+            return
+        self.records = _without_seen(self.records)
 
     def use_fallback(self) -> None:
         """The runtime directory's journal, for a run that writes: decide on its records while
