@@ -259,9 +259,8 @@ class Journal:
             log.warning("%s", warning)
         return loaded
 
-    def append(self, record: JournalRecord, durable: bool = True) -> None:
-        """One write(), length checked, then fsync; raise StateError on any failure.
-        `durable=False` skips the fsync (a record whose loss in a crash costs nothing)."""
+    def append(self, record: JournalRecord) -> None:
+        """One write(), length checked, then fsync; raise StateError on any failure."""
         descriptor = self._open_for_append()
         data = encode(record)
         before = os.fstat(descriptor).st_size
@@ -273,8 +272,7 @@ class Journal:
                 raise OSError(
                     errno.ENOSPC, f"short write ({written} of {len(data)} bytes): disk full?"
                 )
-            if durable:
-                os.fsync(descriptor)
+            os.fsync(descriptor)
         except OSError as error:
             self._undo_partial(descriptor, before)
             raise StateError(f"cannot write {self.path}: {error.strerror or error}") from None

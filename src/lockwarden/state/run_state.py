@@ -103,19 +103,19 @@ class RunState:
                 log.warning("%s: %s; what it said was left out", self.journal.path, problem)
         return history
 
-    def append(self, record: JournalRecord, durable: bool = True) -> None:
+    def append(self, record: JournalRecord) -> None:
         """Append to the journal (the fallback once the journal refused); after a failure with
         no fallback to take it, stop trying: the problem is said once, in `problems`."""
         if self.broken:
             return
         try:
-            self.journal.append(record, durable)
+            self.journal.append(record)
         except StateError as error:
             self.problems.append(str(error))
             if not self._fall_back():
                 self.broken = True
                 return
-            self.append(record, durable)
+            self.append(record)
             return
         self.records.append(record)
 
