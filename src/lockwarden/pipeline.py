@@ -73,6 +73,10 @@ class Inspection:
     """Every file of the locks judged (a lock directory's record too, SQLite's -shm...)."""
 
 
+STALE_LOOKS = 2
+"""How many times a run inspects a lock whose stale verdict its record changed under."""
+
+
 def inspect(
     locks: Sequence[LockConfig],
     host: HostReader,
@@ -81,6 +85,7 @@ def inspect(
     reads: FileReads | None = None,
     what_if: bool = False,
     waits: bool = False,
+    looks: int = STALE_LOOKS,
 ) -> Inspection:
     """Three steps: each lock's claim (check/source.py), a file lock's read from its files
     while a database lock's server is asked (databases/check.py); capture the host once for
@@ -91,18 +96,63 @@ def inspect(
     these locks already being read (FileReads), else they are read here. `what_if`: the run
     journals nothing (`inspect`, `--dry-run`), so a `now` past the capture asks what a later
     run would say if the locks stayed as they are (classify.projected). `waits`: the capture
-    also finds the files processes wait on (blocked_writers), in the same walk."""
+    also finds the files processes wait on (blocked_writers), in the same walk.
+
+    A stale verdict stands only once its lock is read again after the capture and found
+    unchanged (_changed_since): the claims are read before the host is captured, so a holder
+    that let go and exited in between left a record that names a dead process, of a lock that
+    is no more. Those locks are inspected afresh, up to `looks` times in all."""
     if reads is None:
         reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
     claimed = _claims(locks, reads, host.hostname)
     snapshot = host.capture(replace(combined(each.question for each in claimed), waits=waits))
     memory = remembered or {}
-    findings = tuple(
+    findings = [
         _with_store(lock, _judge(lock, each, snapshot, now, memory.get(lock.name), what_if))
         for lock, each in zip(locks, claimed, strict=True)
-    )
+    ]
     keys = frozenset(key for each in claimed for key in each.keys)
-    return Inspection(snapshot, findings, keys)
+    changed = _changed_since(locks, claimed, findings, host.pid_max)
+    if changed and looks > 1:
+        again = inspect(
+            [locks[i] for i in changed], host, now, remembered, None, what_if, False, looks - 1
+        )
+        for index, finding in zip(changed, again.findings, strict=True):
+            findings[index] = finding
+        keys |= again.keys
+    else:
+        for index in changed:
+            findings[index] = _with_store(locks[index], _kept_changing(locks[index]))
+    return Inspection(snapshot, tuple(findings), keys)
+
+
+def _changed_since(
+    locks: Sequence[LockConfig],
+    claimed: Sequence[Claimed],
+    findings: Sequence[Finding],
+    pid_max: int,
+) -> list[int]:
+    """The indexes of the file locks judged stale whose claim, read again now (after the
+    capture that found their holder dead), is not the claim they were judged by: gone,
+    replaced, rewritten, or now unreadable. A claim read again unchanged proves the lock
+    outlived its holder."""
+    judged = [
+        (index, each.claim)
+        for index, (each, finding) in enumerate(zip(claimed, findings, strict=True))
+        if finding.state is State.STALE and isinstance(each, FileClaim)
+    ]
+    if not judged:
+        return []
+    again = FileReads([locks[index] for index, _claim in judged], pid_max).claims()
+    return [index for (index, claim), fresh in zip(judged, again, strict=True) if fresh != claim]
+
+
+def _kept_changing(lock: LockConfig) -> Finding:
+    reason = (
+        "its record changed each time it was judged stale in this run (a holder letting go "
+        "as others take it?); the next run looks again"
+    )
+    return _unknown(lock, reason, UnknownCause.UNPROVEN)
 
 
 def inspect_locks(

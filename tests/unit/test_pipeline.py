@@ -1,0 +1,185 @@
+"""The pipeline's inspection against holders that change their lock between its steps.
+
+A run reads each lock's claim, then captures the host, then judges. Between the read and the
+capture a holder can let go and exit, die without letting go, or hand the lock over. Only
+the dead holder's lock is stale; a lock let go is free, and a lock handed over is held by
+its new holder. The differential puts real holders (`lockwarden.hold` in both layouts, a
+hand-written pidfile) through random fates at that moment, through a host reader whose
+capture first carries out the fates: the capture itself is the real one. Every holder is
+started by the test and killed by its PID at teardown.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import Children, cli_env, wait_until
+from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER, LockConfig
+from lockwarden.model import Finding, State, UnknownCause
+from lockwarden.pipeline import inspect
+from lockwarden.procfs.reader import HostReader, Request, wall_clock
+from lockwarden.procfs.snapshot import Snapshot
+
+HOLDER = textwrap.dedent(
+    """
+    import os, sys
+    layout, path = sys.argv[1], sys.argv[2]
+    if layout == "pidfile":
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(descriptor, f"{os.getpid()}\\n".encode())
+        os.close(descriptor)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        os.unlink(path)
+    else:
+        import lockwarden
+        with lockwarden.hold(path, role="differential", file=layout == "file"):
+            print("ready", flush=True)
+            sys.stdin.readline()
+    """
+)
+
+LAYOUTS = ("directory", "file", "pidfile")
+FATES = ("holds", "lets go", "killed", "handed over")
+SEEDS = list(range(8))
+
+
+class CaptureAfter(HostReader):
+    """The real host reader; before each capture, the next of `between` happens."""
+
+    def __init__(self, *between: Callable[[], None]) -> None:
+        super().__init__(wall_clock)
+        self.between = list(between)
+        self.captures = 0
+
+    def capture(self, request: Request) -> Snapshot:
+        self.captures += 1
+        if self.between:
+            self.between.pop(0)()
+        return super().capture(request)
+
+
+@dataclass
+class Lock:
+    layout: str
+    path: Path
+    holder: subprocess.Popen[str]
+
+    @property
+    def config(self) -> LockConfig:
+        lock_format = "pidfile" if self.layout == "pidfile" else "owner-record"
+        return LockConfig(
+            name=self.path.name,
+            path=str(self.path),
+            format=lock_format,
+            warn_after=DEFAULT_WARN_AFTER,
+            critical_after=DEFAULT_CRITICAL_AFTER,
+        )
+
+
+def take(children: Children, layout: str, path: Path) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-c", HOLDER, layout, str(path)]
+    return children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE)
+
+
+def ended(holder: subprocess.Popen[str], reap: bool) -> None:
+    """Wait until `holder` has exited: reaped (its PID gone), or left a zombie."""
+    if reap:
+        holder.wait(timeout=15)
+        return
+    process = psutil.Process(holder.pid)
+    assert wait_until(lambda: process.status() == psutil.STATUS_ZOMBIE, timeout=15)
+
+
+def let_go(holder: subprocess.Popen[str], reap: bool) -> None:
+    assert holder.stdin is not None
+    holder.stdin.write("done\n")
+    holder.stdin.close()
+    ended(holder, reap)
+
+
+def kill(holder: subprocess.Popen[str], reap: bool) -> None:
+    holder.send_signal(signal.SIGKILL)
+    ended(holder, reap)
+
+
+def judged(locks: list[Lock], host: HostReader) -> tuple[Finding, ...]:
+    configs = [lock.config for lock in locks]
+    return inspect(configs, host, datetime.now(UTC)).findings
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_only_a_dead_holders_lock_is_stale_whatever_happens_between_read_and_capture(
+    children: Children, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    locks, fates, expected = [], [], []
+    for index in range(rng.randint(3, 5)):
+        layout = rng.choice(LAYOUTS)
+        path = tmp_path / (f"lock{index}.pid" if layout == "pidfile" else f"lock{index}")
+        locks.append(Lock(layout, path, take(children, layout, path)))
+        fates.append((rng.choice(FATES), rng.random() < 0.5))
+
+    def between() -> None:
+        for lock, (fate, reap) in zip(locks, fates, strict=True):
+            if fate == "holds":
+                expected.append((State.HELD, lock.holder.pid))
+            elif fate == "lets go":
+                let_go(lock.holder, reap)
+                expected.append((State.FREE, None))
+            elif fate == "killed":
+                kill(lock.holder, reap)
+                expected.append((State.STALE, None))
+            else:
+                let_go(lock.holder, reap)
+                lock.holder = take(children, lock.layout, lock.path)
+                expected.append((State.HELD, lock.holder.pid))
+
+    host = CaptureAfter(between)
+    findings = judged(locks, host)
+
+    said = [(f.state, f.holder.pid if f.holder else None) for f in findings]
+    story = [(lock.layout, *fate) for lock, fate in zip(locks, fates, strict=True)]
+    assert said == expected, f"seed {seed}: {story}"
+    changed = sum(fate in ("lets go", "handed over") for fate, _reap in fates)
+    assert host.captures == (2 if changed else 1), "a lock that changed is looked at again"
+
+
+def test_a_lock_handed_over_at_every_look_is_unknown_not_stale(
+    children: Children, tmp_path: Path
+) -> None:
+    path = tmp_path / "LOCK"
+    lock = Lock("directory", path, take(children, "directory", path))
+
+    def hand_over() -> None:
+        let_go(lock.holder, reap=False)
+        lock.holder = take(children, "directory", path)
+
+    host = CaptureAfter(hand_over, hand_over)
+    [finding] = judged([lock], host)
+
+    assert (finding.state, finding.unknown_cause) == (State.UNKNOWN, UnknownCause.UNPROVEN)
+    assert host.captures == 2
+
+
+def test_a_lock_left_behind_is_stale_after_one_look(children: Children, tmp_path: Path) -> None:
+    path = tmp_path / "LOCK"
+    lock = Lock("file", path, take(children, "file", path))
+    kill(lock.holder, reap=True)
+
+    host = CaptureAfter()
+    [finding] = judged([lock], host)
+
+    assert finding.state is State.STALE
+    assert host.captures == 1
