@@ -3,6 +3,7 @@ takes any field as a keyword, so a test names only what it is about."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -153,3 +154,20 @@ def capture_host(pids: tuple[int, ...] = (), scan_keys: tuple[InodeKey, ...] = (
     """A real capture of this host, for the processes and inodes a test asks about."""
     request = Request(pids=pids, scan_keys=frozenset(scan_keys))
     return HostReader(wall_clock).capture(request)
+
+
+class CaptureAfter(HostReader):
+    """The real host reader; before each capture, the next of `between` happens (a holder
+    letting go, dying, handing over: what a run may meet between reading a lock's claim and
+    capturing the host). `captures` counts the captures."""
+
+    def __init__(self, *between: Callable[[], None]) -> None:
+        super().__init__(wall_clock)
+        self.between = list(between)
+        self.captures = 0
+
+    def capture(self, request: Request) -> Snapshot:
+        self.captures += 1
+        if self.between:
+            self.between.pop(0)()
+        return super().capture(request)

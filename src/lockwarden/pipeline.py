@@ -101,7 +101,8 @@ def inspect(
     A stale verdict stands only once its lock is read again after the capture and found
     unchanged (_changed_since): the claims are read before the host is captured, so a holder
     that let go and exited in between left a record that names a dead process, of a lock that
-    is no more. Those locks are inspected afresh, up to `looks` times in all."""
+    is no more (a Liquibase run that released its row and ended, likewise). Those locks are
+    inspected afresh, up to `looks` times in all."""
     if reads is None:
         reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
     claimed = _claims(locks, reads, host.hostname)
@@ -112,7 +113,7 @@ def inspect(
         for lock, each in zip(locks, claimed, strict=True)
     ]
     keys = frozenset(key for each in claimed for key in each.keys)
-    changed = _changed_since(locks, claimed, findings, host.pid_max)
+    changed = _changed_since(locks, claimed, findings, host)
     if changed and looks > 1:
         again = inspect(
             [locks[i] for i in changed], host, now, remembered, None, what_if, False, looks - 1
@@ -130,21 +131,23 @@ def _changed_since(
     locks: Sequence[LockConfig],
     claimed: Sequence[Claimed],
     findings: Sequence[Finding],
-    pid_max: int,
+    host: HostReader,
 ) -> list[int]:
-    """The indexes of the file locks judged stale whose claim, read again now (after the
-    capture that found their holder dead), is not the claim they were judged by: gone,
-    replaced, rewritten, or now unreadable. A claim read again unchanged proves the lock
-    outlived its holder."""
-    judged = [
-        (index, each.claim)
-        for index, (each, finding) in enumerate(zip(claimed, findings, strict=True))
-        if finding.state is State.STALE and isinstance(each, FileClaim)
-    ]
-    if not judged:
+    """The indexes of the locks judged stale whose claim, read again now (after the capture
+    that found their holder dead: files in a bounded child, servers asked under their
+    deadline), is not what they were judged by: gone, replaced, rewritten, unreadable. A claim
+    read again unchanged proves the lock outlived its holder."""
+    stale = [index for index, finding in enumerate(findings) if finding.state is State.STALE]
+    if not stale:
         return []
-    again = FileReads([locks[index] for index, _claim in judged], pid_max).claims()
-    return [index for (index, claim), fresh in zip(judged, again, strict=True) if fresh != claim]
+    locks = [locks[index] for index in stale]
+    reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
+    again = _claims(locks, reads, host.hostname)
+    return [
+        index
+        for index, fresh in zip(stale, again, strict=True)
+        if not claimed[index].unchanged(fresh)
+    ]
 
 
 def _kept_changing(lock: LockConfig) -> Finding:

@@ -27,6 +27,7 @@ from test_postgres import postgres_program, server_user
 
 from buildenv import build_environment
 from conftest import Children, cli_env, require_tool, run_cli, wait_until, write_config
+from factories import CaptureAfter
 from lockwarden.support.durations import format_time
 
 psycopg = (
@@ -464,6 +465,48 @@ def test_liquibase_row_is_stale_only_with_proof(server: Server, tmp_path: Path) 
     with server.admin() as connection:
         connection.execute("UPDATE databasechangeloglock SET locked = false")
     assert check(tmp_path, lock)[1]["state"] == "free"
+
+
+@pytest.mark.parametrize("then", ["released", "granted again"])
+def test_liquibase_row_released_between_the_answer_and_the_capture_is_not_stale(
+    server: Server, tmp_path: Path, then: str
+) -> None:
+    """The server is asked before the host is captured: a run that released its two-hour-old
+    row (or released it as another run took it) and ended in between leaves an answer that
+    reads stale. The row is asked again after the capture, and the fresh answer is judged."""
+    from lockwarden.config import load
+    from lockwarden.model import State
+    from lockwarden.pipeline import inspect
+
+    lookalikes = _liquibase_processes()
+    assert not lookalikes, f"this host runs what looks like Liquibase: {lookalikes}"
+    here = f"{os.uname().nodename} (127.0.0.1)"
+    _liquibase_row(server, here, timedelta(hours=2))
+    config = write_config(
+        tmp_path / "config.toml",
+        "[[lock]]\n" + lock_text(server, 'liquibase_table = "databasechangeloglock"'),
+    )
+    locks = load(config).locks
+
+    def released() -> None:
+        with server.admin() as connection:
+            connection.execute("UPDATE databasechangeloglock SET locked = false")
+
+    def granted_again() -> None:
+        _liquibase_row(server, here, timedelta(minutes=1))
+
+    host = CaptureAfter(released if then == "released" else granted_again)
+    [finding] = inspect(locks, host, datetime.now(UTC)).findings
+
+    expected = State.FREE if then == "released" else State.UNKNOWN  # just granted: may be starting
+    assert finding.state is expected, finding.reason
+    assert host.captures == 2
+
+    _liquibase_row(server, here, timedelta(hours=2))  # left over, and no run ends meanwhile
+    host = CaptureAfter()
+    [finding] = inspect(locks, host, datetime.now(UTC)).findings
+    assert (finding.state, host.captures) == (State.STALE, 1), finding.reason
+    released()
 
 
 def test_liquibase_row_held_for_hours_by_a_run_here_pages_since_it_was_granted(

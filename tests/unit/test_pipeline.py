@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,11 +24,11 @@ import psutil
 import pytest
 
 from conftest import Children, cli_env, wait_until
+from factories import CaptureAfter
 from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER, LockConfig
 from lockwarden.model import Finding, State, UnknownCause
 from lockwarden.pipeline import inspect
-from lockwarden.procfs.reader import HostReader, Request, wall_clock
-from lockwarden.procfs.snapshot import Snapshot
+from lockwarden.procfs.reader import HostReader
 
 HOLDER = textwrap.dedent(
     """
@@ -53,21 +52,6 @@ HOLDER = textwrap.dedent(
 LAYOUTS = ("directory", "file", "pidfile")
 FATES = ("holds", "lets go", "killed", "handed over")
 SEEDS = list(range(8))
-
-
-class CaptureAfter(HostReader):
-    """The real host reader; before each capture, the next of `between` happens."""
-
-    def __init__(self, *between: Callable[[], None]) -> None:
-        super().__init__(wall_clock)
-        self.between = list(between)
-        self.captures = 0
-
-    def capture(self, request: Request) -> Snapshot:
-        self.captures += 1
-        if self.between:
-            self.between.pop(0)()
-        return super().capture(request)
 
 
 @dataclass

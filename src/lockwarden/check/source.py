@@ -47,6 +47,11 @@ class Claimed(Protocol):
         nothing, whose `now` may ask about a later time (classify.projected)."""
         ...
 
+    def unchanged(self, fresh: Claimed) -> bool:
+        """Whether `fresh`, this lock's claim read again, shows the lock as this one did: the
+        same record of the same holder (pipeline.inspect's proof that a lock outlived it)."""
+        ...
+
 
 @dataclass(frozen=True, eq=False)
 class FileClaim:
@@ -74,6 +79,9 @@ class FileClaim:
         evidence = gather(self.claim, snapshot)
         return classify(self.name, self.claim, evidence, policy, now, seen_since, what_if)
 
+    def unchanged(self, fresh: Claimed) -> bool:
+        return isinstance(fresh, FileClaim) and fresh.claim == self.claim
+
 
 @dataclass(frozen=True, eq=False)
 class Judged:
@@ -99,6 +107,9 @@ class Judged:
         what_if: bool,
     ) -> Finding:
         return self.finding
+
+    def unchanged(self, fresh: Claimed) -> bool:
+        return False  # judged without a claim: nothing to compare
 
 
 def combined(questions: Iterable[Request]) -> Request:

@@ -25,6 +25,7 @@ from lockwarden.check.database import (
 )
 from lockwarden.check.identify import holder_from_process
 from lockwarden.check.observation import WAITS, Backend, Client, Observation, Tree
+from lockwarden.check.source import Claimed
 from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.peers import client_question, find_clients
 from lockwarden.databases.session import answer_deadline_s, unanswered
@@ -120,6 +121,17 @@ class ServerClaim:
         return judge_database(
             self.lock, self.observation, snapshot, policy, now, seen_since, what_if
         )
+
+    def unchanged(self, fresh: Claimed) -> bool:
+        """The same Liquibase row (locked, granted, by), or the same holding sessions."""
+        if not isinstance(fresh, ServerClaim) or fresh.observation.problem is not None:
+            return False
+        before, after = self.observation, fresh.observation
+        return before.liquibase == after.liquibase and _holders(before) == _holders(after)
+
+
+def _holders(observation: Observation) -> list[tuple[str, int, datetime | None]]:
+    return [(hold.what, hold.holder.pid, hold.holder.backend_start) for hold in observation.holds]
 
 
 def ask_server(lock: LockConfig, hostname: str, silent: Unanswered | None = None) -> ServerClaim:

@@ -4,6 +4,7 @@ the capture and one way to be judged."""
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 
 from factories import NOW, make_finding, make_snapshot
 from lockwarden.check.classify import Policy
@@ -41,3 +42,19 @@ def test_the_capture_is_asked_every_claims_question_together() -> None:
     assert together.clients == ClientQuestion(
         SessionEnds(frozenset({end})), commands=frozenset({"liquibase"})
     )
+
+
+def test_a_file_claim_is_unchanged_only_by_the_same_claim_read_again() -> None:
+    held = Claim(
+        format="owner-record",
+        path="/srv/store/LOCK",
+        present=True,
+        existence_is_lock=True,
+        pid=4242,
+    )
+    claim = FileClaim("store", held)
+    assert claim.unchanged(FileClaim("store", replace(held)))
+    assert not claim.unchanged(FileClaim("store", ABSENT))  # let go
+    assert not claim.unchanged(FileClaim("store", replace(held, pid=4243)))
+    assert not claim.unchanged(Judged(make_finding(state=State.UNKNOWN)))  # now unreadable
+    assert not Judged(make_finding()).unchanged(Judged(make_finding()))

@@ -55,3 +55,25 @@ def test_a_held_advisory_lock_asks_for_its_sessions_clients() -> None:
     question = host_question(lock("advisory_key", 1), seen, "here")
     assert [end[1] for end in question.sessions.endpoints] == [40112]
     assert question.others.backends == frozenset({9920})
+
+
+def test_a_server_claim_is_unchanged_only_by_the_same_row_and_holders() -> None:
+    granted = NOW - timedelta(hours=2)
+    row = LiquibaseRow(True, granted, "here (127.0.0.1)", granted)
+
+    def claim(observation: Observation) -> ServerClaim:
+        return ServerClaim(LIQUIBASE, observation, ClientQuestion())
+
+    seen = claim(Observation("app-db", liquibase=row))
+    assert seen.unchanged(claim(Observation("app-db", liquibase=row)))
+    released = LiquibaseRow(False, None, None, None)
+    assert not seen.unchanged(claim(Observation("app-db", liquibase=released)))
+    again = LiquibaseRow(True, NOW, "here (127.0.0.1)", NOW)  # another run's grant
+    assert not seen.unchanged(claim(Observation("app-db", liquibase=again)))
+    silent = Observation("app-db", liquibase=row, problem="timed out")
+    assert not seen.unchanged(claim(silent))
+    holder = Hold("advisory lock 7", Backend(pid=9911, backend_start=granted))
+    sessions = claim(Observation("app-db", holds=(holder,)))
+    successor = Hold("advisory lock 7", Backend(pid=9912, backend_start=NOW))
+    assert sessions.unchanged(claim(Observation("app-db", holds=(holder,))))
+    assert not sessions.unchanged(claim(Observation("app-db", holds=(successor,))))
