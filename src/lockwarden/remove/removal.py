@@ -129,13 +129,17 @@ def fingerprint(path: str, record_path: str | None) -> Fingerprint:
     return Fingerprint(status.st_dev, status.st_ino, kind, status.st_mtime_ns, digest)
 
 
-def judge_now(lock: LockConfig, now: datetime, clock: Clock = wall_clock) -> Candidate:
+def judge_now(
+    lock: LockConfig, now: datetime, clock: Clock = wall_clock, host: HostReader | None = None
+) -> Candidate:
     """Read and classify the lock again from a fresh host snapshot (one capture, after the
     lock was read); raise Refused unless it is stale, removable, and nobody has it locked or
-    open. `clock`: the wall clock the snapshot is dated by."""
+    open, and unless the lock read once more after the capture is still the one judged (its
+    holder may have let go, or handed it over, between the read and the capture). `clock`:
+    the wall clock the snapshot is dated by; `host`: the reader that captures it."""
     from lockwarden.pipeline import policy_for
 
-    host = HostReader(clock)
+    host = host or HostReader(clock)
     claim = read_claim(lock.path, lock.format, host.pid_max)
     why_not = refusal(claim)
     if why_not is not None:
@@ -147,6 +151,8 @@ def judge_now(lock: LockConfig, now: datetime, clock: Clock = wall_clock) -> Can
     finding = classify(lock.name, claim, gather(claim, snapshot), policy_for(lock), now)
     if finding.state is not State.STALE:
         raise Refused(f"a fresh look finds it {finding.state.value}: {finding.reason}")
+    if fingerprint(claim.remove_path, claim.record_path) != judged:
+        raise Refused("it changed while it was judged (let go, or taken again)")
     busy = _in_use(snapshot, watched, judged)
     if busy is not None:
         raise Refused(busy)

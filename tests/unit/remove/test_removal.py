@@ -475,6 +475,32 @@ def test_a_lock_replaced_after_the_last_look_is_left_alone(store: Store) -> None
     assert store.lock.is_dir() and judged.is_dir() and store.leftovers() == []
 
 
+def test_a_lock_handed_over_between_the_last_read_and_its_capture_is_refused(
+    store: Store,
+) -> None:
+    """In-process: the last look reads the lock of a holder that then lets go (its directory
+    removed, the holder gone) while another takes the lock, all before the capture. The
+    record names a dead PID, yet the lock is the new holder's: the last look refuses it
+    itself, and the new holder's lock stays."""
+    from factories import CaptureAfter
+    from lockwarden.config import load
+    from lockwarden.remove.removal import Refused, judge_now
+
+    first = store.hold("resync")
+    racer: list[subprocess.Popen[str]] = []
+
+    def handed_over() -> None:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        shutil.rmtree(store.lock)
+        racer.append(store.hold("racer"))
+
+    lock = load(str(store.config)).locks[0]
+    with pytest.raises(Refused, match="changed while it was judged"):
+        judge_now(lock, store.base + timedelta(minutes=5), host=CaptureAfter(handed_over))
+    assert json.loads((store.lock / "owner.json").read_text())["pid"] == racer[0].pid
+
+
 def test_remove_stale_refuses_formats_whose_lock_is_the_kernels(tmp_path: Path) -> None:
     """Pure: the refusal rule for formats that must never be removed."""
     from lockwarden.formats import FORMATS
@@ -525,6 +551,7 @@ def test_a_removal_only_config_keeps_its_journal_bounded(
     config = tmp_path / "lockwarden.toml"
     config.write_text(
         f'[state]\npath = "{journal}"\nmax_bytes = 1500\n'
+        "[host]\nblocked_writers = false\n"  # a writer blocked elsewhere on the host: not ours
         '[defaults]\nwarn_after = "24h"\ncritical_after = "48h"\n'
         f'[[lock]]\nname = "held"\npath = "{held}"\nformat = "kernel"\n'
         f'[[lock]]\nname = "store"\npath = "{tmp_path / "store" / "LOCK"}"\n'
