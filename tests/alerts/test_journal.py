@@ -147,6 +147,26 @@ def test_torn_last_line_is_ignored_then_cut_before_appending(
     assert [json.loads(line)["at"] for line in lines(path)] == [A, C]
 
 
+def test_an_append_after_compacting_a_torn_journal_is_not_cut_at_the_old_tear(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tear's offset belongs to the file compaction replaced: an append after compaction
+    (the sighting memory compacts before the alert stage appends) must not cut the new file
+    there, padding it with zero bytes and gluing the record into an unreadable line."""
+    path = state_dir(tmp_path) / "state.jsonl"
+    whole = "".join(f'{{"type":"run","at":"{nth(n)}","locks":{{}}}}\n' for n in range(20))
+    path.write_bytes(f'{whole}{{"type":"run","at":"{B}","lo'.encode())
+    journal = Journal(str(path))
+    journal.compact(lambda records: records[-1:])
+    journal.append(run(C))
+    journal.close()
+    assert b"\0" not in path.read_bytes()
+    caplog.clear()  # the tear was said when compaction loaded the old file
+    with caplog.at_level(logging.WARNING):
+        assert [at_of(record) for record in Journal(str(path)).load().records] == [nth(19), C]
+    assert caplog.text == ""
+
+
 def test_corrupt_middle_line_is_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -337,6 +337,7 @@ class Journal:
             self.close()
             self.checkpoint("mid-compaction")  # complete, not yet renamed
             os.rename(temporary, self.path)
+            self._torn_at = None  # the torn line was the old file's: the new one has none
             fsync_directory(self.directory)
         except OSError as error:
             _remove_quietly(temporary)
