@@ -262,9 +262,9 @@ class SightingMemory:
     def __init__(self, config: Config, now: datetime, state: RunState) -> None:
         self.now = now
         self.state = state
-        # the file's record; without one, the latest an earlier version appended to the journal
-        remembered = state.records if state.seen is None else [state.seen]
-        self.latest: LastSeen | None = sightings.last_seen(remembered)
+        # the file's record, or a later one an earlier version appended to the journal
+        in_file = None if state.seen is None else sightings.last_seen([state.seen])
+        self.latest: LastSeen | None = sightings.newest(in_file, sightings.last_seen(state.records))
         self.problem: str | None = state.problems[0] if state.problems else None
         self.unsaved: str | None = None  # why this run's sightings were not saved
         gaps = {lock.name: sightings.longest_gap(lock.warn_after) for lock in config.locks}
@@ -280,8 +280,8 @@ class SightingMemory:
         seen = (*result.findings, *result.watching)  # blocked writers within budget too
         record = sightings.sightings_of(seen, self.memory, self.now, self.latest)
         if self.problem is None and sightings.worth_writing(record, self.latest):
-            # not fsynced unless it names a database session (SeenFile says why)
-            durable = sightings.outlives_the_boot(record)
+            # not fsynced unless it, or the one it replaces, names a database session
+            durable = sightings.outlives_the_boot(record, self.latest)
             self.problem = self.state.replace_seen(record, durable)
         if self.problem is None:
             return

@@ -80,6 +80,15 @@ def last_seen(records: Iterable[JournalRecord]) -> LastSeen | None:
     return latest
 
 
+def newest(in_file: LastSeen | None, in_journal: LastSeen | None) -> LastSeen | None:
+    """The sighting file's record, unless the journal holds a later one: an earlier version,
+    run after this one, appended it there (the file is then older than what that version saw
+    last, and its series would start too early)."""
+    if in_file is None or (in_journal is not None and in_journal.at > in_file.at):
+        return in_journal
+    return in_file
+
+
 def longest_gap(warn_after: float) -> float:
     """The longest break between two runs that still counts a series as continuous."""
     return max(warn_after, RUN_INTERVAL_ALLOWANCE)
@@ -139,11 +148,17 @@ def worth_writing(record: SeenRecord, latest: LastSeen | None) -> bool:
     return bool(record.locks) or bool(latest is not None and latest.locks)
 
 
-def outlives_the_boot(record: SeenRecord) -> bool:
-    """Whether a `seen` record names a database session: its server may be another host, where
-    the session outlives a crash of this one, so the record is written as durably as any
-    other. One naming only this boot's kernel locks is not fsynced (Journal.append)."""
-    return any(entry.identity.startswith(_SESSION_IDENTITIES) for entry in record.locks.values())
+def outlives_the_boot(record: SeenRecord, replaced: LastSeen | None = None) -> bool:
+    """Whether a `seen` record, or the one it replaces, names a database session: its server
+    may be another host, where the session outlives a crash of this one, so the record is
+    written as durably as any other. The one it replaces counts too: a crash that lost an
+    unsynced replacement would bring back a session's series the replacement had ended, and
+    that session, holding again after the reboot, would be reported held since the old
+    series began. One naming only this boot's kernel locks is not fsynced (SeenFile)."""
+    identities = [entry.identity for entry in record.locks.values()]
+    if replaced is not None:
+        identities.extend(series.identity for series in replaced.locks.values())
+    return any(identity.startswith(_SESSION_IDENTITIES) for identity in identities)
 
 
 def _undated_hold(finding: Finding) -> bool:

@@ -378,6 +378,10 @@ class SeenFile:
         data = _read_state_file(self.path, self.unusable, "sighting file")
         if data is None:
             return None
+        try:  # anyone could have put it in a directory that is not safe: it dates nothing
+            _check_state_dir_info(self.directory, os.lstat(self.directory))
+        except OSError as error:
+            raise StateError(f"state directory {self.directory}: {error.strerror}") from None
         record = _parse_line(data) if data.endswith(b"\n") and data.count(b"\n") == 1 else None
         if not isinstance(record, SeenRecord):
             log.warning(

@@ -75,14 +75,14 @@ class RunState:
         problems: list[str] = []
         run_lock = _take_run_lock(journal) if writes and unusable is None else None
         state = cls(journal, [], problems, run_lock, writes)
-        try:
-            if writes:  # only a run that will write may create the state directory
-                journal.check_directory()
-            if writes or unusable is not None or os.path.lexists(journal.path):
-                state.records = journal.load().records
-        except StateError as error:
-            problems.append(str(error))
-        if unusable is None:  # else the journal's load said why already
+        refused = writes and _refused(journal, problems)  # then nothing in it is read
+        if not refused:
+            try:
+                if writes or unusable is not None or os.path.lexists(journal.path):
+                    state.records = journal.load().records
+            except StateError as error:
+                problems.append(str(error))
+        if unusable is None and not refused:  # else the journal's load said why already
             try:
                 state.seen = state.seen_file.load()
             except StateError as error:
@@ -231,6 +231,17 @@ class RunState:
 
 def _without_seen(records: list[JournalRecord]) -> list[JournalRecord]:
     return [record for record in records if not isinstance(record, SeenRecord)]
+
+
+def _refused(journal: Journal, problems: list[str]) -> bool:
+    """Whether a writing run must not use the state directory (made here when only its last
+    part is missing: only a run that will write may create it); why is added to `problems`."""
+    try:
+        journal.check_directory()
+    except StateError as error:
+        problems.append(str(error))
+        return True
+    return False
 
 
 def _take_run_lock(journal: Journal) -> RunLock | None:

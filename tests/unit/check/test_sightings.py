@@ -192,3 +192,27 @@ def test_only_a_record_naming_a_database_session_outlives_the_boot() -> None:
     assert [bool(stored(record)) for record in (kernel, session, mysql)] == [True, True, True]
     assert [sightings.outlives_the_boot(r) for r in (kernel, session, mysql)] == [False, True, True]
     assert not sightings.outlives_the_boot(SeenRecord(NOW))
+
+
+def test_a_record_replacing_one_that_named_a_session_outlives_the_boot_too() -> None:
+    """The replacement that ends a session's series is fsynced: lost in a crash, the old
+    record would come back and, with the session holding again after the reboot, date it from
+    the old series' start."""
+    session = sightings.last_seen([seen(FIRST, db=("pg-backend:7:1", FIRST))])
+    kernel = sightings.last_seen([seen(FIRST, store=(HOLDER, FIRST))])
+    assert sightings.outlives_the_boot(SeenRecord(NOW), session)
+    assert not sightings.outlives_the_boot(SeenRecord(NOW), kernel)
+    assert not sightings.outlives_the_boot(SeenRecord(NOW), None)
+
+
+def test_the_sighting_file_counts_unless_the_journal_holds_a_later_record() -> None:
+    """After a downgrade, the earlier version appends to the journal; run again, this one
+    must not take the older file's series, which would start too early."""
+    in_file = sightings.last_seen([seen(NOW - timedelta(minutes=30), store=(HOLDER, FIRST))])
+    later = sightings.last_seen([seen(NOW - timedelta(minutes=1), store=(HOLDER, NOW))])
+    earlier = sightings.last_seen([seen(NOW - timedelta(hours=1), store=(HOLDER, FIRST))])
+    assert sightings.newest(in_file, later) is later
+    assert sightings.newest(in_file, earlier) is in_file
+    assert sightings.newest(in_file, None) is in_file
+    assert sightings.newest(None, earlier) is earlier
+    assert sightings.newest(None, None) is None

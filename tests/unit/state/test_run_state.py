@@ -198,3 +198,18 @@ def test_a_record_the_fold_cannot_read_is_said_once_a_run(
         f"{journal}: record 1 ('open' at '2026-12-04T10:00:00Z') cannot be read: lock is "
         "missing; what it said was left out"
     ]
+
+
+def test_a_writing_run_reads_no_sighting_file_in_a_directory_it_refuses(tmp_path: Path) -> None:
+    """A `seen.json` in a state directory anyone may write could be anyone's: a writing run
+    that refuses the directory reads neither it nor the journal, and a run that only reads
+    does not take the file either; each says why."""
+    journal = journal_in(tmp_path)
+    planted = SeenRecord(AT, {"k": SeenEntry("pid:7:1:b", AT - timedelta(days=1))})
+    assert RunState.open(str(journal)).replace_seen(planted, durable=False) is None
+    journal.parent.chmod(0o777)
+    state = RunState.open(str(journal), writes=True)
+    assert state.seen is None and state.records == []
+    assert "writable" in state.problems[0], state.problems
+    reading = RunState.open(str(journal))  # alerting off: it reads, and may replace, seen.json
+    assert reading.seen is None and "writable" in reading.problems[0], reading.problems
