@@ -73,8 +73,8 @@ class Inspection:
     """Every file of the locks judged (a lock directory's record too, SQLite's -shm...)."""
 
 
-STALE_LOOKS = 2
-"""How many times a run inspects a lock whose stale verdict its record changed under."""
+STALE_LOOKS = 3
+"""Looks a run takes at most at a lock judged stale: the first, and up to two that confirm it."""
 
 
 def inspect(
@@ -85,7 +85,6 @@ def inspect(
     reads: FileReads | None = None,
     what_if: bool = False,
     waits: bool = False,
-    looks: int = STALE_LOOKS,
 ) -> Inspection:
     """Three steps: each lock's claim (check/source.py), a file lock's read from its files
     while a database lock's server is asked (databases/check.py); capture the host once for
@@ -98,13 +97,49 @@ def inspect(
     run would say if the locks stayed as they are (classify.projected). `waits`: the capture
     also finds the files processes wait on (blocked_writers), in the same walk.
 
-    A stale verdict stands only once its lock is read again after the capture and found
-    unchanged (_changed_since): the claims are read before the host is captured, so a holder
-    that let go and exited in between left a record that names a dead process, of a lock that
-    is no more (a Liquibase run that released its row and ended, likewise). Those locks are
-    inspected afresh, up to `looks` times in all."""
+    A stale verdict stands only once a second look, claim then capture, finds the same claim
+    (Claimed.unchanged) stale again. A look reads the claims before it captures the host, so a
+    holder that let go and exited in between leaves a record naming a dead process, of a lock
+    that is no more; and a lock taken again at once may even read the same (a file with the
+    freed inode and the same timestamp tick). The second look reads that lock after the
+    capture that found it unheld, then captures again: a new holder has it by then. What the
+    second look says otherwise (free, held) stands as any look's verdict; a claim that
+    changed and is stale again is looked at once more; one that never settles is unknown."""
     if reads is None:
         reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
+    claimed, snapshot, judged = _look(locks, host, now, remembered, reads, what_if, waits)
+    findings = list(judged)
+    keys = {key for each in claimed for key in each.keys}
+    pending = [index for index, finding in enumerate(findings) if finding.state is State.STALE]
+    for _look_again in range(STALE_LOOKS - 1):
+        if not pending:
+            break
+        subset = [locks[index] for index in pending]
+        files = FileReads([lock for lock in subset if not lock.database], host.pid_max)
+        again, _snapshot, verdicts = _look(subset, host, now, remembered, files, what_if, False)
+        keys.update(key for each in again for key in each.keys)
+        unsettled = []
+        for index, claim, finding in zip(pending, again, verdicts, strict=True):
+            findings[index] = finding
+            if finding.state is State.STALE and not claimed[index].unchanged(claim):
+                claimed[index] = claim
+                unsettled.append(index)
+        pending = unsettled
+    for index in pending:
+        findings[index] = _with_store(locks[index], _kept_changing(locks[index]))
+    return Inspection(snapshot, tuple(findings), frozenset(keys))
+
+
+def _look(
+    locks: Sequence[LockConfig],
+    host: HostReader,
+    now: datetime,
+    remembered: Memory | None,
+    reads: FileReads,
+    what_if: bool,
+    waits: bool,
+) -> tuple[list[Claimed], Snapshot, list[Finding]]:
+    """One look at `locks`: their claims, one capture for all their questions, the verdicts."""
     claimed = _claims(locks, reads, host.hostname)
     snapshot = host.capture(replace(combined(each.question for each in claimed), waits=waits))
     memory = remembered or {}
@@ -112,48 +147,13 @@ def inspect(
         _with_store(lock, _judge(lock, each, snapshot, now, memory.get(lock.name), what_if))
         for lock, each in zip(locks, claimed, strict=True)
     ]
-    keys = frozenset(key for each in claimed for key in each.keys)
-    changed = _changed_since(locks, claimed, findings, host)
-    if changed and looks > 1:
-        again = inspect(
-            [locks[i] for i in changed], host, now, remembered, None, what_if, False, looks - 1
-        )
-        for index, finding in zip(changed, again.findings, strict=True):
-            findings[index] = finding
-        keys |= again.keys
-    else:
-        for index in changed:
-            findings[index] = _with_store(locks[index], _kept_changing(locks[index]))
-    return Inspection(snapshot, tuple(findings), keys)
-
-
-def _changed_since(
-    locks: Sequence[LockConfig],
-    claimed: Sequence[Claimed],
-    findings: Sequence[Finding],
-    host: HostReader,
-) -> list[int]:
-    """The indexes of the locks judged stale whose claim, read again now (after the capture
-    that found their holder dead: files in a bounded child, servers asked under their
-    deadline), is not what they were judged by: gone, replaced, rewritten, unreadable. A claim
-    read again unchanged proves the lock outlived its holder."""
-    stale = [index for index, finding in enumerate(findings) if finding.state is State.STALE]
-    if not stale:
-        return []
-    locks = [locks[index] for index in stale]
-    reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
-    again = _claims(locks, reads, host.hostname)
-    return [
-        index
-        for index, fresh in zip(stale, again, strict=True)
-        if not claimed[index].unchanged(fresh)
-    ]
+    return claimed, snapshot, findings
 
 
 def _kept_changing(lock: LockConfig) -> Finding:
     reason = (
-        "its record changed each time it was judged stale in this run (a holder letting go "
-        "as others take it?); the next run looks again"
+        f"its record changed each time it was judged stale in this run ({STALE_LOOKS} looks: "
+        "a holder letting go as others take it?); the next run looks again"
     )
     return _unknown(lock, reason, UnknownCause.UNPROVEN)
 
