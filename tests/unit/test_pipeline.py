@@ -142,41 +142,36 @@ def test_only_a_dead_holders_lock_is_stale_whatever_happens_between_read_and_cap
     assert host.captures == (2 if judged_stale else 1), "a stale verdict takes a second look"
 
 
-def test_a_lock_handed_over_at_every_look_is_unknown_not_stale(
-    children: Children, tmp_path: Path
+@pytest.mark.parametrize("hand_overs", [STALE_LOOKS - 1, STALE_LOOKS])
+def test_a_lock_handed_over_before_each_look_is_held_by_the_last_holder_or_unknown(
+    children: Children, tmp_path: Path, hand_overs: int
 ) -> None:
+    """Handed over before the first look's capture and the second's: the third look finds the
+    last holder. Handed over before every look's capture: each look reads a record whose
+    holder is gone by its capture, and the lock is unknown, never stale."""
     path = tmp_path / "LOCK"
     lock = Lock("directory", path, take(children, "directory", path))
 
     def hand_over() -> None:
-        let_go(lock.holder, reap=False)
+        let_go(lock.holder, reap=hand_overs % 2 == 0)
         lock.holder = take(children, "directory", path)
 
-    host = CaptureAfter(hand_over, hand_over, hand_over)
+    host = CaptureAfter(*[hand_over] * hand_overs)
     [finding] = judged([lock], host)
 
-    assert (finding.state, finding.unknown_cause) == (State.UNKNOWN, UnknownCause.UNPROVEN)
+    if hand_overs < STALE_LOOKS:
+        assert (finding.state, finding.holder and finding.holder.pid) == (
+            State.HELD,
+            lock.holder.pid,
+        )
+    else:
+        assert (finding.state, finding.unknown_cause) == (State.UNKNOWN, UnknownCause.UNPROVEN)
     assert host.captures == STALE_LOOKS
 
 
-def test_a_lock_handed_over_once_is_held_by_its_new_holder_after_three_looks(
+def test_a_lock_left_behind_is_stale_once_a_second_look_agrees(
     children: Children, tmp_path: Path
 ) -> None:
-    path = tmp_path / "LOCK"
-    lock = Lock("directory", path, take(children, "directory", path))
-
-    def hand_over() -> None:
-        let_go(lock.holder, reap=True)
-        lock.holder = take(children, "directory", path)
-
-    host = CaptureAfter(hand_over, hand_over)
-    [finding] = judged([lock], host)
-
-    assert (finding.state, finding.holder and finding.holder.pid) == (State.HELD, lock.holder.pid)
-    assert host.captures == 3
-
-
-def test_a_lock_left_behind_is_stale_after_one_look(children: Children, tmp_path: Path) -> None:
     path = tmp_path / "LOCK"
     lock = Lock("file", path, take(children, "file", path))
     kill(lock.holder, reap=True)
@@ -198,28 +193,48 @@ PACMAN_HOLDER = textwrap.dedent(
     """
 )
 
+# Takes db.lck as a file on the freed inode: the inode kept aside (a hard link) is linked
+# back under the lock's name, its times untouched, and kept open.
+PACMAN_ON_THE_FREED_INODE = textwrap.dedent(
+    """
+    import os, sys
+    lock, aside = sys.argv[1], sys.argv[2]
+    descriptor = os.open(aside, os.O_WRONLY)
+    os.link(aside, lock)
+    os.unlink(aside)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    """
+)
+
 
 def test_a_lock_taken_again_with_the_same_inode_and_time_is_not_stale(
     children: Children, tmp_path: Path
 ) -> None:
     """pacman's db.lck says nothing but its inode and mtime, and no process with it open
     proves it stale. Its holder lets go and exits before the capture; right after the
-    capture another takes it, and the file system hands it the freed inode (ext4 does) in
-    the same timestamp tick (`os.utime` stands in for the tick): read again, the claim is
-    the same. The second look's capture finds the new holder with it open. Run in a PID
-    namespace of its own in CI, where every process's descriptors can be read."""
-    path = tmp_path / "db.lck"
-    argv = [sys.executable, "-c", PACMAN_HOLDER, str(path)]
-    first = children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE)
+    capture another takes it on the freed inode in the same timestamp tick (ext4 hands a
+    freed inode to the next file, and a tick is 4 ms to 1 s; here a hard link kept aside
+    gives the inode back, so it happens every time): read again, the claim is the same. The
+    second look's capture finds the new holder with it open. Run in a PID namespace of its
+    own in CI, where every process's descriptors can be read."""
+    path, aside = tmp_path / "db.lck", tmp_path / "freed-inode"
+    first = children.start(
+        [sys.executable, "-c", PACMAN_HOLDER, str(path)],
+        ready="ready",
+        env=cli_env(),
+        stdin=subprocess.PIPE,
+    )
     before = path.stat()
     second: list[subprocess.Popen[str]] = []
 
     def lets_go() -> None:
+        os.link(path, aside)
         let_go(first, reap=True)
 
     def taken_again_after_the_capture() -> None:
+        argv = [sys.executable, "-c", PACMAN_ON_THE_FREED_INODE, str(path), str(aside)]
         second.append(children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE))
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
     config = LockConfig(
         name="db.lck",
@@ -240,8 +255,7 @@ def test_a_lock_taken_again_with_the_same_inode_and_time_is_not_stale(
     [finding] = inspect([config], host, datetime.now(UTC)).findings
 
     same = path.stat()
-    if (same.st_ino, same.st_mtime_ns) != (before.st_ino, before.st_mtime_ns):
-        pytest.fail("the file system did not hand the freed inode to the new lock")
+    assert (same.st_ino, same.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert finding.state is State.HELD, finding.reason
     assert finding.holder is not None and finding.holder.pid == second[0].pid
     assert host.captures == 2
