@@ -59,10 +59,17 @@ shell = subprocess.Popen(
     stdout=subprocess.PIPE, text=True,
 )
 holder = int(shell.stdout.readline())
-import time
+import os, time
+def locked():  # a descriptor of the subshell may close between the listing and its read
+    for fd in os.listdir(f"/proc/{holder}/fdinfo"):
+        try:
+            if "lock:" in open(f"/proc/{holder}/fdinfo/{fd}").read():
+                return True
+        except FileNotFoundError:
+            pass
+    return False
 for _ in range(500):
-    if any("lock:" in open(f"/proc/{holder}/fdinfo/{fd}").read()
-           for fd in __import__("os").listdir(f"/proc/{holder}/fdinfo")):
+    if locked():
         break
     time.sleep(0.02)
 proc_locks = open("/proc/locks").read()
