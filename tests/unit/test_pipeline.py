@@ -7,6 +7,10 @@ its new holder. The differential puts real holders (`lockwarden.hold` in both la
 hand-written pidfile) through random fates at that moment, through a host reader whose
 capture first carries out the fates: the capture itself is the real one. Every holder is
 started by the test and killed by its PID at teardown.
+
+The locks live on a tmpfs of the test's own: a lock let go frees its inode numbers, and on a
+shared file system another program's file may get one at once and be locked (a test running
+beside this one did): the claim read before would then meet that file's kernel lock.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from alerts.helpers import tiny_tmpfs
 from conftest import Children, cli_env, wait_until
 from factories import CaptureAfter
 from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER, LockConfig
@@ -31,6 +36,8 @@ from lockwarden.model import Finding, State, UnknownCause
 from lockwarden.pipeline import STALE_LOOKS, inspect
 from lockwarden.procfs.reader import HostReader, Request
 from lockwarden.procfs.snapshot import Snapshot
+
+__all__ = ["tiny_tmpfs"]  # the fixture, imported so pytest finds it here
 
 HOLDER = textwrap.dedent(
     """
@@ -107,13 +114,13 @@ def judged(locks: list[Lock], host: HostReader) -> tuple[Finding, ...]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_only_a_dead_holders_lock_is_stale_whatever_happens_between_read_and_capture(
-    children: Children, tmp_path: Path, seed: int
+    children: Children, tiny_tmpfs: Path, seed: int
 ) -> None:
     rng = random.Random(seed)
     locks, fates, expected = [], [], []
     for index in range(rng.randint(3, 5)):
         layout = rng.choice(LAYOUTS)
-        path = tmp_path / (f"lock{index}.pid" if layout == "pidfile" else f"lock{index}")
+        path = tiny_tmpfs / (f"lock{index}.pid" if layout == "pidfile" else f"lock{index}")
         locks.append(Lock(layout, path, take(children, layout, path)))
         fates.append((rng.choice(FATES), rng.random() < 0.5))
 
@@ -144,12 +151,12 @@ def test_only_a_dead_holders_lock_is_stale_whatever_happens_between_read_and_cap
 
 @pytest.mark.parametrize("hand_overs", [STALE_LOOKS - 1, STALE_LOOKS])
 def test_a_lock_handed_over_before_each_look_is_held_by_the_last_holder_or_unknown(
-    children: Children, tmp_path: Path, hand_overs: int
+    children: Children, tiny_tmpfs: Path, hand_overs: int
 ) -> None:
     """Handed over before the first look's capture and the second's: the third look finds the
     last holder. Handed over before every look's capture: each look reads a record whose
     holder is gone by its capture, and the lock is unknown, never stale."""
-    path = tmp_path / "LOCK"
+    path = tiny_tmpfs / "LOCK"
     lock = Lock("directory", path, take(children, "directory", path))
 
     def hand_over() -> None:
@@ -160,19 +167,18 @@ def test_a_lock_handed_over_before_each_look_is_held_by_the_last_holder_or_unkno
     [finding] = judged([lock], host)
 
     if hand_overs < STALE_LOOKS:
-        assert (finding.state, finding.holder and finding.holder.pid) == (
-            State.HELD,
-            lock.holder.pid,
-        )
+        said = (finding.state, finding.holder and finding.holder.pid)
+        why = (finding.reason, finding.proof, finding.unattributed, host.captures)
+        assert said == (State.HELD, lock.holder.pid), why
     else:
         assert (finding.state, finding.unknown_cause) == (State.UNKNOWN, UnknownCause.UNPROVEN)
     assert host.captures == STALE_LOOKS
 
 
 def test_a_lock_left_behind_is_stale_once_a_second_look_agrees(
-    children: Children, tmp_path: Path
+    children: Children, tiny_tmpfs: Path
 ) -> None:
-    path = tmp_path / "LOCK"
+    path = tiny_tmpfs / "LOCK"
     lock = Lock("file", path, take(children, "file", path))
     kill(lock.holder, reap=True)
 
@@ -209,7 +215,7 @@ PACMAN_ON_THE_FREED_INODE = textwrap.dedent(
 
 
 def test_a_lock_taken_again_with_the_same_inode_and_time_is_not_stale(
-    children: Children, tmp_path: Path
+    children: Children, tiny_tmpfs: Path
 ) -> None:
     """pacman's db.lck says nothing but its inode and mtime, and no process with it open
     proves it stale. Its holder lets go and exits before the capture; right after the
@@ -218,7 +224,7 @@ def test_a_lock_taken_again_with_the_same_inode_and_time_is_not_stale(
     gives the inode back, so it happens every time): read again, the claim is the same. The
     second look's capture finds the new holder with it open. Run in a PID namespace of its
     own in CI, where every process's descriptors can be read."""
-    path, aside = tmp_path / "db.lck", tmp_path / "freed-inode"
+    path, aside = tiny_tmpfs / "db.lck", tiny_tmpfs / "freed-inode"
     first = children.start(
         [sys.executable, "-c", PACMAN_HOLDER, str(path)],
         ready="ready",
