@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import replace
 
-from factories import NOW, make_finding, make_snapshot
+from factories import NOW, make_claim, make_finding, make_snapshot
 from lockwarden.check.classify import Policy
 from lockwarden.check.identify import question_for
 from lockwarden.check.source import FileClaim, Judged, combined
@@ -45,13 +45,7 @@ def test_the_capture_is_asked_every_claims_question_together() -> None:
 
 
 def test_a_file_claim_is_unchanged_only_by_the_same_claim_read_again() -> None:
-    held = Claim(
-        format="owner-record",
-        path="/srv/store/LOCK",
-        present=True,
-        existence_is_lock=True,
-        pid=4242,
-    )
+    held = make_claim()  # a record naming PID 4242
     claim = FileClaim("store", held)
     assert claim.unchanged(FileClaim("store", replace(held)))
     assert not claim.unchanged(FileClaim("store", ABSENT))  # let go
