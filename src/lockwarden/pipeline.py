@@ -74,7 +74,12 @@ class Inspection:
 
 
 STALE_LOOKS = 3
-"""Looks a run takes at most at a lock judged stale: the first, and up to two that confirm it."""
+"""Looks a run takes at most at a lock whose verdict must be confirmed (judged stale, or held
+on inodes that changed hands): the first, and up to two that confirm it."""
+
+_FROM_THE_CAPTURE = frozenset({State.HELD, State.HELD_TOO_LONG, State.UNKNOWN})
+"""Verdicts a capture's facts about a lock's inodes can make: a lock held, held too long, or
+held by what cannot be named."""
 
 
 def inspect(
@@ -97,37 +102,90 @@ def inspect(
     run would say if the locks stayed as they are (classify.projected). `waits`: the capture
     also finds the files processes wait on (blocked_writers), in the same walk.
 
-    A stale verdict stands only once a second look, claim then capture, finds the same claim
-    (Claimed.unchanged) stale again. A look reads the claims before it captures the host, so a
-    holder that let go and exited in between leaves a record naming a dead process, of a lock
-    that is no more; and a lock taken again at once may even read the same (a file with the
-    freed inode and the same timestamp tick). The second look reads that lock after the
-    capture that found it unheld, then captures again: a new holder has it by then. What the
-    second look says otherwise (free, held) stands as any look's verdict; a claim that
-    changed and is stale again is looked at once more; one that never settles is unknown."""
+    A look reads the claims before it captures the host, and what happens in between can
+    make its verdict wrong both ways:
+
+    * stale: a holder that let go and exited in between leaves a record naming a dead
+      process, of a lock that is no more; a lock taken again at once may even read the same
+      (a file with the freed inode and the same timestamp tick). A stale verdict stands only
+      once a second look, claim then capture, finds the same claim (Claimed.unchanged) stale
+      again: it reads that lock after the capture that found it unheld, then captures again,
+      and a new holder has it by then;
+    * held: a file let go in between frees its inode, which the file system may give at once
+      to another file that another process locks: the capture meets that process on the
+      lock's inode. Unless the capture shows the inode still under the lock's own name
+      (Claimed.in_place), the claim is read again; a lock whose inodes changed gets another
+      look.
+
+    What a later look says stands as any look's verdict, unless it must be confirmed in its
+    turn; a lock whose claim never settles is unknown."""
     if reads is None:
         reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
     claimed, snapshot, judged = _look(locks, host, now, remembered, reads, what_if, waits)
     findings = list(judged)
     keys = {key for each in claimed for key in each.keys}
-    pending = [index for index, finding in enumerate(findings) if finding.state is State.STALE]
+    everyone = list(range(len(locks)))
+    stale = {index for index in everyone if findings[index].state is State.STALE}
+    moved = _moved(locks, host, claimed, _out_of_place(everyone, claimed, snapshot, findings))
+    pending = sorted(stale.union(moved))
     for _look_again in range(STALE_LOOKS - 1):
         if not pending:
             break
         subset = [locks[index] for index in pending]
         files = FileReads([lock for lock in subset if not lock.database], host.pid_max)
-        again, _snapshot, verdicts = _look(subset, host, now, remembered, files, what_if, False)
+        again, seen, verdicts = _look(subset, host, now, remembered, files, what_if, False)
         keys.update(key for each in again for key in each.keys)
-        unsettled = []
+        # stale stands once the look before found it stale too, with the same claim: that
+        # claim was read after the capture that found it unheld
+        confirmed = {
+            index
+            for index, claim in zip(pending, again, strict=True)
+            if index in stale and claimed[index].unchanged(claim)
+        }
         for index, claim, finding in zip(pending, again, verdicts, strict=True):
-            findings[index] = finding
-            if finding.state is State.STALE and not claimed[index].unchanged(claim):
-                claimed[index] = claim
-                unsettled.append(index)
-        pending = unsettled
+            findings[index], claimed[index] = finding, claim
+        stale = {index for index in pending if findings[index].state is State.STALE}
+        moved = _moved(locks, host, claimed, _out_of_place(pending, claimed, seen, findings))
+        keys.update(key for index in moved for key in claimed[index].keys)
+        pending = sorted((stale - confirmed).union(moved))
     for index in pending:
         findings[index] = _with_store(locks[index], _kept_changing(locks[index]))
     return Inspection(snapshot, tuple(findings), frozenset(keys))
+
+
+def _out_of_place(
+    indexes: Sequence[int],
+    claimed: Sequence[Claimed],
+    snapshot: Snapshot,
+    findings: Sequence[Finding],
+) -> list[int]:
+    """Of these locks, those judged from their inodes' facts by a capture that cannot tell
+    the inodes are still theirs (Claimed.in_place)."""
+    return [
+        index
+        for index in indexes
+        if findings[index].state in _FROM_THE_CAPTURE and not claimed[index].in_place(snapshot)
+    ]
+
+
+def _moved(
+    locks: Sequence[LockConfig], host: HostReader, claimed: list[Claimed], indexes: list[int]
+) -> list[int]:
+    """Of these locks, those whose claim, read again now (after the capture), names other
+    inodes than the one judged: that capture may have met another file on a freed inode.
+    Their claims become the ones read now. The inodes read before and after the capture are
+    the lock's throughout, unless one was freed and given back to a new file of the lock's
+    own name within the capture: no more than that is claimed."""
+    if not indexes:
+        return []
+    subset = [locks[index] for index in indexes]
+    files = FileReads([lock for lock in subset if not lock.database], host.pid_max)
+    moved = []
+    for index, fresh in zip(indexes, _claims(subset, files, host.hostname), strict=True):
+        if fresh.keys != claimed[index].keys:
+            claimed[index] = fresh
+            moved.append(index)
+    return moved
 
 
 def _look(
@@ -152,8 +210,8 @@ def _look(
 
 def _kept_changing(lock: LockConfig) -> Finding:
     reason = (
-        f"its record changed each time it was judged stale in this run ({STALE_LOOKS} looks: "
-        "a holder letting go as others take it?); the next run looks again"
+        f"its record or files changed each time it was judged in this run ({STALE_LOOKS} "
+        "looks: a holder letting go as others take it?); the next run looks again"
     )
     return _unknown(lock, reason, UnknownCause.UNPROVEN)
 

@@ -21,9 +21,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -31,9 +33,10 @@ import pytest
 from alerts.helpers import tiny_tmpfs
 from conftest import Children, cli_env, wait_until
 from factories import CaptureAfter
+from lockwarden import pipeline
 from lockwarden.config import DEFAULT_CRITICAL_AFTER, DEFAULT_WARN_AFTER, LockConfig
 from lockwarden.model import Finding, State, UnknownCause
-from lockwarden.pipeline import STALE_LOOKS, inspect
+from lockwarden.pipeline import STALE_LOOKS, FileReads, inspect
 from lockwarden.procfs.reader import HostReader, Request
 from lockwarden.procfs.snapshot import Snapshot
 
@@ -265,3 +268,127 @@ def test_a_lock_taken_again_with_the_same_inode_and_time_is_not_stale(
     assert finding.state is State.HELD, finding.reason
     assert finding.holder is not None and finding.holder.pid == second[0].pid
     assert host.captures == 2
+
+
+FLOCK_HOLDER = textwrap.dedent(
+    """
+    import fcntl, os, sys
+    descriptor = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+# What may happen to a kernel lock's file between its claim and the capture, and what the
+# lock then is: its inode handed to another file (a hard link made, the lock's name removed:
+# as a file system does when it gives a freed inode to the next file) that another process
+# locks; the lock's file renamed away by a holder that keeps its lock; the lock taken again
+# on a new file of its name once its inode went to another file.
+HELD_SIDE_FATES = ("holds", "another name", "inode to another file", "renamed away", "retaken")
+
+
+def flock_holder(children: Children, path: Path) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-c", FLOCK_HOLDER, str(path)]
+    return children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE)
+
+
+def kernel_lock(name: str, path: Path) -> LockConfig:
+    return LockConfig(
+        name=name,
+        path=str(path),
+        format="kernel",
+        warn_after=DEFAULT_WARN_AFTER,
+        critical_after=DEFAULT_CRITICAL_AFTER,
+    )
+
+
+@dataclass
+class Reads:
+    """How many times the locks' claims were read (FileReads), and of how many locks."""
+
+    sizes: list[int]
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Reads:
+    """Counts the pipeline's claim reads; the reads themselves are the real ones."""
+    counted = Reads([])
+
+    class Counted(FileReads):
+        def __init__(self, locks: Sequence[LockConfig], *args: Any, **kwargs: Any) -> None:
+            counted.sizes.append(len(locks))
+            super().__init__(locks, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "FileReads", Counted)
+    return counted
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_held_kernel_lock_names_only_a_process_holding_the_file_at_its_path(
+    children: Children, tiny_tmpfs: Path, reads: Reads, seed: int
+) -> None:
+    """The held side of the window between claim and capture. A kernel lock's claim is its
+    file's inode; if that inode leaves the lock's path before the capture (its file renamed
+    away, or its name removed and the inode given to another file, as a file system hands a
+    freed inode to the next file it creates), the capture meets whoever locks that other file
+    on it. Such a process is innocent: the lock is free, or held by whoever took it again at
+    its path. A holder that reached the file by another name (here the lock is configured
+    through a symlinked directory) still holds it: the claim read again proves it."""
+    rng = random.Random(seed)
+    real, alias = tiny_tmpfs / "real", tiny_tmpfs / "alias"
+    real.mkdir()
+    alias.symlink_to(real)
+    fates = [rng.choice(HELD_SIDE_FATES) for _index in range(rng.randint(3, 5))]
+    holders = [flock_holder(children, real / f"lock{index}") for index in range(len(fates))]
+    configs = [
+        kernel_lock(f"lock{index}", (alias if fate == "another name" else real) / f"lock{index}")
+        for index, fate in enumerate(fates)
+    ]
+    innocent: list[int] = []
+    expected: list[tuple[State, int | None]] = []
+
+    def between() -> None:
+        for index, (fate, holder) in enumerate(zip(fates, holders, strict=True)):
+            path, elsewhere = real / f"lock{index}", tiny_tmpfs / f"other{index}"
+            if fate in ("holds", "another name"):
+                expected.append((State.HELD, holder.pid))
+                continue
+            if fate == "renamed away":
+                path.rename(elsewhere)
+                expected.append((State.FREE, None))
+                continue
+            os.link(path, elsewhere)
+            path.unlink()
+            let_go(holder, reap=True)
+            innocent.append(flock_holder(children, elsewhere).pid)
+            if fate == "retaken":
+                expected.append((State.HELD, flock_holder(children, path).pid))
+            else:
+                expected.append((State.FREE, None))
+
+    host = CaptureAfter(between)
+    findings = inspect(configs, host, datetime.now(UTC)).findings
+
+    said = [(f.state, f.holder.pid if f.holder else None) for f in findings]
+    assert said == expected, f"seed {seed}: {fates}: {[f.reason for f in findings]}"
+    named = {party.pid for f in findings for party in (*f.holders, *f.readers, *f.waiters)}
+    assert not named & set(innocent), f"seed {seed}: an innocent process named: {fates}"
+    away = {"inode to another file", "renamed away", "retaken"}
+    assert host.captures == (2 if away & set(fates) else 1), "a lock moved gets another look"
+    read_again = [fate for fate in fates if fate != "holds"]
+    assert reads.sizes[1:2] == ([len(read_again)] if read_again else []), "only those read again"
+
+
+def test_a_kernel_lock_held_under_its_own_name_is_read_once(
+    children: Children, tiny_tmpfs: Path, reads: Reads
+) -> None:
+    """The common case costs nothing more: the holder's descriptor shows the lock's path."""
+    path = tiny_tmpfs / "lock"
+    holder = flock_holder(children, path)
+
+    host = CaptureAfter()
+    [finding] = inspect([kernel_lock("lock", path)], host, datetime.now(UTC)).findings
+
+    assert (finding.state, finding.holder and finding.holder.pid) == (State.HELD, holder.pid)
+    assert (reads.sizes, host.captures) == ([1], 1)

@@ -9,6 +9,7 @@ for all their questions, then judges each the same way, whatever it is.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +53,14 @@ class Claimed(Protocol):
         same record of the same holder (pipeline.inspect's proof that a lock outlived it)."""
         ...
 
+    def in_place(self, snapshot: Snapshot) -> bool:
+        """Whether the capture itself shows that what it found on this lock's inodes (kernel
+        locks, open descriptors) is on this lock's files: every descriptor on them links to one
+        of the lock's own paths. False when it cannot tell (a holder that reached the file by
+        another name, a lock no descriptor here carries): the claim is then read again, and a
+        lock whose inodes changed is looked at again (pipeline.inspect)."""
+        ...
+
 
 @dataclass(frozen=True, eq=False)
 class FileClaim:
@@ -82,6 +91,27 @@ class FileClaim:
     def unchanged(self, fresh: Claimed) -> bool:
         return isinstance(fresh, FileClaim) and fresh.claim == self.claim
 
+    def in_place(self, snapshot: Snapshot) -> bool:
+        """A file let go between the claim and the capture frees its inode, and the file system
+        may give that inode to another file at once, which another process may lock: the
+        capture then meets that process on this lock's inode. A descriptor's link shows the
+        name its file has now (" (deleted)" once unlinked), so a link to one of the lock's
+        own paths proves the inode is still the lock's."""
+        paths = own_paths(self.claim)
+        for key in self.claim.keys:
+            locked = bool(snapshot.kernel_locks(key))
+            if key not in snapshot.scanned_keys:
+                if locked:
+                    return False
+                continue
+            descriptors = snapshot.descriptors(key)
+            if locked and not descriptors:
+                return False
+            for descriptor in descriptors:
+                if snapshot.fd_target(descriptor.pid, descriptor.fd) not in paths:
+                    return False
+        return True
+
 
 @dataclass(frozen=True, eq=False)
 class Judged:
@@ -110,6 +140,19 @@ class Judged:
 
     def unchanged(self, fresh: Claimed) -> bool:
         return False  # judged without a claim: nothing to compare
+
+    def in_place(self, snapshot: Snapshot) -> bool:
+        return True  # judged without the capture
+
+
+def own_paths(claim: Claim) -> frozenset[str]:
+    """The paths of a lock's own files, as a descriptor's link shows them: its path, its
+    record's, the one removal deletes, and the files its format named beside it (SQLite's
+    -shm)."""
+    paths = {claim.path, claim.record_path, claim.remove_path}
+    directory = os.path.dirname(claim.path.rstrip("/"))
+    paths.update(os.path.join(directory, name) for _key, name in claim.key_names)
+    return frozenset(os.path.normpath(path) for path in paths if path)
 
 
 def combined(questions: Iterable[Request]) -> Request:

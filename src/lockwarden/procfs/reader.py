@@ -322,7 +322,7 @@ class HostReader:
             cwds=cwds,
             working_in=_frozen(working_in),
             hidden_workers=_frozen(hidden_workers),
-            fd_targets=_frozen(self._fd_targets(scan) if request.all_locked else {}),
+            fd_targets=_frozen(self._fd_targets(scan)),
             processes=_frozen(processes),
             machine_id=_machine_id() if _wants_machine_id(request) else None,
             client_sockets=sockets,

@@ -401,8 +401,9 @@ class Snapshot:
         return self.commands[pattern]
 
     def fd_target(self, pid: int, fd: int) -> str | None:
-        """Where a found descriptor's /proc/PID/fd link pointed (asked by `discover`), None
-        when it could not be read."""
+        """Where a found descriptor's /proc/PID/fd link pointed: the name its file had then
+        (`discover` shows it; check/source.py's in_place proves by it that an inode is still a
+        lock's), None when it could not be read."""
         return self.fd_targets.get((pid, fd))
 
 
