@@ -636,6 +636,8 @@ def quiet_rows(bench: Bench, stage: Stage) -> tuple[list[Row], list[Sample]]:
     )
     alerting.chmod(0o600)
     alerting_floors, alerting_values = bench.pair(floor, lockwarden(alerting), runs=runs)
+    kernel = Command((PYTHON, "-c", f"{QUIET_FLOOR}; open('/proc/locks').read()"))
+    kernel_floors, kernel_values = bench.pair(floor, kernel, runs=runs)
     wall = f'wall (floor: python -c "{QUIET_FLOOR}")'
     rows = [
         ratio_row(
@@ -666,8 +668,27 @@ def quiet_rows(bench: Bench, stage: Stage) -> tuple[list[Row], list[Sample]]:
             QUIET_RSS_LIMIT,
             "MB",
         ),
+        proc_locks_row(kernel_values, kernel_floors),
     ]
     return rows, values
+
+
+def proc_locks_row(values: list[Sample], floors: list[Sample]) -> Row:
+    """What every run's one read of /proc/locks costs on its own, over the quiet floor:
+    printed, with no target. Reading it takes the kernel's file_rwsem for writing (locks_start
+    in fs/locks.c), a percpu rw-semaphore, whose writer waits for an RCU grace period: wall
+    time the process sleeps, not CPU, which no design that reads /proc/locks avoids, and which
+    the floor does not pay."""
+    wall = median_ms(values) - median_ms(floors)
+    cpu = statistics.median(s.cpu_ms for s in values) - statistics.median(s.cpu_ms for s in floors)
+    return Row(
+        "the floor and one read of /proc/locks (the kernel's RCU grace period)",
+        f"{median_ms(values):.1f} ms",
+        f"{median_ms(floors):.1f} ms",
+        f"{wall:+.1f} ms wall, {cpu:+.1f} ms CPU",
+        "printed",
+        "info",
+    )
 
 
 def many_locks_row(bench: Bench, stage: Stage, processes: Processes) -> Row:
