@@ -164,8 +164,15 @@ def _out_of_place(
     return [
         index
         for index in indexes
-        if findings[index].state in _FROM_THE_CAPTURE and not claimed[index].in_place(snapshot)
+        if _from_the_capture(findings[index]) and not claimed[index].in_place(snapshot)
     ]
+
+
+def _from_the_capture(finding: Finding) -> bool:
+    """A verdict the capture's facts about a lock's inodes can make: held, held too long,
+    unknown, or one that names a process (a free lock's readers)."""
+    named = finding.holder or finding.sharers or finding.readers or finding.waiters
+    return finding.state in _FROM_THE_CAPTURE or bool(named)
 
 
 def _moved(

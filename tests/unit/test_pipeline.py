@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -392,3 +393,76 @@ def test_a_kernel_lock_held_under_its_own_name_is_read_once(
 
     assert (finding.state, finding.holder and finding.holder.pid) == (State.HELD, holder.pid)
     assert (reads.sizes, host.captures) == ([1], 1)
+
+
+def test_a_link_in_another_mount_namespace_proves_nothing(
+    children: Children, tiny_tmpfs: Path, reads: Reads
+) -> None:
+    """A descriptor's link names the path its own mount namespace sees: a process with a bind
+    mount over the lock's directory shows the lock's path for another file. The lock's inode
+    goes to that file, an innocent process there locks it: the claim is read again, and the
+    lock is free."""
+    real, other = tiny_tmpfs / "real", tiny_tmpfs / "other"
+    real.mkdir()
+    other.mkdir()
+    path = real / "app.lock"
+    holder = flock_holder(children, path)
+    innocent: list[int] = []
+
+    def between() -> None:
+        os.link(path, other / "app.lock")
+        path.unlink()
+        let_go(holder, reap=True)
+        script = f'mount --bind {other} {real} && exec {sys.executable} -c "$0" {path}'
+        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, FLOCK_HOLDER]
+        started = children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE)
+        innocent.append(started.pid)
+
+    host = CaptureAfter(between)
+    [finding] = inspect([kernel_lock("app", path)], host, datetime.now(UTC)).findings
+
+    assert finding.state is State.FREE, (finding.reason, innocent)
+    assert (reads.sizes[1:], host.captures) == ([1, 1], 2)  # read again, then looked again
+
+
+SQLITE_READER = textwrap.dedent(
+    """
+    import fcntl, os, sys
+    descriptor = os.open(sys.argv[1], os.O_RDWR)
+    fcntl.lockf(descriptor, fcntl.LOCK_SH, 510, 1073741826, 0)  # SQLite's SHARED range
+    print("ready", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+def test_a_free_lock_names_no_reader_of_another_file(
+    children: Children, tiny_tmpfs: Path, reads: Reads
+) -> None:
+    """A SQLite database's inode goes to another file that an innocent process reads: free,
+    and that reader is not listed as one of the lock's."""
+    database, other = tiny_tmpfs / "app.db", tiny_tmpfs / "other.db"
+    sqlite3.connect(database).execute("create table t(x)").connection.close()
+    innocent: list[int] = []
+
+    def between() -> None:
+        os.link(database, other)
+        database.unlink()
+        argv = [sys.executable, "-c", SQLITE_READER, str(other)]
+        innocent.append(
+            children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE).pid
+        )
+
+    config = LockConfig(
+        name="db",
+        path=str(database),
+        format="sqlite",
+        warn_after=DEFAULT_WARN_AFTER,
+        critical_after=DEFAULT_CRITICAL_AFTER,
+    )
+    host = CaptureAfter(between)
+    [finding] = inspect([config], host, datetime.now(UTC)).findings
+
+    named = {party.pid for party in (*finding.holders, *finding.readers, *finding.waiters)}
+    assert not named & set(innocent), finding.reason
+    assert host.captures == 2

@@ -108,6 +108,8 @@ class FileClaim:
             if locked and not descriptors:
                 return False
             for descriptor in descriptors:
+                if descriptor.pid in snapshot.other_mounts:
+                    return False  # its link names a path of its own mount namespace
                 if snapshot.fd_target(descriptor.pid, descriptor.fd) not in paths:
                     return False
         return True

@@ -323,6 +323,7 @@ class HostReader:
             working_in=_frozen(working_in),
             hidden_workers=_frozen(hidden_workers),
             fd_targets=_frozen(self._fd_targets(scan)),
+            other_mounts=self._other_mounts(scan),
             processes=_frozen(processes),
             machine_id=_machine_id() if _wants_machine_id(request) else None,
             client_sockets=sockets,
@@ -544,6 +545,14 @@ class HostReader:
                 targets[(descriptor.pid, descriptor.fd)] = target
         return targets
 
+    def _other_mounts(self, scan: DescriptorScan) -> frozenset[int]:
+        """The PIDs of found descriptors whose mount namespace is neither lockwarden's nor PID
+        1's (or cannot be read): their links name paths as that namespace sees them, which
+        prove nothing of where a file is here (check/source.py's in_place)."""
+        ours = {_ns_link(f"{self.proc}/{pid}/ns/mnt") for pid in ("self", "1")} - {None}
+        pids = {descriptor.pid for found in scan.by_key.values() for descriptor in found}
+        return frozenset(pid for pid in pids if _ns_link(f"{self.proc}/{pid}/ns/mnt") not in ours)
+
     def _clients(
         self, question: ClientQuestion
     ) -> tuple[ClientSockets | None, dict[int, tuple[int, ...]], set[int]]:
@@ -746,3 +755,10 @@ _V = TypeVar("_V")
 
 def _frozen(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:
     return MappingProxyType(dict(mapping))
+
+
+def _ns_link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None

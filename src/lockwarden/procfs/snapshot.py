@@ -286,6 +286,8 @@ class Snapshot:
     """Per work directories: processes that could be pointed at them but whose environment
     could not be read."""
     fd_targets: Mapping[tuple[int, int], str] = field(default_factory=_frozen, repr=False)
+    other_mounts: frozenset[int] = frozenset()
+    """PIDs of found descriptors in a mount namespace neither lockwarden's nor PID 1's."""
     machine_id: int | None = None
     client_sockets: ClientSockets | None = field(default=None, repr=False)
     """The sockets of the database sessions a capture was asked about (sockets.py)."""
