@@ -294,11 +294,11 @@ def flock_holder(children: Children, path: Path) -> subprocess.Popen[str]:
     return children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE)
 
 
-def kernel_lock(name: str, path: Path) -> LockConfig:
+def kernel_lock(name: str, path: Path, lock_format: str = "kernel") -> LockConfig:
     return LockConfig(
         name=name,
         path=str(path),
-        format="kernel",
+        format=lock_format,
         warn_after=DEFAULT_WARN_AFTER,
         critical_after=DEFAULT_CRITICAL_AFTER,
     )
@@ -453,15 +453,8 @@ def test_a_free_lock_names_no_reader_of_another_file(
             children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE).pid
         )
 
-    config = LockConfig(
-        name="db",
-        path=str(database),
-        format="sqlite",
-        warn_after=DEFAULT_WARN_AFTER,
-        critical_after=DEFAULT_CRITICAL_AFTER,
-    )
     host = CaptureAfter(between)
-    [finding] = inspect([config], host, datetime.now(UTC)).findings
+    [finding] = inspect([kernel_lock("db", database, "sqlite")], host, datetime.now(UTC)).findings
 
     named = {party.pid for party in (*finding.holders, *finding.readers, *finding.waiters)}
     assert not named & set(innocent), finding.reason

@@ -42,6 +42,7 @@ from lockwarden.procfs.snapshot import (
     Snapshot,
     WorkingDirectories,
     _has_capability,
+    _link,
     _mapping_pids,
     _pointing_into,
     _process_facts,
@@ -549,9 +550,9 @@ class HostReader:
         """The PIDs of found descriptors whose mount namespace is neither lockwarden's nor PID
         1's (or cannot be read): their links name paths as that namespace sees them, which
         prove nothing of where a file is here (check/source.py's in_place)."""
-        ours = {_ns_link(f"{self.proc}/{pid}/ns/mnt") for pid in ("self", "1")} - {None}
+        ours = {_link(f"{self.proc}/{pid}/ns/mnt") for pid in ("self", "1")} - {None}
         pids = {descriptor.pid for found in scan.by_key.values() for descriptor in found}
-        return frozenset(pid for pid in pids if _ns_link(f"{self.proc}/{pid}/ns/mnt") not in ours)
+        return frozenset(pid for pid in pids if _link(f"{self.proc}/{pid}/ns/mnt") not in ours)
 
     def _clients(
         self, question: ClientQuestion
@@ -755,10 +756,3 @@ _V = TypeVar("_V")
 
 def _frozen(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:
     return MappingProxyType(dict(mapping))
-
-
-def _ns_link(path: str) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
