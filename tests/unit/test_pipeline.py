@@ -459,3 +459,82 @@ def test_a_free_lock_names_no_reader_of_another_file(
     named = {party.pid for party in (*finding.holders, *finding.readers, *finding.waiters)}
     assert not named & set(innocent), finding.reason
     assert host.captures == 2
+
+
+POSIX_HOLDER = textwrap.dedent(
+    """
+    import fcntl, os, sys
+    descriptor = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.lockf(descriptor, fcntl.LOCK_EX, 1, int(sys.argv[2]))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+def _firefox_profile(children: Children, directory: Path) -> tuple[Path, int]:
+    """A profile as Firefox holds it: a POSIX lock on `.parentlock`, `lock -> IP:+PID`."""
+    argv = [sys.executable, "-c", POSIX_HOLDER, str(directory / ".parentlock"), "0"]
+    holder = children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE)
+    (directory / "lock").symlink_to(f"127.0.0.1:+{holder.pid}")
+    return directory, holder.pid
+
+
+def _terraform_state(children: Children, directory: Path) -> tuple[Path, int]:
+    """Terraform's local state as `terraform apply` holds it: a POSIX lock on the state file,
+    then the info beside it."""
+    state = directory / "terraform.tfstate"
+    argv = [sys.executable, "-c", POSIX_HOLDER, str(state), "0"]
+    holder = children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE)
+    info = '{"ID": "1", "Operation": "OperationTypeApply", "Who": "ops@here", "Version": "1.9"}'
+    (directory / ".terraform.tfstate.lock.info").write_text(info)
+    return state, holder.pid
+
+
+SQLITE_WAL_WRITER = textwrap.dedent(
+    """
+    import sqlite3, sys
+    connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+    connection.execute("begin immediate")
+    connection.execute("insert into t values (1)")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+def _sqlite_wal_writer(children: Children, directory: Path) -> tuple[Path, int]:
+    """A SQLite database in WAL mode inside a write transaction: its write lock is on the
+    `-shm` file (byte 120, WAL_WRITE_LOCK), beside the database."""
+    database = directory / "app.db"
+    connection = sqlite3.connect(database)
+    connection.execute("pragma journal_mode=wal")
+    connection.execute("create table t(x)")
+    connection.close()
+    argv = [sys.executable, "-c", SQLITE_WAL_WRITER, str(database)]
+    holder = children.start(argv, ready="ready", env=cli_env(), stdin=subprocess.PIPE)
+    return database, holder.pid
+
+
+@pytest.mark.parametrize(
+    ("lock_format", "held_by"),
+    [
+        ("firefox-profile", _firefox_profile),
+        ("terraform", _terraform_state),
+        ("sqlite", _sqlite_wal_writer),
+    ],
+)
+def test_a_lock_held_on_a_file_beside_its_path_is_read_once(
+    children: Children, tiny_tmpfs: Path, reads: Reads, lock_format: str, held_by: Any
+) -> None:
+    """A format whose kernel lock is on a file beside the lock's path names that file: its
+    holder's descriptor shows the lock's own file, so the claim needs no second read."""
+    path, pid = held_by(children, tiny_tmpfs)
+
+    host = CaptureAfter()
+    [finding] = inspect([kernel_lock("app", path, lock_format)], host, datetime.now(UTC)).findings
+
+    assert (finding.state, finding.holder and finding.holder.pid) == (State.HELD, pid), (
+        finding.reason
+    )
+    assert (reads.sizes, host.captures) == ([1], 1)

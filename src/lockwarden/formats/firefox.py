@@ -20,7 +20,7 @@ import shlex
 import stat
 from dataclasses import replace
 
-from lockwarden.formats.base import STOP_HOLDER, key_of, lstat_or_none
+from lockwarden.formats.base import STOP_HOLDER, key_of, lstat_or_none, one_name
 from lockwarden.formats.symlink_lock import (
     LinkRecord,
     RecordProblem,
@@ -67,15 +67,23 @@ class FirefoxProfile:
     def read(self, path: str, pid_max: int) -> Claim:
         directory = _profile_directory(path)
         lock_path = os.path.join(directory, LOCK_NAME)
-        parent = lstat_or_none(os.path.join(directory, PARENT_LOCK))
+        parent_path = os.path.join(directory, PARENT_LOCK)
+        parent = lstat_or_none(parent_path)
         keys = (key_of(parent),) if parent is not None else ()
+        # The browser's kernel lock is on .parentlock, beside the symlink: its one name shows
+        # a holder's descriptor to be on the profile's own file (Claim.key_names).
+        named = one_name(parent_path, parent) if parent is not None else None
+        names = (named,) if named is not None else ()
         found = read_or_problem(NAME, lock_path)
         if isinstance(found, Claim):
             if found.present or parent is None:
-                return replace(found, keys=(*keys, *found.keys))
-            # Only .parentlock (a clean exit leaves it): only its kernel lock counts.
-            return replace(found, path=directory, present=True, existence_is_lock=False, keys=keys)
-        return _claim(directory, lock_path, found, keys, pid_max)
+                return replace(found, keys=(*keys, *found.keys), key_names=names)
+            # Only .parentlock (a clean exit leaves it): only its kernel lock counts, so the
+            # lock's path is that file's.
+            return replace(
+                found, path=parent_path, present=True, existence_is_lock=False, keys=keys
+            )
+        return replace(_claim(directory, lock_path, found, keys, pid_max), key_names=names)
 
 
 def _profile_directory(path: str) -> str:

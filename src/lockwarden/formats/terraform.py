@@ -17,7 +17,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of
+from lockwarden.formats.base import (
+    STOP_HOLDER,
+    absent,
+    key_of,
+    lstat_or_none,
+    mtime_of,
+    one_name,
+)
 from lockwarden.formats.hidden import hidden_locks
 from lockwarden.formats.record import RecordProblem, parse_timestamp
 from lockwarden.model import Claim, Staleness, StaleProof
@@ -76,7 +83,11 @@ class TerraformState:
                 keys=keys,
                 hidden_locks=hidden_locks([(state_path, key) for key in keys]),
             )
-        return _claim_from_info(info_path, state_path, keys)
+        # With the info, the lock's path is the info's; the kernel lock is on the state file
+        # beside it, named so that a holder's descriptor shows it is on this lock's own file.
+        named = one_name(state_path, state) if state is not None else None
+        claim = _claim_from_info(info_path, state_path, keys)
+        return replace(claim, key_names=(named,)) if named and claim.present else claim
 
 
 def _claim_from_info(info_path: str, state_path: str, keys: tuple[tuple[int, int], ...]) -> Claim:
