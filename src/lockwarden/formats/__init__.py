@@ -197,6 +197,8 @@ def _with_key_names(claim: Claim) -> Claim:
     follow a symlink LOCK to its target). An inode none of them is stays unnamed (the walk
     then reads every descriptor's fdinfo, as it must for a name it cannot know)."""
     named = dict(claim.key_names)
+    if named.keys() >= set(claim.keys):
+        return claim  # its format named every inode already
     paths = (claim.path, claim.record_path, claim.remove_path)
     for candidate in dict.fromkeys(path.rstrip("/") for path in paths if path):
         status = lstat_or_none(candidate) if candidate else None

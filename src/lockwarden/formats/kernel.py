@@ -9,9 +9,16 @@ from __future__ import annotations
 import os
 import stat
 
-from lockwarden.formats.base import KERNEL_ONLY, STOP_HOLDER, absent, key_of, unreadable
+from lockwarden.formats.base import (
+    KERNEL_ONLY,
+    STOP_HOLDER,
+    absent,
+    key_of,
+    one_name,
+    unreadable,
+)
 from lockwarden.formats.hidden import hidden_locks
-from lockwarden.model import Claim
+from lockwarden.model import Claim, InodeKey
 
 NAME = "kernel"
 
@@ -29,7 +36,7 @@ class KernelLockFile:
 
     def read(self, path: str, pid_max: int) -> Claim:
         try:
-            status = os.stat(path)
+            status, names = _status_and_name(path)
         except (FileNotFoundError, NotADirectoryError):
             return absent(NAME, path, existence_is_lock=False)
         except OSError as error:
@@ -46,4 +53,17 @@ class KernelLockFile:
             existence_is_lock=False,
             keys=(key,),
             hidden_locks=hidden_locks([(path, key)]) if stat.S_ISREG(status.st_mode) else (),
+            key_names=names,
         )
+
+
+def _status_and_name(path: str) -> tuple[os.stat_result, tuple[tuple[InodeKey, str], ...]]:
+    """The file the lock is on (a symlink followed) and, when `path` itself is that file, its
+    one name (Claim.key_names): one lstat where the claims phase would make two."""
+    if path.endswith("/"):
+        return os.stat(path), ()  # `LOCK/` follows a symlink: named later, as any path
+    status = os.lstat(path)
+    if stat.S_ISLNK(status.st_mode):
+        return os.stat(path), ()
+    named = one_name(path, status)
+    return status, (named,) if named is not None else ()

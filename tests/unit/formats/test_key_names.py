@@ -92,3 +92,31 @@ def test_an_sqlite_database_in_wal_mode_names_its_shm_file_too(tmp_path: Path) -
         assert dict(claim.key_names) == {key(database): "app.db", key(shm): "app.db-shm"}
     finally:
         connection.close()
+
+
+def test_a_firefox_profile_names_its_parentlock(tmp_path: Path) -> None:
+    """Firefox's kernel lock is on `.parentlock`, beside the `lock` symlink the path reads."""
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / ".parentlock").touch()
+    (profile / "lock").symlink_to(f"127.0.0.1:+{os.getpid()}")
+    claim = read_claim(str(profile), "firefox-profile", PID_MAX)
+    assert claim.path == str(profile / "lock")
+    assert dict(claim.key_names)[key(profile / ".parentlock")] == ".parentlock"
+
+    (profile / "lock").unlink()  # a clean exit: only .parentlock is left, and is the path
+    claim = read_claim(str(profile), "firefox-profile", PID_MAX)
+    assert claim.path == str(profile / ".parentlock")
+    assert claim.key_names == ((key(profile / ".parentlock"), ".parentlock"),)
+
+
+def test_a_terraform_lock_info_names_the_state_file_it_locks(tmp_path: Path) -> None:
+    state = tmp_path / "terraform.tfstate"
+    state.write_text("{}")
+    (tmp_path / ".terraform.tfstate.lock.info").write_text('{"ID": "1", "Who": "ops@here"}')
+    claim = read_claim(str(tmp_path), "terraform", PID_MAX)
+    assert claim.path == str(tmp_path / ".terraform.tfstate.lock.info")
+    assert dict(claim.key_names) == {key(state): "terraform.tfstate"}
+
+    os.link(state, tmp_path / "backup.tfstate")  # two names: neither proves the inode's file
+    assert read_claim(str(tmp_path), "terraform", PID_MAX).key_names == ()
