@@ -133,3 +133,43 @@ def test_a_child_that_dies_is_that_items_error_and_another_goes_on() -> None:
     first, second = outcomes[0][1], outcomes[2][1]
     assert isinstance(first, int) and isinstance(second, int)
     assert len({first, second, os.getpid()}) == 3  # two children, neither this process
+
+
+SHARED = ("a record", "many results carry")
+LATER = ("a record", "first sent after a failed one")
+
+
+def test_what_an_earlier_message_sent_is_carried_by_reference_and_arrives_whole() -> None:
+    """One pickler for all of a child's messages: a value every result carries goes once,
+    and later messages refer to it. Each result still arrives whole and in order."""
+
+    def work(path: str) -> tuple[object, Sequence[str]]:
+        return {"path": path, "shared": SHARED, "format": "kernel"}, ()
+
+    items = [f"/lock{number}" for number in range(300)]
+    outcomes = list(bounded(work).run(items))
+    assert [item for item, _ in outcomes] == items
+    for item, outcome in outcomes:
+        assert outcome == {"path": item, "shared": SHARED, "format": "kernel"}
+
+
+def test_a_result_that_cannot_be_sent_is_its_items_error_and_the_rest_arrive_whole() -> None:
+    """A result that cannot be pickled fails after parts of it (SHARED) were memoized by the
+    child: the child then starts a new pickler and the parent a new unpickler with it. A
+    value first sent after the failure (LATER) and referred to by the next message is read
+    against the same memo on both sides (without the new pair it came back as another)."""
+
+    def work(path: str) -> tuple[object, Sequence[str]]:
+        if path == "/unpicklable":
+            return (SHARED, "new text", lambda: None), ()
+        return ((SHARED, path) if path == "/a" else (SHARED, LATER, path)), ()
+
+    outcomes = list(bounded(work).run(["/a", "/unpicklable", "/b", "/c"]))
+    assert [item for item, _ in outcomes] == ["/a", "/unpicklable", "/b", "/c"]
+    failed = outcomes[1][1]
+    assert isinstance(failed, RuntimeError) and "Can't pickle" in str(failed), failed
+    assert [outcomes[index][1] for index in (0, 2, 3)] == [
+        (SHARED, "/a"),
+        (SHARED, LATER, "/b"),
+        (SHARED, LATER, "/c"),
+    ]
