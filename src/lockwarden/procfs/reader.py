@@ -323,7 +323,7 @@ class HostReader:
             cwds=cwds,
             working_in=_frozen(working_in),
             hidden_workers=_frozen(hidden_workers),
-            fd_targets=_frozen(self._fd_targets(scan)),
+            fd_targets=_frozen(_fd_targets(scan)),
             other_mounts=self._other_mounts(scan),
             processes=_frozen(processes),
             machine_id=_machine_id() if _wants_machine_id(request) else None,
@@ -532,19 +532,6 @@ class HostReader:
             working_in[directories] = (*under, *pointing)
             hidden_in[directories] = hidden
         return cwds, working_in, hidden_in
-
-    def _fd_targets(self, scan: DescriptorScan) -> dict[tuple[int, int], str]:
-        """Where each found descriptor's link points (procfs links, read without touching the
-        file); a link that cannot be read is left out."""
-        targets: dict[tuple[int, int], str] = {}
-        for found in scan.by_key.values():
-            for descriptor in found:
-                try:
-                    target = os.readlink(f"{self.proc}/{descriptor.pid}/fd/{descriptor.fd}")
-                except OSError:
-                    continue
-                targets[(descriptor.pid, descriptor.fd)] = target
-        return targets
 
     def _other_mounts(self, scan: DescriptorScan) -> frozenset[int]:
         """The PIDs of found descriptors whose mount namespace is neither lockwarden's nor PID
@@ -756,3 +743,15 @@ _V = TypeVar("_V")
 
 def _frozen(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:
     return MappingProxyType(dict(mapping))
+
+
+def _fd_targets(scan: DescriptorScan) -> dict[tuple[int, int], str]:
+    """Where each found descriptor's link pointed, as the walk read it next to its fdinfo
+    (procfs links, read without touching the file); a link that could not be read is left
+    out."""
+    return {
+        (descriptor.pid, descriptor.fd): descriptor.link
+        for found in scan.by_key.values()
+        for descriptor in found
+        if descriptor.link is not None
+    }

@@ -53,6 +53,10 @@ class Descriptor(NamedTuple):
     tid: int | None = None
     """The thread whose own descriptor table (unshare(CLONE_FILES), or a main thread that
     exited) holds it; None for the process's table, /proc/PID/fd."""
+    link: str | None = None
+    """Where its /proc link pointed (the name its file has now, " (deleted)" once unlinked),
+    read right after its fdinfo and stat matched, so that a descriptor number closed and used
+    again for another file in between is all but ruled out; None when it could not be read."""
 
 
 @dataclass
@@ -835,7 +839,7 @@ def _descriptor(
     link: str, pid: int, fd: int, raw: bytes, keys: frozenset[InodeKey] | None
 ) -> tuple[InodeKey, Descriptor] | None:
     """A descriptor whose fdinfo inode matched (`keys` None: any): stat its fd link for the
-    device too."""
+    device too, and read the link (what shows whether the file is still at a lock's path)."""
     try:
         status = os.stat(link)
     except OSError:
@@ -843,10 +847,14 @@ def _descriptor(
     key = (status.st_dev, status.st_ino)
     if keys is not None and key not in keys:
         return None
+    try:
+        target: str | None = os.readlink(link)
+    except OSError:
+        target = None
     flags, lock_lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))
     locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
     write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
-    return key, Descriptor(pid, fd, locks, write)
+    return key, Descriptor(pid, fd, locks, write, link=target)
 
 
 def _scan_locked_descriptors(proc: str, entries: tuple[str, ...]) -> DescriptorScan:
