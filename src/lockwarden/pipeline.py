@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from lockwarden.check import blocked
 from lockwarden.check.classify import Policy
@@ -32,6 +33,9 @@ from lockwarden.procfs.snapshot import (
     reachable_path,
 )
 from lockwarden.support.bounded import BoundedRun, Unanswered
+
+if TYPE_CHECKING:  # the database checks load only when a database lock is configured
+    from lockwarden.databases.check import Unanswered as SilentServers
 
 log = logging.getLogger(__name__)
 
@@ -121,19 +125,25 @@ def inspect(
     turn; a lock whose claim never settles is unknown."""
     if reads is None:
         reads = FileReads([lock for lock in locks if not lock.database], host.pid_max)
-    claimed, snapshot, judged = _look(locks, host, now, remembered, reads, what_if, waits)
+    # What stopped answering in this run is not asked again by a later look: a hung mount
+    # (reads.hung, shared by every later FileReads) and a silent database server.
+    silent: SilentServers = {}
+    claimed, snapshot, judged = _look(locks, host, now, remembered, reads, silent, what_if, waits)
     findings = list(judged)
     keys = {key for each in claimed for key in each.keys}
     everyone = list(range(len(locks)))
     stale = {index for index in everyone if findings[index].state is State.STALE}
-    moved = _moved(locks, host, claimed, _out_of_place(everyone, claimed, snapshot, findings))
+    out_of_place = _out_of_place(everyone, claimed, snapshot, findings)
+    moved = _moved(locks, host, claimed, out_of_place, reads.hung, silent)
     pending = sorted(stale.union(moved))
     for _look_again in range(STALE_LOOKS - 1):
         if not pending:
             break
         subset = [locks[index] for index in pending]
-        files = FileReads([lock for lock in subset if not lock.database], host.pid_max)
-        again, seen, verdicts = _look(subset, host, now, remembered, files, what_if, False)
+        files = FileReads(
+            [lock for lock in subset if not lock.database], host.pid_max, hung=reads.hung
+        )
+        again, seen, verdicts = _look(subset, host, now, remembered, files, silent, what_if, False)
         keys.update(key for each in again for key in each.keys)
         # stale stands once the look before found it stale too, with the same claim: that
         # claim was read after the capture that found it unheld
@@ -145,7 +155,8 @@ def inspect(
         for index, claim, finding in zip(pending, again, verdicts, strict=True):
             findings[index], claimed[index] = finding, claim
         stale = {index for index in pending if findings[index].state is State.STALE}
-        moved = _moved(locks, host, claimed, _out_of_place(pending, claimed, seen, findings))
+        out_of_place = _out_of_place(pending, claimed, seen, findings)
+        moved = _moved(locks, host, claimed, out_of_place, reads.hung, silent)
         keys.update(key for index in moved for key in claimed[index].keys)
         pending = sorted((stale - confirmed).union(moved))
     for index in pending:
@@ -176,7 +187,12 @@ def _from_the_capture(finding: Finding) -> bool:
 
 
 def _moved(
-    locks: Sequence[LockConfig], host: HostReader, claimed: list[Claimed], indexes: list[int]
+    locks: Sequence[LockConfig],
+    host: HostReader,
+    claimed: list[Claimed],
+    indexes: list[int],
+    hung: dict[str, Unanswered],
+    silent: SilentServers,
 ) -> list[int]:
     """Of these locks, those whose claim, read again now (after the capture), names other
     inodes than the one judged: that capture may have met another file on a freed inode.
@@ -186,9 +202,10 @@ def _moved(
     if not indexes:
         return []
     subset = [locks[index] for index in indexes]
-    files = FileReads([lock for lock in subset if not lock.database], host.pid_max)
+    files = FileReads([lock for lock in subset if not lock.database], host.pid_max, hung=hung)
     moved = []
-    for index, fresh in zip(indexes, _claims(subset, files, host.hostname), strict=True):
+    fresh_claims = _claims(subset, files, host.hostname, silent)
+    for index, fresh in zip(indexes, fresh_claims, strict=True):
         if fresh.keys != claimed[index].keys:
             claimed[index] = fresh
             moved.append(index)
@@ -201,11 +218,12 @@ def _look(
     now: datetime,
     remembered: Memory | None,
     reads: FileReads,
+    silent: SilentServers,
     what_if: bool,
     waits: bool,
 ) -> tuple[list[Claimed], Snapshot, list[Finding]]:
     """One look at `locks`: their claims, one capture for all their questions, the verdicts."""
-    claimed = _claims(locks, reads, host.hostname)
+    claimed = _claims(locks, reads, host.hostname, silent)
     snapshot = host.capture(replace(combined(each.question for each in claimed), waits=waits))
     memory = remembered or {}
     findings = [
@@ -251,9 +269,11 @@ class FileReads:
         pid_max: int,
         state_directory: str | None = None,
         fs_timeout: float = DEFAULT_FS_TIMEOUT,
+        hung: dict[str, Unanswered] | None = None,
     ) -> None:
         """`locks`: file locks (no database lock). `state_directory`: probe it first (an
-        lstat) within `fs_timeout`; state_problem() says what it found."""
+        lstat) within `fs_timeout`; state_problem() says what it found. `hung`: the mounts an
+        earlier read of this run saw hung (its `hung`), not asked again."""
         self.locks = tuple(locks)
         self.state_directory = state_directory
         self._probed: str | None = None  # what the probe found, once taken
@@ -269,7 +289,8 @@ class FileReads:
         items: list[LockConfig | str] = list(self.locks)
         if state_directory is not None:
             items.insert(0, state_directory)
-        reading = BoundedRun(read, _path_of, deadline)
+        reading = BoundedRun(read, _path_of, deadline, hung=hung)
+        self.hung = reading.hung  # this run's hung mounts: later reads skip them too
         self._outcomes = reading.run(items)
 
     def state_problem(self) -> str | None:
@@ -306,11 +327,14 @@ def _path_of(item: LockConfig | str) -> str:
     return item if isinstance(item, str) else item.path
 
 
-def _claims(locks: Sequence[LockConfig], reads: FileReads, hostname: str) -> list[Claimed]:
+def _claims(
+    locks: Sequence[LockConfig], reads: FileReads, hostname: str, silent: SilentServers
+) -> list[Claimed]:
     """Each lock's claim, in the order of `locks`: a database lock's server asked while the
-    file locks' claims are read (`reads`, in its child), then theirs."""
+    file locks' claims are read (`reads`, in its child), then theirs. `silent`: the servers
+    that did not answer in this run, not asked again (what this look finds silent is added)."""
     try:
-        claimed = _ask_servers(locks, hostname)
+        claimed = _ask_servers(locks, hostname, silent)
     except BaseException:
         reads.close()  # the child reading the files is not waited for
         raise
@@ -324,7 +348,9 @@ MAX_SERVERS_AT_ONCE = 8
 """Database servers asked at the same time; more wait for a free thread."""
 
 
-def _ask_servers(locks: Sequence[LockConfig], hostname: str) -> dict[int, Claimed]:
+def _ask_servers(
+    locks: Sequence[LockConfig], hostname: str, silent: SilentServers
+) -> dict[int, Claimed]:
     """Each database lock's claim, by the lock's index: every server asked at once, each in a
     thread of its own and within its deadline (databases/check.py), so N silent servers cost
     one deadline, not N. One server's locks are asked in turn, and a server that did not
@@ -338,7 +364,6 @@ def _ask_servers(locks: Sequence[LockConfig], hostname: str) -> dict[int, Claime
         return {}
 
     def ask(indexes: list[int]) -> dict[int, Claimed]:
-        silent: dict[tuple[str, str], str] = {}  # this server, once it did not answer
         claimed: dict[int, Claimed] = {}
         for index in indexes:
             try:

@@ -621,8 +621,11 @@ class StallingRelay:
     both connections open. A server (or a proxy, a NAT, a half-dead link) that took the
     connection and stopped answering, which the server's own timeouts cannot end."""
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, passed: int = 0) -> None:
+        """`passed`: the first connections are passed through whole, then each one stalls."""
         self.target = target
+        self.passed = passed
+        self.connections = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
         self.sockets: list[socket.socket] = [self.listener]
@@ -639,13 +642,17 @@ class StallingRelay:
                 return  # closed
             upstream = socket.create_connection(("127.0.0.1", self.target))
             self.sockets += [client, upstream]
+            self.connections += 1
+            whole = self.connections <= self.passed
             for source, sink, parse in ((client, upstream, False), (upstream, client, True)):
-                thread = threading.Thread(target=self._pipe, args=(source, sink, parse))
+                thread = threading.Thread(target=self._pipe, args=(source, sink, parse, whole))
                 thread.daemon = True
                 thread.start()
                 self.threads.append(thread)
 
-    def _pipe(self, source: socket.socket, sink: socket.socket, from_server: bool) -> None:
+    def _pipe(
+        self, source: socket.socket, sink: socket.socket, from_server: bool, whole: bool = False
+    ) -> None:
         pending = b""
         while True:
             try:
@@ -654,9 +661,9 @@ class StallingRelay:
                 return
             if not data:
                 return
-            if self.stalled.is_set():
+            if self.stalled.is_set() and not whole:
                 continue  # read and dropped: nothing is answered any more
-            if not from_server:
+            if whole or not from_server:
                 sink.sendall(data)
                 continue
             pending += data  # the server's messages: a type byte and a 4-byte length each
@@ -722,6 +729,50 @@ def test_a_server_that_stops_answering_after_login_is_unknown_not_a_hang(
     assert "did not answer within 13s" in first["reason"]
     assert "not asked again: the server did not answer within 13s" in second["reason"]
     # the server ends the abandoned session once the relay has closed its connection
+    assert wait_until(lambda: lockwarden_sessions(server) == 0, timeout=15)
+
+
+def test_a_server_that_went_silent_is_not_asked_again_by_a_later_look(
+    server: Server, tmp_path: Path
+) -> None:
+    """Liquibase's row is left locked by a run gone from this host: stale on the run's first
+    look, which a second look must confirm. The same server's other lock finds it silent
+    (the relay passes the first connection whole, then stalls): the second look does not ask
+    it again, so the run waits one deadline (13s), not two, and the row is unknown."""
+    lookalikes = _liquibase_processes()
+    assert not lookalikes, f"this host runs what looks like Liquibase: {lookalikes}"
+    _liquibase_row(server, f"{os.uname().nodename} (127.0.0.1)", timedelta(hours=2))
+    with server.admin() as connection:  # the relay's login is the password user's
+        connection.execute("GRANT SELECT ON databasechangeloglock TO app")
+    relay = StallingRelay(server.port, passed=1)
+    try:
+        dsn = (
+            f"host=127.0.0.1 port={relay.port} dbname=postgres user=app "
+            "sslmode=disable gssencmode=disable"
+        )
+        common = (
+            f'database = "postgresql"\nconnection = "{dsn}"\n'
+            'connect_timeout = "2s"\nstatement_timeout = "500ms"\n' + password_file(tmp_path) + "\n"
+        )
+        config = write_config(
+            tmp_path / "config.toml",
+            '[[lock]]\nname = "changelog"\nliquibase_table = "databasechangeloglock"\n'
+            + common
+            + f'[[lock]]\nname = "app-db"\nadvisory_key = "prisma"\n{common}',
+        )
+        started = time.monotonic()
+        completed = run_cli("--once", "--json", "--config", config, timeout=60)
+        elapsed = time.monotonic() - started
+        assert relay.stalled.is_set(), completed.stdout
+        connections = relay.connections
+    finally:
+        relay.close()
+    changelog, app = json.loads(completed.stdout)["locks"]
+    assert (app["state"], app["unknown_cause"]) == ("unknown", "database"), app
+    assert (changelog["state"], changelog["unknown_cause"]) == ("unknown", "database")
+    assert "not asked again: the server did not answer within 13s" in changelog["reason"]
+    assert connections == 2, "the second look asked the silent server again"
+    assert elapsed < 2 * 13, f"{elapsed:.1f} s: more than one deadline"
     assert wait_until(lambda: lockwarden_sessions(server) == 0, timeout=15)
 
 

@@ -7,7 +7,9 @@ It holds one directory, `store/`, with a lock record `store/LOCK` in it naming P
 MODE says how it answers for anything below its root (the root itself always answers, so it
 mounts):
 `hang` never answers, `slow` answers after SLOW_S seconds, `hang-reads` answers lookups
-but never a read of a file's contents. It prints "ready" once mounted.
+but never a read of a file's contents, `hang-from-trap` answers until something below `trap/`
+is asked for and then nothing below the root (a server that went away in the middle of a
+run). It prints "ready" once mounted.
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ class HangingFS(Operations):  # type: ignore[misc]
         self.record = record
         self.forever = threading.Event()
         self.started = time.time()
+        self.trapped = False
 
     def _answer_or_hang(self, path: str) -> None:
         if path == "/":
             return
-        if self.mode == "hang":  # nothing below the root answers
+        if self.mode == "hang-from-trap" and (path == "/trap" or path.startswith("/trap/")):
+            self.trapped = True
+        if self.mode == "hang" or self.trapped:  # nothing below the root answers
             self.forever.wait()  # never set: the request stays unanswered
         elif self.mode == "slow":
             time.sleep(SLOW_S)

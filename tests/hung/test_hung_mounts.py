@@ -367,3 +367,32 @@ format = "owner-record"
     titles = [str(payload["title"]) for payload in receiver.payloads]
     assert len(titles) == 1 and titles[0].endswith("lockwarden state usable again"), titles
     assert str(holder.pid) in (mount / "state" / "journal.jsonl").read_text()
+
+
+def test_a_mount_that_stops_answering_mid_run_is_not_asked_again_by_a_later_look(
+    tmp_path: Path, children: Children, hanging: HangingMounts, orphans: Orphans
+) -> None:
+    """The first lock's record is read, then the mount stops answering (the second lock's
+    read is the first it leaves unanswered). The first lock names a dead PID: stale, so it
+    gets a second look, which must not ask the mount seen hung again: one deadline and one
+    stuck reading process for the run, not one per look."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    mount = hanging.mount("hang-from-trap", record_pid=gone.pid)
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[defaults]\nfs_timeout = "{FS_TIMEOUT_S:g}s"\n'
+        f'[[lock]]\nname = "read"\npath = "{mount / "store" / "LOCK"}"\nformat = "owner-record"\n'
+        f'[[lock]]\nname = "trap"\npath = "{mount / "trap" / "LOCK"}"\nformat = "kernel"\n',
+    )
+    started = time.monotonic()
+    done = _lockwarden(hanging, "--once", "--config", config, "--json")
+    elapsed = time.monotonic() - started
+    locks = _by_name(json.loads(done.stdout))
+    assert (locks["trap"]["state"], locks["trap"]["unknown_cause"]) == ("unknown", "no_answer")
+    read = locks["read"]
+    assert (read["state"], read["unknown_cause"]) == ("unknown", "no_answer"), read
+    assert f"{mount} (fuse.hangfs)" in read["reason"]
+    assert len(orphans.workers()) == 1, "a later look asked the hung mount again"
+    assert elapsed < 2 * FS_TIMEOUT_S, f"{elapsed:.2f} s: more than one deadline"
+    hanging.abort(mount)

@@ -139,12 +139,15 @@ class BoundedRun(Generic[Item, Result]):
         path_of: Callable[[Item], str],
         timeout: Callable[[Item], float],
         mounts: Sequence[Mount] | None = None,
+        hung: dict[str, Unanswered] | None = None,
     ) -> None:
+        """`hung`: the mounts already seen hung in this run, by mount point (shared with an
+        earlier BoundedRun's `hung`: what this one sees hung is added to it)."""
         self.work = work
         self.path_of = path_of
         self.timeout = timeout
         self.mounts = tuple(read_mounts() if mounts is None else mounts)
-        self.hung: dict[str, Unanswered] = {}  # by mount point
+        self.hung: dict[str, Unanswered] = {} if hung is None else hung
         self._children: list[int] = []
 
     def run(
