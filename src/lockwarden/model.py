@@ -502,14 +502,8 @@ class Finding:
     def unseen(self) -> bool:
         """Unknown and naming no holder: this run could not see who holds it (its database
         server did not answer, its mount hung, a right was missing), which says nothing of
-        whether an earlier holder still does. What was known of it is carried, not ended.
-        Not so an unproven one: the run looked and found no live holder (or the lock's files
-        changed at every look, holders letting go as others took it), so a series ends."""
-        return (
-            self.state is State.UNKNOWN
-            and self.identity is None
-            and self.unknown_cause is not UnknownCause.UNPROVEN
-        )
+        whether an earlier holder still does. What was known of it is carried, not ended."""
+        return self.state is State.UNKNOWN and self.identity is None
 
 
 def own_finding(name: str, path: str, format: str, reason: str) -> Finding:

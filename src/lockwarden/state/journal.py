@@ -412,12 +412,6 @@ class SeenFile:
                 fsync_directory(self.directory)
         except OSError as error:
             _remove_quietly(temporary)
-            # The record it should have replaced must not outlive this run: a later run would
-            # carry its series over this run's sightings (which may have ended them) and date
-            # a new hold from an old series' start. With none, series start over: a hold is
-            # reported shorter, never longer. (A file system that refuses this too, read-only,
-            # is said by every run's state finding.)
-            _remove_quietly(self.path)
             raise StateError(f"cannot write {self.path}: {error.strerror or error}") from None
 
 
