@@ -68,6 +68,14 @@ class WorkerEnded(Exception):
         super().__init__("the process reading it ended without an answer (run with -v)")
 
 
+class Unreadable(Exception):
+    """The child's answer was sent but could not be unpickled here: most often an exception
+    class whose constructor takes other arguments than the message it keeps."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"its answer could not be read back ({type(error).__name__}: {error})")
+
+
 class Unanswered(Exception):
     """The file system holding a path did not answer within the deadline."""
 
@@ -192,6 +200,12 @@ class BoundedRun(Generic[Item, Result]):
                 except WorkerEnded as ended:
                     yield pending.popleft(), ended
                     return  # a new child goes on with the rest
+                except Unreadable as unreadable:
+                    # The two memos may no longer match: this child's later answers could
+                    # come back as other objects. It is ended and a new one goes on.
+                    os.kill(pid, signal.SIGKILL)
+                    yield pending.popleft(), unreadable
+                    return
                 if message is None:
                     os.kill(pid, signal.SIGKILL)  # it dies once the file system lets it go
                     yield pending.popleft(), self._mark_hung(item)
@@ -227,8 +241,9 @@ class BoundedRun(Generic[Item, Result]):
                     message: tuple[Result | BaseException, Sequence[Item]] = (result, tuple(more))
                 except Exception as error:
                     message = (error, ())
-                sender.send(message)
-                pending.extend(message[1])
+                # What was sent, not what was made: a message that could not be pickled goes
+                # as an error with no further items, and the parent adds none either.
+                pending.extend(cast("Sequence[Item]", sender.send(message)[1]))
         except BaseException:  # the parent stopped listening, or worse: end here, quietly
             code = 1
         finally:
@@ -283,12 +298,15 @@ class _Sender:
         self.pickler = Pickler(self.stream, -1)
         self.fresh = False
 
-    def send(self, message: object) -> None:
+    def send(self, message: tuple[object, Sequence[object]]) -> tuple[object, Sequence[object]]:
+        """Send the message, or an error in its place when it cannot be pickled; returns
+        what was sent."""
         try:
             self.pickler.dump(message)
         except Exception as error:  # an unpicklable result or exception: say what it was
             self._start_afresh()
-            self.pickler.dump((RuntimeError(f"{type(error).__name__}: {error}"), ()))
+            message = (RuntimeError(f"{type(error).__name__}: {error}"), ())
+            self.pickler.dump(message)
         data = self.stream.getvalue()
         self.stream.seek(0)
         self.stream.truncate()
@@ -296,6 +314,7 @@ class _Sender:
         self.fresh = False
         while payload:
             payload = payload[os.write(self.writer, payload) :]
+        return message
 
     def _start_afresh(self) -> None:
         """A dump that failed may have memoized what the parent never got: a new pickler, and
@@ -345,7 +364,11 @@ class _Channel:
         if fresh:
             self.unpickler = Unpickler(self)
         self.at = _HEADER.size
-        outcome, more = self.unpickler.load()  # from our own fork
+        try:
+            outcome, more = self.unpickler.load()  # from our own fork
+        except Exception as error:  # pickled, but not made again here (an odd exception)
+            del self.buffer[:end]
+            raise Unreadable(error) from error
         if self.at != end:
             raise RuntimeError(f"a message of {length} bytes was read as {self.at - _HEADER.size}")
         del self.buffer[:end]

@@ -6,6 +6,7 @@ child that dies replaced. (Real hung FUSE mounts are tests/hung's.)"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -14,10 +15,14 @@ from pathlib import Path
 import pytest
 
 from lockwarden.support.bounded import (
+    _HEADER,
     BoundedRun,
     Mount,
     Unanswered,
+    Unreadable,
     WorkerEnded,
+    _Channel,
+    _Sender,
     mount_of,
     parse_mount,
     read_mounts,
@@ -173,3 +178,72 @@ def test_a_result_that_cannot_be_sent_is_its_items_error_and_the_rest_arrive_who
         (SHARED, LATER, "/b"),
         (SHARED, LATER, "/c"),
     ]
+
+
+def test_a_later_message_refers_to_what_an_earlier_one_sent_instead_of_sending_it_again() -> None:
+    """The sizes on the real pipe: a second message carrying the same record is a fraction
+    of the first (one pickle per message would send the record whole each time)."""
+    record = {"fields": tuple(f"field_{number}" for number in range(40)), "format": "kernel"}
+    reader, writer = os.pipe()
+    try:
+        sender, channel = _Sender(writer), _Channel(reader)
+        sender.send((record, ()))
+        sender.send((record, ("/next",)))
+        raw = os.read(reader, 1 << 16)
+        first, _fresh = _HEADER.unpack_from(raw)
+        second, _fresh = _HEADER.unpack_from(raw, _HEADER.size + first)
+        assert second * 10 < first, (first, second)
+        channel.buffer += raw
+        assert channel.receive(1.0) == (record, ())
+        assert channel.receive(1.0) == (record, ("/next",))
+    finally:
+        os.close(reader)
+        os.close(writer)
+
+
+def test_items_a_result_that_could_not_be_sent_would_have_added_are_done_by_neither_side(
+    tmp_path: Path,
+) -> None:
+    """The unpicklable result of a walk goes as an error with no further items: the child
+    must not go on to the items it named (the parent never reads their answers)."""
+    touched = tmp_path / "touched"
+
+    def work(path: str) -> tuple[object, Sequence[str]]:
+        with touched.open("a") as log:
+            log.write(f"{os.getpid()} {path}\n")
+        if path == "/walk":
+            return lambda: None, ["/walk/below"]
+        return path, ()
+
+    outcomes = list(bounded(work).run(["/a", "/walk", "/b"]))
+    assert [item for item, _ in outcomes] == ["/a", "/walk", "/b"]
+    assert isinstance(outcomes[1][1], RuntimeError)
+    lines = touched.read_text().split("\n")
+    child = int(lines[0].split()[0])
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(child, 0)  # the child has done all it was going to do
+    assert [line.split()[1] for line in touched.read_text().splitlines()] == ["/a", "/walk", "/b"]
+
+
+class TwoPartError(Exception):
+    """Pickles (as its message alone) but cannot be made again from it: unpickling calls
+    TwoPartError(message), which lacks `reason`."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+
+
+def test_an_answer_that_cannot_be_read_back_is_its_items_error_and_a_new_child_goes_on() -> None:
+    def work(path: str) -> tuple[object, Sequence[str]]:
+        if path == "/odd":
+            raise TwoPartError(path, "odd")
+        return (SHARED, path, os.getpid()), ()
+
+    outcomes = list(bounded(work).run(["/a", "/odd", "/b", "/c"]))
+    assert [item for item, _ in outcomes] == ["/a", "/odd", "/b", "/c"]
+    odd = outcomes[1][1]
+    assert isinstance(odd, Unreadable) and "TypeError" in str(odd), odd
+    results = [outcomes[index][1] for index in (0, 2, 3)]
+    assert [result[:2] for result in results] == [(SHARED, "/a"), (SHARED, "/b"), (SHARED, "/c")]
+    first, second, third = (result[2] for result in results)
+    assert first != second == third  # the child whose answer was garbled was replaced
