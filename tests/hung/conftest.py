@@ -1,6 +1,7 @@
 """Real FUSE mounts that stop answering (hangfs.py, run by Debian's python3 with
-python3-fusepy), each cleaned up by aborting its connection and unmounting, and a way to see
-and reap the reading processes a run abandons on them."""
+python3-fusepy) or whose directories cannot be synced (syncfailfs.py), each cleaned up by
+aborting its connection and unmounting, and a way to see and reap the reading processes a run
+abandons on them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from alerts.helpers import receiver
 from conftest import Children
 
 HANGFS = str(Path(__file__).with_name("hangfs.py"))
+SYNCFAILFS = str(Path(__file__).with_name("syncfailfs.py"))
 DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's interpreter, where python3-fusepy installs
 CONNECTIONS = "/sys/fs/fuse/connections"
 PR_SET_CHILD_SUBREAPER = 36
@@ -81,6 +83,15 @@ class HangingMounts:
         argv = [DEBIAN_PYTHON, HANGFS, str(mountpoint), mode, str(record_pid)]
         server = self.children.start(argv, ready="ready")
         self.servers[mountpoint] = server
+        return mountpoint
+
+    def mount_syncfail(self, name: str = "syncfail") -> Path:
+        """Mount syncfailfs.py: a writable directory whose fsync fails with EIO."""
+        require_fuse()
+        mountpoint = self.base / name
+        mountpoint.mkdir(parents=True)
+        argv = [DEBIAN_PYTHON, SYNCFAILFS, str(mountpoint)]
+        self.servers[mountpoint] = self.children.start(argv, ready="ready")
         return mountpoint
 
     def abort(self, mountpoint: Path) -> None:

@@ -399,6 +399,7 @@ class SeenFile:
             raise StateError(self.unusable)
         check_state_dir(self.directory)
         temporary = _hidden_path(self.directory, SEEN_PREFIX)
+        replaced = False
         try:
             descriptor = os.open(temporary, _HIDDEN_FLAGS, 0o600)
             try:
@@ -408,11 +409,28 @@ class SeenFile:
             finally:
                 os.close(descriptor)
             os.rename(temporary, self.path)
+            replaced = True
             if durable:
                 fsync_directory(self.directory)
         except OSError as error:
             _remove_quietly(temporary)
+            if not replaced:
+                self._forget()
             raise StateError(f"cannot write {self.path}: {error.strerror or error}") from None
+
+    def _forget(self) -> None:
+        """The record this run could not replace must not outlive it: a later run would carry
+        its series over this run's sightings (which may have ended them) and date a new hold
+        from an old series' start, a false "held too long". With none, series start over: a
+        hold is reported shorter, never longer. The removal is synced (the old record may be
+        a durable one, naming a database session). A file system that refuses this too
+        (read-only) is said by every run's state finding."""
+        try:
+            os.unlink(self.path)
+        except OSError:
+            return
+        with contextlib.suppress(OSError):
+            fsync_directory(self.directory)
 
 
 def _read_state_file(path: str, unusable: str | None, what: str) -> bytes | None:

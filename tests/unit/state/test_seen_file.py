@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from alerts.helpers import tiny_tmpfs
 from lockwarden.state.journal import SEEN_NAME, SEEN_PREFIX, SeenFile, StateError, encode
 from lockwarden.state.records import RunRecord, SeenEntry, SeenRecord, to_json
 
 AT = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
+
+__all__ = ["tiny_tmpfs"]  # the fixture, imported so pytest finds it here
 
 
 def state_dir(tmp_path: Path) -> Path:
@@ -111,3 +114,30 @@ def test_an_unsafe_state_directory_is_refused_before_writing(tmp_path: Path) -> 
     with pytest.raises(StateError, match="writable by every user"):
         SeenFile(str(directory)).replace(SeenRecord(AT), durable=False)
     assert os.listdir(directory) == []
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["kernel-locks", "durable"])
+def test_a_replacement_that_fails_leaves_no_older_record_to_carry_series_over(
+    tiny_tmpfs: Path, durable: bool
+) -> None:
+    """A full disk: the new record cannot be written. The one it should have replaced is
+    removed too: a later run reading it would carry series over this run's sightings (which may
+    have ended them) and date a new hold from an old series' start, a false "held too long".
+    (A replacement that was renamed into place but whose directory could not be synced keeps
+    the new record: tests/hung/test_seen_file_sync.py.)"""
+    directory = tiny_tmpfs / "state"
+    directory.mkdir(mode=0o700)
+    seen = SeenFile(str(directory))
+    seen.replace(SeenRecord(AT, {"k": SeenEntry("pid:1:1:b", AT)}), durable=False)
+    filler = os.open(tiny_tmpfs / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            while True:  # until the tmpfs is full
+                os.write(filler, b"\0" * 4096)
+    finally:
+        os.close(filler)
+    later = SeenRecord(AT + timedelta(minutes=1), {"k": SeenEntry("pid:2:1:b", AT)})
+    with pytest.raises(StateError, match="cannot write"):
+        seen.replace(later, durable=durable)
+    assert os.listdir(directory) == []
+    assert seen.load() is None
