@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import NamedTuple
 
-from lockwarden.model import Bound, Finding, State
+from lockwarden.model import Bound, Finding, State, UnknownCause
 from lockwarden.state.records import JournalRecord, SeenEntry, SeenRecord
 
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)
@@ -134,8 +134,12 @@ def sightings_of(
 
 def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> SeenEntry | None:
     """A series this run could neither continue nor end (Finding.unseen). Only one still in
-    memory (its gap not yet too long) is carried."""
-    if not finding.unseen or latest is None:
+    memory (its gap not yet too long) is carried. An `unproven` unknown ends it: the run
+    looked and found no live holder (a record no process has open, or a lock whose files
+    changed at every look, holders letting go as others took it). The alerts still treat it
+    as unseen (an Alertmanager alert is neither resolved nor renewed by it): only the series
+    ends here, so a later hold is counted from when it is seen, shorter and never longer."""
+    if not finding.unseen or finding.unknown_cause is UnknownCause.UNPROVEN or latest is None:
         return None
     series = latest.locks.get(finding.name)
     if series is None or series.identity not in remembered.get(finding.name, {}):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lockwarden.check import sightings
-from lockwarden.model import Bound, Finding, Held, Severity, State
+from lockwarden.model import Bound, Finding, Held, Severity, State, UnknownCause
 from lockwarden.state.records import JournalRecord, SeenRecord, from_json, to_json
 from lockwarden.support.durations import format_time
 
@@ -122,8 +122,11 @@ def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -
     [
         finding(State.FREE, Bound.UNKNOWN, identity=None, key=None),  # seen free: it ends
         finding(State.UNKNOWN, Bound.UNKNOWN, identity="pid:9:1:boot-a"),  # another holder
+        # looked, and no live holder is named (its files changed at every look of the run:
+        # holders letting go as others take it): the earlier holder's series ends
+        finding(State.UNKNOWN, Bound.UNKNOWN, identity=None, unknown_cause=UnknownCause.UNPROVEN),
     ],
-    ids=["free", "unknown-other-holder"],
+    ids=["free", "unknown-other-holder", "unknown-unproven"],
 )
 def test_a_run_that_did_look_carries_nothing(looked: Finding) -> None:
     before = NOW - timedelta(minutes=1)
