@@ -135,7 +135,8 @@ class RunState:
         """Write the sighting memory's record in place of the last (state/journal.SeenFile),
         its failure returned rather than added to `problems`: the memory says for itself what
         not saving it means. A run that holds no run lock (alerting off) takes it for this
-        write alone; a busy lock means another run is recording the same.
+        write alone; a busy lock means another run is recording the same, and a file another
+        run replaced since this one read it, with later sightings, is left as it is.
 
         A journal an earlier version appended `seen` records to is compacted without them once
         the file holds the memory: nothing else would ever compact a journal a run with
@@ -145,6 +146,8 @@ class RunState:
         try:
             if not holds:
                 run_lock = RunLock.acquire(self.state_journal.directory)
+                if self._overtaken(record):
+                    return None
             self.seen_file.replace(record, durable)
             self.seen = record
             self._drop_journaled_seen()
@@ -157,6 +160,22 @@ class RunState:
             if run_lock is not None:
                 run_lock.release()
         return None
+
+    def _overtaken(self, record: SeenRecord) -> bool:
+        """Whether another run wrote the sighting file after this one read it (a run without
+        the run lock reads it unlocked, at the start), with sightings later than this run's:
+        theirs stand. Replacing them with this run's older ones could bring back a series a
+        later run saw end, and date a new hold from its start. A record that was already
+        there when this run read it is replaced whatever its time (one a run given a future
+        --now left must not stop every later run from saving)."""
+        try:
+            current = self.seen_file.load()
+        except StateError:
+            return False  # the replacement says what is wrong
+        if current is None:
+            return False
+        read_at = None if self.seen is None else self.seen.at
+        return current.at != read_at and current.at > record.at
 
     def _drop_journaled_seen(self) -> None:
         """Compact the journal without the `seen` records an earlier version appended to it,

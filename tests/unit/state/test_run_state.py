@@ -131,6 +131,38 @@ def test_a_run_without_the_run_lock_takes_it_for_its_seen_record_alone(tmp_path:
     assert stored(RunState.open(str(journal)).seen) == to_json(SeenRecord(AT))
 
 
+def test_sightings_a_later_run_saved_meanwhile_are_not_replaced_by_an_earlier_runs(
+    tmp_path: Path,
+) -> None:
+    """Two runs without the run lock overlap: the first reads the file at its start, and the
+    second, started later, saves first. The first run's sightings are older: they must not
+    replace the second's (a series the second saw end would come back, and a new hold would
+    be dated from its start)."""
+    journal = journal_in(tmp_path)
+    seen_file = journal.parent / "seen.json"
+    assert RunState.open(str(journal)).replace_seen(SeenRecord(AT), durable=False) is None
+    slow = RunState.open(str(journal))  # started at AT + 1 min, still judging
+    quick = RunState.open(str(journal))  # started at AT + 2 min, done first
+    ended = SeenRecord(AT + timedelta(minutes=2))  # it saw the lock free: the series ended
+    assert quick.replace_seen(ended, durable=False) is None
+    held = SeenRecord(AT + timedelta(minutes=1), {"k": SeenEntry("pid:7:1:b", AT)})
+    assert slow.replace_seen(held, durable=False) is None
+    assert times(seen_file) == ["2026-12-04T10:02:00Z"]
+    assert stored(RunState.open(str(journal)).seen) == to_json(ended)
+
+
+def test_a_record_already_there_when_a_run_read_it_is_replaced_whatever_its_time(
+    tmp_path: Path,
+) -> None:
+    """A run given a future --now left its record: later runs still save theirs."""
+    journal = journal_in(tmp_path)
+    future = SeenRecord(AT + timedelta(days=1))
+    assert RunState.open(str(journal)).replace_seen(future, durable=False) is None
+    record = SeenRecord(AT, {"k": SeenEntry("pid:7:1:b", AT)})
+    assert RunState.open(str(journal)).replace_seen(record, durable=False) is None
+    assert stored(RunState.open(str(journal)).seen) == to_json(record)
+
+
 def test_the_seen_file_replaces_the_last_record_and_is_what_the_next_run_reads(
     tmp_path: Path,
 ) -> None:
