@@ -121,6 +121,11 @@ time.sleep(300)
 """
 )
 
+# Blocked writers off, in every test that asserts a bystander's fdinfo is passed over: with
+# them on, a process waiting for any kernel lock anywhere on the host (another test's, another
+# program's) makes the walk a full one, as it must to find what that process waits on.
+NO_WAITS = "[host]\nblocked_writers = false\n\n"
+
 BYSTANDER = """
 import os, sys, time
 directory = sys.argv[1]
@@ -315,13 +320,13 @@ def test_files_under_other_names_are_passed_over_unless_a_holder_may_be_missed(
         stage.inside(sys.executable, "-c", BYSTANDER, str(stage.root / "bystander")),
         ready="ready",
     )
-    config = write_config(stage.root / "config.toml", "\n".join(tables))
+    config = write_config(stage.root / "config.toml", NO_WAITS + "\n".join(tables))
     document, opened = audited_run(stage, config)
     assert parties(document) == stage.truth, document
     assert not [path for path in opened if path.startswith(f"/proc/{bystander.pid}/")]
 
     tables.append(stage.lock(len(tables), "flock", [], mounted=False, first=unfound_by_name))
-    config = write_config(stage.root / "config.toml", "\n".join(tables))
+    config = write_config(stage.root / "config.toml", NO_WAITS + "\n".join(tables))
     document, opened = audited_run(stage, config)
     assert parties(document) == stage.truth, document
     assert [path for path in opened if path.startswith(f"/proc/{bystander.pid}/")]
@@ -333,7 +338,7 @@ def test_an_ofd_waiter_known_by_no_name_is_named(stage: Stage) -> None:
     descriptor here came from another namespace's bind mount (no name here shows it), and
     blocked writers are off, so no wait makes the walk a full one either."""
     table = stage.lock(0, "ofd-waited", ["passed"], mounted=False, first="path")
-    config = write_config(stage.root / "config.toml", "[host]\nblocked_writers = false\n\n" + table)
+    config = write_config(stage.root / "config.toml", NO_WAITS + table)
     document, _ = audited_run(stage, config)
     assert parties(document) == stage.truth, document
 
@@ -372,7 +377,7 @@ def test_sqlite_writer_and_readers_are_named_by_a_walk_by_names(stage: Stage) ->
     )
     config = write_config(
         stage.root / "config.toml",
-        f'[[lock]]\nname = "app"\npath = "{database}"\nformat = "sqlite"\n',
+        NO_WAITS + f'[[lock]]\nname = "app"\npath = "{database}"\nformat = "sqlite"\n',
     )
     document, opened = audited_run(stage, config)
     (lock,) = document["locks"]
