@@ -77,14 +77,15 @@ def main() -> None:
     # The kernel must ask every time (no attribute or entry cache), as it does for a share
     # whose server just went away after the cached answers expired.
     options = {"attr_timeout": 0, "entry_timeout": 0, "negative_timeout": 0, "subtype": "hangfs"}
-    threading.Thread(target=_say_ready_once_mounted, args=(mountpoint,), daemon=True).start()
+    threading.Thread(target=say_ready_once_mounted, args=(mountpoint,), daemon=True).start()
     FUSE(HangingFS(mode, record), mountpoint, foreground=True, nothreads=False, **options)
     # The connection was aborted or unmounted: end now, whatever request threads still wait.
     os._exit(0)
 
 
-def _say_ready_once_mounted(mountpoint: str) -> None:
-    """Print "ready" once the mount shows in mountinfo (read there, never by touching it)."""
+def say_ready_once_mounted(mountpoint: str) -> None:
+    """Print "ready" once the mount shows in mountinfo (read there, never by touching it).
+    syncfailfs.py says it the same way."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with open("/proc/self/mountinfo") as mounts:

@@ -18,6 +18,7 @@ import threading
 import time
 
 from fusepy import FUSE, FuseOSError, Operations  # Debian's python3-fusepy
+from hangfs import say_ready_once_mounted  # beside this file: run as a script, it is on the path
 
 
 class SyncFailFS(Operations):  # type: ignore[misc]
@@ -106,21 +107,9 @@ class SyncFailFS(Operations):  # type: ignore[misc]
 
 def main() -> None:
     mountpoint = sys.argv[1]
-    threading.Thread(target=_say_ready_once_mounted, args=(mountpoint,), daemon=True).start()
+    threading.Thread(target=say_ready_once_mounted, args=(mountpoint,), daemon=True).start()
     FUSE(SyncFailFS(), mountpoint, foreground=True, nothreads=False, subtype="syncfailfs")
     os._exit(0)
-
-
-def _say_ready_once_mounted(mountpoint: str) -> None:
-    """Print "ready" once the mount shows in mountinfo (read there, never by touching it)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with open("/proc/self/mountinfo") as mounts:
-            if any(line.split()[4] == mountpoint for line in mounts):
-                print("ready", flush=True)
-                return
-        time.sleep(0.02)
-    print("not mounted", flush=True)
 
 
 if __name__ == "__main__":
