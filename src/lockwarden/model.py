@@ -240,6 +240,8 @@ class Process:
     pid_namespace: int | None
     started_at: datetime
     container: Container | None = None
+    kernel_thread: bool = False
+    """A kernel thread (PF_KTHREAD in its stat flags): it never takes a lock a record names."""
 
     @property
     def alive(self) -> bool:

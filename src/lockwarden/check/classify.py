@@ -280,6 +280,9 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
         reason = f"stale: its holder PID {pid} is gone"
         stale = Verdict(State.STALE, reason, proof=proof, gone=(pid,))
         return _unless_workers_remain(claim, evidence, stale)
+    not_a_taker = _not_a_taker_reason(pid, process)
+    if not_a_taker:
+        return Verdict(State.UNKNOWN, not_a_taker, cause=UnknownCause.OTHER_PID_NAMESPACE)
     reused = _reuse_proof(claim, process)
     if reused:
         reason = f"stale: PID {pid} now belongs to another process"
@@ -296,6 +299,21 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
             cause=UnknownCause.UNTRUSTED_RECORD,
         )
     return Verdict(State.HELD, "held", _with_record(holder_from_process(process), claim))
+
+
+def _not_a_taker_reason(pid: int, process: Process) -> str | None:
+    """A kernel thread never wrote a record: one naming a kernel thread's PID was written in
+    another PID namespace (a container's, where the holder was PID 2, say), whose holder may or
+    may not still run. Naming the thread would tell on-call to stop an innocent process; calling
+    the lock stale would be a guess. (PID 1 never gets here: records and the capture take
+    PIDs from 2.)"""
+    if not process.kernel_thread:
+        return None
+    return (
+        f"PID {pid} here is a kernel thread ({process.name}), which takes no lock records: the "
+        "record was written in another PID namespace (a container's), whose holder lockwarden "
+        "cannot see"
+    )
 
 
 def _combine(by_pid: dict[int, Verdict]) -> Verdict:

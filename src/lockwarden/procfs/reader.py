@@ -72,6 +72,9 @@ from lockwarden.procfs.sockets import (
 )
 from lockwarden.support.namespaces import namespace_id, proc_locks_may_omit, sees_every_holder
 
+PF_KTHREAD = 0x00200000
+"""The flag a kernel thread carries in /proc/PID/stat (include/linux/sched.h)."""
+
 Clock = Callable[[], datetime]
 """The wall clock a capture is dated by; the caller passes it (tests step it)."""
 
@@ -618,7 +621,8 @@ class HostReader:
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
             return None  # gone (a zombie is still there: psutil's ZombieProcess is handled)
         name = stat_text[stat_text.find("(") + 1 : stat_text.rfind(")")]
-        start_ticks = int(stat_text[stat_text.rfind(")") + 2 :].split()[19])
+        fields = stat_text[stat_text.rfind(")") + 2 :].split()
+        start_ticks = int(fields[19])
         raw_cmdline = read_within(f"{base}/cmdline", self.read_timeout)
         if raw_cmdline is None:  # still named by its PID and kernel name, from stat
             log.warning(
@@ -649,6 +653,7 @@ class HostReader:
             pid_namespace=namespace_id(f"{base}/ns/pid"),
             started_at=booted_at + timedelta(seconds=start_ticks / self.clock_ticks),
             container=container,
+            kernel_thread=bool(int(fields[6]) & PF_KTHREAD),
         )
 
     def _container(self, base: str, cgroup: str, uid: int) -> Container | None:
