@@ -125,8 +125,6 @@ class PidProof:
     executables: tuple[str, ...] = ()
     """The programs that can hold this lock (Chromium's and Firefox's profile locks): a live PID
     running anything else is a reused PID."""
-    booted_at: datetime | None = None
-    """The boot time the holder recorded (Emacs): a record of another boot is stale."""
     machine_id: int | None = None
     """The machine id recorded beside the host name (borg's `uuid.getnode()`): a host of the
     same name with another id is another machine."""

@@ -40,7 +40,6 @@ REUSE_SUSPICION_MARGIN = timedelta(seconds=5)
 PID_REUSE_MARGIN = timedelta(minutes=5)
 # A recorded boot time is another boot only when it is off by more than a clock step could make
 # it: both sides compute it as "now - uptime" from a wall clock that NTP may have moved.
-BOOT_MARGIN = timedelta(minutes=1)
 # /proc/PID/stat truncates a process's name to 15 characters.
 COMM_LENGTH = 15
 
@@ -336,15 +335,6 @@ def _combine(by_pid: dict[int, Verdict]) -> Verdict:
 def _other_boot_proof(claim: Claim, evidence: Evidence) -> str | None:
     if claim.boot_id and claim.boot_id != evidence.boot_id:
         return f"it was taken in another boot (boot id {claim.boot_id}, now {evidence.boot_id})"
-    if (
-        claim.pid_proof.booted_at is not None
-        and abs(claim.pid_proof.booted_at - evidence.booted_at) > BOOT_MARGIN
-    ):
-        return (
-            f"it was taken in another boot: its holder recorded a boot at "
-            f"{format_time(claim.pid_proof.booted_at)}, this host booted at "
-            f"{format_time(evidence.booted_at)}"
-        )
     return None
 
 

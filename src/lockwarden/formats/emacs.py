@@ -5,6 +5,12 @@ are unsupported) when a buffer visiting FILE is first modified. USER is everythi
 last `@`, HOST runs to the last `.`, then the PID, then, when Emacs knows it, `:` and the boot
 time in seconds since the epoch. Emacs treats the lock as its own to break when HOST is this
 host and the PID is not running, or the boot time differs from this boot's.
+
+That boot time is Emacs's estimate, not the kernel's: Emacs 28 takes the mtime of
+/var/run/random-seed when it exists, else utmp's boot record, so a touched file puts another
+"boot" in every lock made after it, hours off. And like every wall-clock time it moves with a
+stepped clock. lockwarden checks its form and does not use it: the PID decides (gone: stale; a
+process that started after the lock was made: probably a reused PID, `unknown`).
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from lockwarden.formats.base import STOP_HOLDER
 from lockwarden.formats.symlink_lock import (
@@ -22,7 +27,7 @@ from lockwarden.formats.symlink_lock import (
     parse_pid,
     read_or_problem,
 )
-from lockwarden.model import Claim, PidProof
+from lockwarden.model import Claim
 
 NAME = "emacs"
 PREFIX = ".#"
@@ -52,7 +57,7 @@ class EmacsLock:
         try:
             _user, _host, pid_text, boot = parse_owner(found.text)
             parse_pid(pid_text, MAX_PID)
-            _boot_time(boot)
+            _check_boot_time(boot)
         except RecordProblem:
             return False
         return True
@@ -76,10 +81,10 @@ def _claim(lock_path: str, record: LinkRecord, pid_max: int) -> Claim:
     try:
         user, host, pid_text, boot = parse_owner(record.text)
         pid = parse_pid(pid_text, pid_max)
-        booted_at = _boot_time(boot)
+        _check_boot_time(boot)  # its form only: see the module's docstring
     except RecordProblem as error:
         return replace(base, problem=f"{lock_path}: {error}", started_at=None)
-    return replace(base, pid=pid, host=host, user=user, pid_proof=PidProof(booted_at=booted_at))
+    return replace(base, pid=pid, host=host, user=user)
 
 
 def parse_owner(text: str) -> tuple[str, str, str, str | None]:
@@ -92,10 +97,6 @@ def parse_owner(text: str) -> tuple[str, str, str, str | None]:
     return user, host, pid_text, boot if colon else None
 
 
-def _boot_time(boot: str | None) -> datetime | None:
-    if boot is None:
-        return None
-    if not boot.isascii() or not boot.isdigit() or len(boot) > 12:
+def _check_boot_time(boot: str | None) -> None:
+    if boot is not None and not (boot.isascii() and boot.isdigit() and len(boot) <= 12):
         raise RecordProblem(f"the boot time {boot[:20]!r} is not seconds since the epoch")
-    seconds = int(boot)
-    return datetime.fromtimestamp(seconds, UTC) if seconds > 0 else None

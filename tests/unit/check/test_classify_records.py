@@ -1,4 +1,4 @@
-"""classify's record mechanisms as tables: executable hints, recorded boot times, machine ids,
+"""classify's record mechanisms as tables: executable hints, machine ids,
 several recorded holders. Pure: Claims, Processes and Evidence are built by hand."""
 
 from __future__ import annotations
@@ -63,26 +63,6 @@ def test_recorded_executables_tell_a_reused_pid(
 ) -> None:
     claim = replace(CLAIM, pid_proof=PidProof(executables=hint))
     assert classify("l", claim, evidence(process(10, name)), POLICY, NOW).state is state
-
-
-@pytest.mark.parametrize(
-    ("recorded_boot", "state"),
-    [
-        (BOOTED, State.HELD),
-        (BOOTED + timedelta(seconds=30), State.HELD),  # a clock step, not another boot
-        (BOOTED - timedelta(hours=3), State.STALE),
-    ],
-)
-def test_recorded_boot_time_proves_another_boot_only_beyond_a_clock_step(
-    recorded_boot: datetime, state: State
-) -> None:
-    claim = replace(CLAIM, pid_proof=PidProof(booted_at=recorded_boot))
-    assert classify("l", claim, evidence(process(10)), POLICY, NOW).state is state
-
-
-def test_another_hosts_boot_time_proves_nothing() -> None:
-    claim = replace(CLAIM, host="laptop", pid_proof=PidProof(booted_at=BOOTED - timedelta(days=9)))
-    assert classify("l", claim, evidence(None), POLICY, NOW).state is State.UNKNOWN
 
 
 @pytest.mark.parametrize(

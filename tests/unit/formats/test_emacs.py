@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import getpass
 import os
+import random
 import socket
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
 from conftest import Children, require_tool, wait_until
@@ -69,23 +71,79 @@ def test_pid_reused_by_an_unrelated_process_is_never_the_holder(
     assert finding.holder is None
 
 
-def test_recorded_boot_time_decides_this_boot_or_another(
+def test_a_recorded_boot_time_is_never_proof_the_pid_decides(
     children: Children, tmp_path: Path
 ) -> None:
+    """The boot time in the record is Emacs's estimate, moved by a stepped clock too: a lock
+    whose PID runs is held whatever boot it records, or, made before this boot, probably a
+    reused PID (`unknown`, never stale); a lock whose PID is gone is stale whatever it records."""
     sleeper = children.start(["sleep", "60"])
-    owner = f"{getpass.getuser()}@{socket.gethostname()}.{sleeper.pid}"
-    this = tmp_path / ".#this-boot"
-    this.symlink_to(f"{owner}:{this_boot()}")
-    earlier = tmp_path / ".#earlier-boot"
-    earlier.symlink_to(f"{owner}:{this_boot() - 86400}")
+    here = f"{getpass.getuser()}@{socket.gethostname()}"
+    older_than_boot = time.time() - this_boot() + 3600  # seconds: made an hour before boot
+    cases = {
+        "this-boot": (sleeper.pid, this_boot(), None, State.HELD),
+        "misdated": (sleeper.pid, this_boot() - 86400, None, State.HELD),
+        "earlier": (sleeper.pid, this_boot() - 86400, older_than_boot, State.UNKNOWN),
+        "gone": (dead_pid(), this_boot(), None, State.STALE),
+        "gone-earlier": (dead_pid(), this_boot() - 86400, older_than_boot, State.STALE),
+    }
+    for name, (pid, boot, age, _) in cases.items():
+        lock = tmp_path / f".#{name}"
+        lock.symlink_to(f"{here}.{pid}:{boot}")
+        if age is not None:
+            backdate(lock, age)
 
-    same_boot = inspect_lock(this)
-    other_boot = inspect_lock(earlier)
+    found = {name: inspect_lock(tmp_path / f".#{name}") for name in cases}
 
-    assert same_boot.state is State.HELD
-    assert same_boot.holder is not None and same_boot.holder.pid == sleeper.pid
-    assert other_boot.state is State.STALE
-    assert other_boot.proof is not None and "another boot" in other_boot.proof
+    assert {name: finding.state for name, finding in found.items()} == {
+        name: state for name, (_, _, _, state) in cases.items()
+    }
+    assert found["misdated"].holder is not None and found["misdated"].holder.pid == sleeper.pid
+    assert "reused the PID" in found["earlier"].reason
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_a_live_emacs_whose_boot_estimate_is_off_holds_its_lock(
+    children: Children, tmp_path: Path
+) -> None:
+    """Emacs 28 estimates the boot time from the mtime of /var/run/random-seed when it exists,
+    so a touched file puts another "boot" in every lock it makes. The real Emacs, given a
+    random-seed of a random age in a /run of its own (a mount namespace: the host's /run is
+    left alone), holds its lock while it runs; its lock is stale only once it is gone."""
+    emacs, unshare = require_tool("emacs"), require_tool("unshare")
+    seed = random.randrange(1 << 32)
+    offsets = random.Random(seed).sample([-86400 * 3, -7200, -600, 300, 5400], 3)
+    for offset in offsets:
+        edited = tmp_path / f"notes{offset}.txt"
+        edited.write_text("hello\n")
+        program = f'(progn (find-file "{edited}") (insert "x") (sleep-for 60))'
+        private_run = (
+            'mount -t tmpfs run /run && touch -d @$1 /run/random-seed && shift && exec "$@"'
+        )
+        holder = children.start(
+            [unshare, "--mount", "sh", "-c", private_run, "sh",
+             str(this_boot() + offset), emacs, "-Q", "--batch", "--eval", program],
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "HOME": str(tmp_path)},
+        )  # fmt: skip
+        lock = tmp_path / f".#{edited.name}"
+        assert wait_until(partial(os.path.islink, lock), timeout=20), f"seed {seed}"
+        stamp = os.readlink(lock).rpartition(":")[2]
+        assert abs(int(stamp) - this_boot() - offset) < 5, f"seed {seed}: Emacs wrote {stamp}"
+        held = inspect_lock(lock)
+        holder.kill()
+        holder.wait(timeout=10)
+        gone = inspect_lock(lock)
+        context = f"seed {seed}, boot estimate off by {offset}s"
+        assert held.state is State.HELD, f"{context}: {held.reason}"
+        assert held.holder is not None and held.holder.pid == holder.pid, context
+        assert gone.state is State.STALE, f"{context}: {gone.reason}"
+        assert gone.proof is not None and f"PID {holder.pid}" in gone.proof, context
 
 
 def test_another_host_is_unknown(tmp_path: Path) -> None:
