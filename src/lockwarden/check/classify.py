@@ -667,10 +667,11 @@ def held_duration(
     """How long it has been held, and what that number is (see model.Bound).
 
     Exact from the record or the lock file's own dates. A kernel lock records no time: at
-    least since the first of an unbroken series of runs that saw it held by this holder, or
-    since the oldest holder started when every holder inherited it from a process that is gone
-    (`flock FILE cmd`, the flock parent killed); else at most the running time of the process
-    that took it (/proc/locks names it); else unknown."""
+    least since the first of an unbroken series of runs that saw it held by this holder; else
+    at most the running time of the process that took it (/proc/locks names it); else unknown.
+    A holder that did not take it itself says nothing of its age: the taker may have taken it
+    before forking the holder (`flock FILE cmd`) or long after, on a descriptor the holder
+    already had (a shell's `exec 9>F; ...; flock 9`), or sent it over a socket."""
     if verdict.state not in (State.HELD, State.STALE):
         return None, Bound.UNKNOWN
     if _record_or_file_dates(claim, verdict):
@@ -678,8 +679,7 @@ def held_duration(
     if not evidence.kernel_locked:
         age = held_seconds(claim, verdict, evidence, now)
         return (age, Bound.AT_MOST) if age is not None else (None, Bound.UNKNOWN)
-    floors = [_sighting_age(first_seen, verdict, now), _inherited_age(verdict, evidence, now)]
-    floor = max((age for age in floors if age is not None), default=None)
+    floor = _sighting_age(first_seen, verdict, now)
     if floor is not None:
         return floor, Bound.AT_LEAST
     ceiling = _taker_age(evidence, now)
@@ -717,25 +717,6 @@ def _age(moment: datetime | None, now: datetime) -> float | None:
         return None
     age = (now - moment).total_seconds()
     return age if age >= 0 else None  # a clock stepped back past it proves nothing
-
-
-def _inherited_age(verdict: Verdict, evidence: Evidence, now: datetime) -> float | None:
-    """Every holder got the flock from a taker that is gone (or no longer holds it) and is
-    younger than the taker: the lock is at least as old as the oldest holder."""
-    holders = [holder for holder in (verdict.holder, *verdict.sharers) if holder is not None]
-    flocks = [lock for lock in evidence.granted if lock.kind == "FLOCK" and lock.pid > 0]
-    if not holders or not flocks:
-        return None
-    holder_pids = {holder.pid for holder in holders}
-    for lock in flocks:
-        if lock.pid in holder_pids:
-            return None
-        taker = evidence.takers.get(lock.pid)
-        if taker is not None and any(
-            (holder.start_ticks or 0) < taker.start_ticks for holder in holders
-        ):
-            return None
-    return max((_age(holder.started_at, now) or 0.0 for holder in holders), default=None)
 
 
 def _taker_age(evidence: Evidence, now: datetime) -> float | None:
