@@ -7,8 +7,8 @@
 #   machines, podman, the .deb, the shipped units), and the ground-truth differential and the
 #   holder tests, whose truth includes what /proc/locks shows only in the host's PID
 #   namespace (a dead taker's line; docs/design.md, "Where /proc/locks leaves locks out"),
-#   as the shipped units see it, and the records naming kernel threads, which only the host's
-#   namespace shows. They need the host's view. (The Debian pin runs take the
+#   as the shipped units see it, and the records naming kernel threads and the retaken locks,
+#   which only the host's namespace shows. They need the host's view. (The Debian pin runs take the
 #   holder tests again, in a namespace.)
 # * fleet: tests/alerts and tests/integration, in a PID namespace of their own.
 # * rest: every other test file under tests/, in a PID namespace of its own; a new test file
@@ -30,6 +30,7 @@ host=(
     tests/integration/test_holders.py
     tests/integration/test_descriptor_names.py
     tests/integration/test_kernel_thread_records.py
+    tests/integration/test_retaken_locks.py
 )
 fleet=(tests/alerts tests/integration)
 for path in "${host[@]}" "${fleet[@]}"; do

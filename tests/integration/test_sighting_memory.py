@@ -27,6 +27,13 @@ for line in sys.stdin:
     print("ok", flush=True)
 """
 
+# The same, as a shell holds a lock: the descriptor is the shell's (`exec 9>>FILE`), and each
+# `flock 9` or `flock -u 9` is a child process working on it (util-linux's flock).
+SHELL_ON_COMMAND = (
+    'exec 9>>"$1"; echo ready; while read -r command; do '
+    'if [ "$command" = lock ]; then flock 9; else flock -u 9; fi; echo ok; done'
+)
+
 RUNS = 10
 
 
@@ -50,15 +57,29 @@ def config(tmp_path: Path, alerting: bool) -> str:
 
 
 def minutely_runs(
-    tmp_path: Path, children: Children, held_at: set[int], alerting: bool
+    tmp_path: Path,
+    children: Children,
+    held_at: set[int],
+    alerting: bool,
+    *,
+    shell: bool = False,
+    retake: bool = False,
 ) -> list[tuple[int, dict[str, Any]]]:
-    """RUNS runs a minute apart; the process holds the lock during the runs in `held_at`
-    only (taken just before the run, dropped just after)."""
+    """RUNS runs a minute apart; the process (a shell's `flock 9` children when `shell`) holds
+    the lock during the runs in `held_at` only: taken just before the run, dropped just after,
+    and with `retake` dropped and taken again between two runs in `held_at`."""
     path = config(tmp_path, alerting)
-    holder = children.python(ON_COMMAND, str(tmp_path / "store.lock"))
+    lock = str(tmp_path / "store.lock")
+    if shell:
+        holder = children.start(["bash", "-c", SHELL_ON_COMMAND, "bash", lock], ready="ready")
+    else:
+        holder = children.python(ON_COMMAND, lock)
     start = datetime.now(UTC) + timedelta(minutes=1)
     results = []
     for run in range(RUNS):
+        if retake and run in held_at and run - 1 in held_at:
+            tell(holder, "unlock")
+            tell(holder, "lock")
         if run in held_at and run - 1 not in held_at:
             tell(holder, "lock")
         if run not in held_at and run - 1 in held_at:

@@ -889,13 +889,24 @@ def action_for(state: State, verdict: Verdict, claim: Claim) -> str | None:
 
 
 def identity_of(claim: Claim, verdict: Verdict, evidence: Evidence) -> str | None:
-    """The incident key's holder part: pid + start ticks + boot id, or the lock's inode and
-    record for a holderless lock."""
+    """The incident key's holder part: pid + start ticks + boot id (and the takers of a lock it
+    did not take itself), or the lock's inode and record for a holderless lock."""
     holder = verdict.holder
     if holder is not None and holder.pid is not None:
-        return f"pid:{holder.pid}:{holder.start_ticks}:{evidence.boot_id}"
+        held = f"pid:{holder.pid}:{holder.start_ticks}:{evidence.boot_id}"
+        return held + _taken_by(verdict, evidence)
     if claim.keys:
         device, inode = claim.keys[0]
         record = claim.pid if claim.pid is not None else "-"
         return f"inode:{device}:{inode}:{record}"
     return None
+
+
+def _taken_by(verdict: Verdict, evidence: Evidence) -> str:
+    """Who took a kernel lock its holders did not take themselves (/proc/locks names the
+    taker). A shell holding `exec 9>F` re-takes it with a new `flock 9` child each time; with
+    the holder alone as the identity, runs that never happen to see the gaps would chain into
+    one series and page a false held-too-long. Empty for a lock its holder took, as before."""
+    holders = {party.pid for party in (verdict.holder, *verdict.sharers) if party is not None}
+    takers = sorted({lock.pid for lock in evidence.granted if lock.pid > 0} - holders)
+    return f":taken-by:{','.join(map(str, takers))}" if takers else ""
