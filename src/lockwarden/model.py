@@ -123,8 +123,9 @@ class PidProof:
     the PID now, or names more PIDs. Each is a mechanism classify applies whatever the format."""
 
     executables: tuple[str, ...] = ()
-    """The programs that can hold this lock (Chromium's and Firefox's profile locks): a live PID
-    running anything else is a reused PID."""
+    """The programs known to hold this lock (Chromium's and Firefox's profile locks): a live PID
+    running one of them is the holder; anything else is probably a reused PID, but no proof
+    (an Electron app takes a Chromium profile's lock under its own name)."""
     machine_id: int | None = None
     """The machine id recorded beside the host name (borg's `uuid.getnode()`): a host of the
     same name with another id is another machine."""

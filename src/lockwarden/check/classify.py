@@ -287,7 +287,7 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
         reason = f"stale: PID {pid} now belongs to another process"
         stale = Verdict(State.STALE, reason, proof=reused, gone=(pid,))
         return _unless_workers_remain(claim, evidence, stale)
-    suspect = _reuse_suspicion(claim, process.started_at)
+    suspect = _unknown_program(claim, process) or _reuse_suspicion(claim, process.started_at)
     if suspect:
         return Verdict(State.UNKNOWN, suspect, cause=UnknownCause.PID_REUSE_SUSPECTED)
     if claim.owner_uid not in (None, 0, process.uid):
@@ -596,20 +596,29 @@ def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
 
 
 def _reuse_proof(claim: Claim, process: Process) -> str | None:
-    """Proof that the PID now names another process: it runs another program than the one that
-    takes this lock, or its start ticks (monotonic, counted from boot) differ from the record's."""
-    if claim.pid_proof.executables and not _runs_one_of(process, claim.pid_proof.executables):
-        expected = " or ".join(claim.pid_proof.executables)
-        return (
-            f"PID {process.pid} runs {_program_of(process)!r}, not {expected}, which is what "
-            "takes this lock: the process that took it is gone"
-        )
+    """Proof that the PID now names another process: its start ticks (monotonic, counted from
+    boot) differ from the record's."""
     if claim.start_ticks is not None and claim.start_ticks != process.start_ticks:
         return (
             f"PID {claim.pid} now started at tick {process.start_ticks} after boot, but the "
             f"record says tick {claim.start_ticks}: the process that took the lock is gone"
         )
     return None
+
+
+def _unknown_program(claim: Claim, process: Process) -> str | None:
+    """A live PID running none of the programs known to take this lock: probably a reused PID,
+    but no proof. Programs built on one take its lock under names of their own (every Electron
+    app makes a Chromium SingletonLock: VS Code runs as `code`), and no list names them all."""
+    executables = claim.pid_proof.executables
+    if not executables or _runs_one_of(process, executables):
+        return None
+    known = ", ".join(executables)
+    return (
+        f"PID {process.pid} runs {_program_of(process)!r}, none of the programs known to take "
+        f"this lock ({known}): probably another process that reused the PID, but a program "
+        "built on one of them (an Electron app) takes it too; check it before removing the lock"
+    )
 
 
 def _reuse_suspicion(claim: Claim, started_at: datetime) -> str | None:

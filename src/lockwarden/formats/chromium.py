@@ -3,8 +3,10 @@
 The browser's main process makes `SingletonLock -> HOST-PID` (split at the last `-`: host names
 may contain dashes), next to `SingletonCookie -> RANDOM` and `SingletonSocket -> /tmp/.../socket`.
 A killed browser leaves all three behind. Chromium itself breaks the lock only for this host and
-a PID that is not running; lockwarden also knows that a live PID running something other than
-a Chromium executable is a reused PID.
+a PID that is not running, or one whose executable's name differs from its own. lockwarden
+cannot tell which program made the lock: every Electron app makes it under its own name (VS
+Code as `code`), so a live PID running none of the Chromium executables it knows is `unknown`
+(probably a reused PID), never stale.
 """
 
 from __future__ import annotations

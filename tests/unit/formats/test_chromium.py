@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -100,9 +101,59 @@ def test_pid_reused_by_a_process_that_is_not_chromium_is_never_the_holder(
 
     finding = inspect_lock(tmp_path)
 
-    assert finding.state is State.STALE
+    assert finding.state is State.UNKNOWN  # probably reused; an Electron app has its own name
+    assert finding.unknown_cause is UnknownCause.PID_REUSE_SUSPECTED
     assert finding.holder is None
-    assert finding.proof is not None and "'sleep'" in finding.proof
+    assert "'sleep'" in finding.reason
+
+
+CHROMIUM_BINARY = Path("/usr/lib/chromium/chromium")  # Debian's; /usr/bin/chromium runs it
+
+
+def app_named(name: str, directory: Path) -> Path:
+    """Debian's Chromium as a program of another name, as an Electron app is one (VS Code's
+    `code`): a link to the binary (a copy across file systems) under `name`, beside links to
+    the files it loads from its own directory; the kernel names the process `name`."""
+    require_tool("chromium")
+    directory.mkdir()
+    for entry in CHROMIUM_BINARY.parent.iterdir():
+        if entry != CHROMIUM_BINARY:
+            (directory / entry.name).symlink_to(entry)
+    program = directory / name
+    try:
+        os.link(CHROMIUM_BINARY, program)
+    except OSError:
+        shutil.copy2(CHROMIUM_BINARY, program)
+    return program
+
+
+def test_a_live_app_built_on_chromium_is_never_called_stale(
+    children: Children, tmp_path: Path
+) -> None:
+    """Its lock is `unknown` while it runs (its name is none lockwarden knows: probably a
+    reused PID, but no proof), and stale once it is gone."""
+    program = app_named("code", tmp_path / "app")
+    profile = tmp_path / "profile"
+    app = children.start(
+        [str(program), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert wait_until(lambda: (profile / "SingletonLock").is_symlink(), timeout=60)
+        running = inspect_lock(profile)
+        with open(f"/proc/{app.pid}/comm") as comm:
+            assert comm.read().strip() == "code"
+    finally:
+        kill_group(app)
+    gone = inspect_lock(profile)
+
+    assert os.readlink(profile / "SingletonLock").endswith(f"-{app.pid}")
+    assert running.state is State.UNKNOWN, running.reason
+    assert running.unknown_cause is UnknownCause.PID_REUSE_SUSPECTED
+    assert "'code'" in running.reason
+    assert gone.state is State.STALE
+    assert gone.proof is not None and str(app.pid) in gone.proof
 
 
 def test_another_host_is_unknown_never_stale(children: Children, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from test_chromium import CHROMIUM_FLAGS
+from test_chromium import CHROMIUM_FLAGS, app_named
 from test_emacs import edit_in_emacs
 from test_filelock_soft import hold_soft_lock
 from test_git import make_bare_dotfiles, start_commit_waiting_for_its_editor
@@ -65,6 +65,19 @@ def chromium_profile(children: Children, tmp_path: Path) -> Started:
     )
     assert wait_until(lambda: (profile / "SingletonLock").is_symlink(), timeout=60)
     return profile, browser
+
+
+def electron_app(children: Children, tmp_path: Path) -> Started:
+    """A Chromium profile's lock made by a program of another name, as every Electron app's is."""
+    profile = tmp_path / "profile"
+    app = children.start(
+        [str(app_named("code", tmp_path / "app")), *CHROMIUM_FLAGS,
+         f"--user-data-dir={profile}", "about:blank"],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    assert wait_until(lambda: (profile / "SingletonLock").is_symlink(), timeout=60)
+    return profile, app
 
 
 def firefox_profile(children: Children, tmp_path: Path) -> Started:
@@ -130,8 +143,16 @@ HOLDERS: dict[str, Callable[[Children, Path], Started]] = {
 }
 
 
+# More programs that make a format's lock: case name -> (format, how to start it).
+VARIANTS: dict[str, tuple[str, Callable[[Children, Path], Started]]] = {
+    "chromium-profile:electron-app": ("chromium-profile", electron_app),
+}
+CASES = {**{name: (name, start) for name, start in HOLDERS.items()}, **VARIANTS}
+
+
 def test_every_format_removal_may_touch_has_a_live_holder_here() -> None:
     assert set(HOLDERS) == {name for name in FORMATS if FORMATS[name].never_removed is None}
+    assert {lock_format for lock_format, _ in VARIANTS.values()} <= set(HOLDERS)
 
 
 def artefacts(lock: Path, lock_format: str) -> set[str]:
@@ -149,9 +170,10 @@ def artefacts(lock: Path, lock_format: str) -> set[str]:
     return {"."} if lock.exists() else set()
 
 
-@pytest.mark.parametrize("lock_format", sorted(HOLDERS))
-def test_a_live_lock_is_never_removed(lock_format: str, children: Children, tmp_path: Path) -> None:
-    lock, holder = HOLDERS[lock_format](children, tmp_path)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_live_lock_is_never_removed(case: str, children: Children, tmp_path: Path) -> None:
+    lock_format, start = CASES[case]
+    lock, holder = start(children, tmp_path)
     before = artefacts(lock, lock_format)
     assert before, f"{lock_format}: nothing at {lock}"
     config = write_config(
