@@ -241,6 +241,11 @@ class Process:
     container: Container | None = None
     kernel_thread: bool = False
     """A kernel thread (PF_KTHREAD in its stat flags): it never takes a lock a record names."""
+    group: int = 0
+    """Its process group and session (0: not read). Only a process's descendants (and, for a
+    group, the other commands of its shell job) carry its PID as theirs, and they keep it when
+    it exits: while one lives, that PID is not handed to another process."""
+    session: int = 0
 
     @property
     def alive(self) -> bool:
@@ -284,7 +289,8 @@ class Party:
     user_unit: bool = False
     lock_kind: str | None = None
     """How it holds or awaits the lock: `FLOCK WRITE`, `POSIX READ`, `OFDLCK WRITE` (a kernel
-    lock), `open descriptor`, `working directory`, or None when a record names it."""
+    lock), `open descriptor`, `working directory`, `process group or session of PID N` (what a
+    gone recorded holder started), or None when a record names it."""
     lock_start: int | None = None
     lock_end: int | None = None
     """The byte range of its kernel lock (end None: to the end of the file)."""

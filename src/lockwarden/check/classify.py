@@ -278,6 +278,8 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
         proof = f"PID {pid} is {gone} and no process holds a kernel lock on {claim.path}"
         reason = f"stale: its holder PID {pid} is gone"
         stale = Verdict(State.STALE, reason, proof=proof, gone=(pid,))
+        if pid == claim.pid and evidence.survivors:
+            return _left_running(pid, evidence.survivors)
         return _unless_workers_remain(claim, evidence, stale)
     not_a_taker = _not_a_taker_reason(pid, process)
     if not_a_taker:
@@ -298,6 +300,19 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
             cause=UnknownCause.UNTRUSTED_RECORD,
         )
     return Verdict(State.HELD, "held", _with_record(holder_from_process(process), claim))
+
+
+def _left_running(pid: int, survivors: tuple[Holder, ...]) -> Verdict:
+    """The recorded holder is gone, but what it started runs on in its process group or
+    session (only its descendants, or its shell job, carry its PID there): the work it took the
+    lock for may go on, so the lock is not free for another to take. Ending them frees it."""
+    return Verdict(
+        State.HELD,
+        f"held: its recorded holder PID {pid} is gone, but what it started runs on in its "
+        "process group or session",
+        survivors[0],
+        sharers=survivors[1:],
+    )
 
 
 def _not_a_taker_reason(pid: int, process: Process) -> str | None:
@@ -321,7 +336,8 @@ def _combine(by_pid: dict[int, Verdict]) -> Verdict:
     verdicts = list(by_pid.values())
     held = [verdict for verdict in verdicts if verdict.state is State.HELD]
     if held:
-        sharers = tuple(verdict.holder for verdict in held[1:] if verdict.holder is not None)
+        others = tuple(verdict.holder for verdict in held[1:] if verdict.holder is not None)
+        sharers = (*held[0].sharers, *others)
         return Verdict(State.HELD, held[0].reason, held[0].holder, sharers=sharers)
     unknown = next((verdict for verdict in verdicts if verdict.state is State.UNKNOWN), None)
     if unknown is not None or len(verdicts) == 1:

@@ -51,6 +51,8 @@ class Evidence:
     unreadable_cwds: int = 0
     candidate_processes: dict[int, Process | None] = field(default_factory=dict)
     namespace_twins: tuple[int, ...] = ()
+    survivors: tuple[Holder, ...] = ()
+    """What the recorded PID, gone, left running in its process group or session."""
     takers: dict[int, Process | None] = field(default_factory=dict)
     """The processes /proc/locks names as having taken the granted writer locks (PID > 0): the
     holder when it took the lock itself, else a parent that passed it on (maybe dead)."""
@@ -180,6 +182,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         unreadable_cwds=unreadable_cwds,
         candidate_processes={pid: snapshot.process(pid) for pid in claim.pid_proof.candidates},
         namespace_twins=_namespace_twins(claim, snapshot, granted),
+        survivors=_survivors(claim, snapshot, granted),
         takers={lock.pid: snapshot.process(lock.pid) for lock in writing if lock.pid > 0},
         unattributed=_unattributed(claim, granted, descriptors, unnamed_waiters, snapshot),
         euid=snapshot.euid,
@@ -341,6 +344,25 @@ def _namespace_twins(
     if claim.pid is None or granted or not (claim.present and claim.existence_is_lock):
         return ()
     return snapshot.namespace_twins(claim.pid)
+
+
+def _survivors(
+    claim: Claim, snapshot: Snapshot, granted: tuple[KernelLock, ...]
+) -> tuple[Holder, ...]:
+    """Asked, as the twins are, only of a record-named existence lock no kernel lock holds;
+    the capture looked only when the PID is gone."""
+    if claim.pid is None or granted or not (claim.present and claim.existence_is_lock):
+        return ()
+    recorded = snapshot.process(claim.pid)
+    if recorded is not None and recorded.alive:
+        return ()
+    kind = "process group or session of PID " + str(claim.pid)
+    found = (snapshot.process(pid) for pid in snapshot.group_survivors(claim.pid))
+    return tuple(
+        holder_from_process(process, kind)
+        for process in found
+        if process is not None and process.alive
+    )
 
 
 def _kernel_holders(

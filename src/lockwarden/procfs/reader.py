@@ -49,6 +49,7 @@ from lockwarden.procfs.snapshot import (
     _read_text,
     _read_working_directories,
     _scan_descriptors,
+    _scan_groups,
     _scan_locked_descriptors,
     _scan_nested_pids,
     _scan_thread_tables,
@@ -301,6 +302,8 @@ class HostReader:
         sockets, children, clients = self._clients(request.clients)
         commands = {pattern: self._running(pattern) for pattern in request.clients.commands}
         wanted.update(clients, *(found for found in commands.values() if found))
+        survivors = self._survivors(looks)
+        wanted.update(pid for found in survivors.values() for pid in found)
         processes = {pid: self.process(pid) for pid in sorted(wanted)}
         return Snapshot(
             boot_id=base.boot_id,
@@ -323,6 +326,7 @@ class HostReader:
             mappings=_frozen(mappings),
             blocked=_frozen(self._blocked(looks, waiters)),
             twins=_frozen(self._twins(looks)),
+            survivors=_frozen(survivors),
             cwds=cwds,
             working_in=_frozen(working_in),
             hidden_workers=_frozen(hidden_workers),
@@ -501,6 +505,22 @@ class HostReader:
         nested = _scan_nested_pids(self.proc, self.pid_entries(), self._host().pid_namespace)
         return {pid: nested.get(pid, ()) for pid in pids}
 
+    def _survivors(self, looks: list[_Look]) -> dict[int, tuple[int, ...]]:
+        """What the gone PIDs of record-named existence locks no kernel lock holds left running
+        in their process group or session: one walk of every process's stat, only when such
+        a PID is gone (a lock about to be called stale)."""
+        gone = frozenset(
+            pid
+            for look in looks
+            if (pid := look.question.twin_pid) is not None
+            and not look.granted
+            and not _alive(self.process(pid))
+        )
+        if not gone:
+            return {}
+        found = _scan_groups(self.proc, self.pid_entries(), gone)
+        return {pid: found.get(pid, ()) for pid in sorted(gone)}
+
     def _working_directories(
         self, questions: Iterable[LockQuestion]
     ) -> tuple[
@@ -654,6 +674,8 @@ class HostReader:
             started_at=booted_at + timedelta(seconds=start_ticks / self.clock_ticks),
             container=container,
             kernel_thread=bool(int(fields[6]) & PF_KTHREAD),
+            group=int(fields[2]),
+            session=int(fields[3]),
         )
 
     def _container(self, base: str, cgroup: str, uid: int) -> Container | None:
@@ -760,3 +782,7 @@ def _fd_targets(scan: DescriptorScan) -> dict[tuple[int, int], str]:
         for descriptor in found
         if descriptor.link is not None
     }
+
+
+def _alive(process: Process | None) -> bool:
+    return process is not None and process.alive

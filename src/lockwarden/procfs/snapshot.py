@@ -280,6 +280,8 @@ class Snapshot:
     mappings: Mapping[InodeKey, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
     blocked: Mapping[int, tuple[BlockedCall, ...]] = field(default_factory=_frozen, repr=False)
     twins: Mapping[int, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
+    survivors: Mapping[int, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
+    """For a gone PID a record names: the processes still in its process group or session."""
     cwds: WorkingDirectories | None = field(default=None, repr=False)
     working_in: Mapping[tuple[str, ...], tuple[int, ...]] = field(
         default_factory=_frozen, repr=False
@@ -367,6 +369,12 @@ class Snapshot:
         if key not in self.mappings:
             raise NotCaptured(f"the memory mappings of inode {key} were not captured")
         return self.mappings[key]
+
+    def group_survivors(self, pid: int) -> tuple[int, ...]:
+        """The processes left in the process group or session of a gone recorded PID."""
+        if pid not in self.survivors:
+            raise NotCaptured(f"what PID {pid} left running was not captured")
+        return self.survivors[pid]
 
     def namespace_twins(self, pid: int) -> tuple[int, ...]:
         """Processes (by their PID here) whose PID in a nested namespace is `pid`."""
@@ -570,6 +578,35 @@ def _scan_nested_pids(
             for inner in levels[1:]:
                 nested.setdefault(inner, []).append(levels[0])
     return {inner: tuple(outer) for inner, outer in nested.items()}
+
+
+def _scan_groups(
+    proc: str, entries: tuple[str, ...], leaders: frozenset[int]
+) -> dict[int, tuple[int, ...]]:
+    """Leader PID -> the processes whose process group or session is that PID, from each
+    process's stat (fields 5 and 6)."""
+    found: dict[int, list[int]] = {}
+    for part in _shared_walk(entries, lambda part: _group_members(proc, part, leaders)):
+        for leader, pid in part:
+            found.setdefault(leader, []).append(pid)
+    return {leader: tuple(pids) for leader, pids in found.items()}
+
+
+def _group_members(
+    proc: str, entries: tuple[str, ...], leaders: frozenset[int]
+) -> list[tuple[int, int]]:
+    members = []
+    for entry in entries:
+        try:
+            text = _read_text(f"{proc}/{entry}/stat")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        group, session = int(fields[2]), int(fields[3])
+        leader = group if group in leaders else session if session in leaders else None
+        if leader is not None and int(entry) != leader:
+            members.append((leader, int(entry)))
+    return members
 
 
 def _nested_levels(

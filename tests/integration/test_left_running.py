@@ -1,0 +1,129 @@
+"""A recorded holder killed while what it started runs on (a migration tool that runs its work
+in a child): the lock is not stale while that work runs, and lockwarden names the processes
+to stop. Randomized over the record's format, how the holder leads (a session, as a service or
+`setsid`; a process group, as a shell job), how deep and how many its workers are, and whether
+they outlive it; the test knows which processes it left running.
+
+What a holder that leads neither its group nor its session starts cannot be found once it is
+gone (docs/design.md): those scenarios are not drawn here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import Children, run_json, wait_until, write_config
+
+# argv: LOCK FORMAT LEADS DEPTHS... ; writes its record, starts one worker per DEPTH (1: a
+# child; 2: a shell's child, the shell waiting), prints the workers' PIDs, then sleeps.
+HOLDER = """
+import json, os, socket, subprocess, sys, time
+lock, lock_format, leads = sys.argv[1], sys.argv[2], sys.argv[3]
+if leads == "group":
+    os.setpgid(0, 0)
+if lock_format == "pidfile":
+    with open(lock, "w") as handle:
+        handle.write(f"{os.getpid()}\\n")
+else:
+    os.mkdir(lock)
+    record = {"pid": os.getpid(), "role": "migration", "host": socket.gethostname()}
+    with open(os.path.join(lock, "owner.json"), "w") as handle:
+        json.dump(record, handle)
+workers = []
+for depth in sys.argv[4:]:
+    if depth == "1":
+        workers.append(subprocess.Popen(["sleep", "120"]).pid)
+    else:
+        shell = subprocess.Popen(
+            ["sh", "-c", "sleep 120 & echo $!; wait"], stdout=subprocess.PIPE, text=True
+        )
+        workers.append(int(shell.stdout.readline()))
+        workers.append(shell.pid)
+print(" ".join(map(str, workers)), flush=True)
+time.sleep(120)
+"""
+
+SEEDS = [3, 19, 41, 77, 5, 8, 13, 21]
+
+
+def inspect(lock: Path, lock_format: str, tmp_path: Path) -> dict:  # type: ignore[type-arg]
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[[lock]]\nname = "job"\npath = "{lock}"\nformat = "{lock_format}"\n',
+    )
+    _code, document = run_json("--once", "--config", config)
+    [finding] = document["locks"]
+    return finding  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_holders_workers_hold_its_lock_until_they_end(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    rng = random.Random(seed)
+    lock_format = rng.choice(["pidfile", "owner-record"])
+    leads = rng.choice(["session", "group"])
+    depths = [rng.choice(["1", "2"]) for _ in range(rng.randint(0, 3))]
+    lock = tmp_path / ("job.pid" if lock_format == "pidfile" else "LOCK")
+    holder = children.start(
+        [sys.executable, "-c", textwrap.dedent(HOLDER), str(lock), lock_format, leads, *depths],
+        start_new_session=leads == "session",
+    )
+    assert holder.stdout is not None
+    workers = {children.track(int(pid)) for pid in holder.stdout.readline().split()}
+    context = f"seed {seed}: {lock_format}, leads a {leads}, workers at depths {depths}"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+
+    left = inspect(lock, lock_format, tmp_path)
+    if workers:
+        assert left["state"] == "held", f"{context}: {json.dumps(left, indent=1)}"
+        assert {party["pid"] for party in left["holders"]} == workers, context
+        assert f"PID {holder.pid} is gone" in left["reason"], context
+    else:
+        assert left["state"] == "stale", context
+
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not any(_runs(pid) for pid in workers), timeout=10)
+    ended = inspect(lock, lock_format, tmp_path)
+    assert ended["state"] == "stale", f"{context}: {json.dumps(ended, indent=1)}"
+    assert f"PID {holder.pid} is not running" in ended["proof"], context
+
+
+def _runs(pid: int) -> bool:
+    """Alive and not a zombie (a worker whose parent was killed is reaped by the namespace's
+    init, or is a zombie until then)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return False
+    return text[text.rfind(")") + 2] != "Z"
+
+
+def test_the_workers_are_named_by_where_they_were_found(tmp_path: Path, children: Children) -> None:
+    """Its workers are named with what they were found by, and told to stop by their PIDs."""
+    lock = tmp_path / "job.pid"
+    holder = children.start(
+        [sys.executable, "-c", textwrap.dedent(HOLDER), str(lock), "pidfile", "session", "1"],
+        start_new_session=True,
+    )
+    assert holder.stdout is not None
+    [worker] = [children.track(int(pid)) for pid in holder.stdout.readline().split()]
+    holder.kill()
+    holder.wait()
+    left = inspect(lock, "pidfile", tmp_path)
+    assert left["holders"][0]["pid"] == worker
+    assert left["holders"][0]["via"] == f"process group or session of PID {holder.pid}"
+    assert left["holders"][0]["role"] is None  # not the record's holder: its role is not theirs
+    subprocess.run(["kill", "-9", str(worker)], check=True)
