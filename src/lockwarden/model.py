@@ -295,6 +295,9 @@ class Party:
     lock_end: int | None = None
     """The byte range of its kernel lock (end None: to the end of the file)."""
     container: Container | None = None
+    leads_group: bool = False
+    """It leads its process group (a service, `setsid`, a shell job): what it started is in
+    the group too, and stopping the group stops the work with it."""
 
     def describe(self) -> str:
         """`PID 64969 (maintenance-job, wa-resync.service)`; in a container, `PID 13678 (flock,

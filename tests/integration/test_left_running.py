@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -55,12 +56,12 @@ time.sleep(120)
 SEEDS = [3, 19, 41, 77, 5, 8, 13, 21]
 
 
-def inspect(lock: Path, lock_format: str, tmp_path: Path) -> dict:  # type: ignore[type-arg]
+def inspect(lock: Path, lock_format: str, tmp_path: Path, *options: str) -> dict:  # type: ignore[type-arg]
     config = write_config(
         tmp_path / "config.toml",
         f'[[lock]]\nname = "job"\npath = "{lock}"\nformat = "{lock_format}"\n',
     )
-    _code, document = run_json("--once", "--config", config)
+    _code, document = run_json("--once", "--config", config, *options)
     [finding] = document["locks"]
     return finding  # type: ignore[no-any-return]
 
@@ -127,3 +128,39 @@ def test_the_workers_are_named_by_where_they_were_found(tmp_path: Path, children
     assert left["holders"][0]["via"] == f"process group or session of PID {holder.pid}"
     assert left["holders"][0]["role"] is None  # not the record's holder: its role is not theirs
     subprocess.run(["kill", "-9", str(worker)], check=True)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_advised_action_frees_the_lock_with_what_the_holder_started(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    """A live holder past its budget, with workers at random depths: the action lockwarden
+    gives, run as given, ends the hold; no worker is left holding it (`kill PID` alone left
+    them migrating, and the lock held by them)."""
+    rng = random.Random(seed)
+    lock_format = rng.choice(["pidfile", "owner-record"])
+    leads = rng.choice(["session", "group"])
+    depths = [rng.choice(["1", "2"]) for _ in range(rng.randint(1, 3))]
+    lock = tmp_path / ("job.pid" if lock_format == "pidfile" else "LOCK")
+    holder = children.start(
+        [sys.executable, "-c", textwrap.dedent(HOLDER), str(lock), lock_format, leads, *depths],
+        start_new_session=leads == "session",
+    )
+    assert holder.stdout is not None
+    workers = {children.track(int(pid)) for pid in holder.stdout.readline().split()}
+    context = f"seed {seed}: {lock_format}, leads a {leads}, workers at depths {depths}"
+    late = inspect(lock, lock_format, tmp_path, "--now", _hours_from_now(2))
+    assert late["state"] == "held_too_long", context
+    argv = late["action"]["argv"]
+    assert argv is not None and argv[0] == "kill", f"{context}: {late['action']}"
+
+    subprocess.run(argv, check=True, timeout=10)
+    holder.wait(timeout=10)
+    assert wait_until(lambda: not any(_runs(pid) for pid in workers), timeout=10), context
+    after = inspect(lock, lock_format, tmp_path)
+    assert after["state"] == "stale", f"{context}: {json.dumps(after, indent=1)}"
+
+
+def _hours_from_now(hours: int) -> str:
+    moment = datetime.now(UTC) + timedelta(hours=hours)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -125,8 +125,22 @@ def advise_holder(holder: Holder, sharers: tuple[Holder, ...], lock_format: str)
         return f"systemctl stop {holder.unit}"
     if safe.kind is HolderAction.SHUTDOWN:
         return f"shut {holder.describe()} down with its own command ({safe.why})"
-    pids = [holder.pid, *(sharer.pid for sharer in sharers if sharer.pid is not None)]
-    return "kill " + " ".join(str(pid) for pid in pids)
+    return kill(holder, sharers)
+
+
+def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
+    """`kill` for each process by its PID; for one that leads its process group, the whole
+    group (`-PID`): a tool that runs its work in a child, killed alone, leaves the child
+    working, and the lock with it."""
+    targets = [
+        f"-{party.pid}" if party.leads_group else str(party.pid)
+        for party in (holder, *sharers)
+        if party.pid is not None
+    ]
+    # procps's kill reads `kill -- -6` as signal 6 with no PID; with the signal named it reads
+    # every `-PID` after `--` as a group (bash's builtin reads both forms alike).
+    separator = "-TERM -- " if any(target.startswith("-") for target in targets) else ""
+    return "kill " + separator + " ".join(dict.fromkeys(targets))
 
 
 CONTAINER_STOP = {
@@ -146,8 +160,7 @@ def advise_in_container(holder: Holder, container: Container, sharers: tuple[Hol
         return CONTAINER_STOP[container.runtime].format(name=shlex.quote(container.name))
     if container.runtime == "systemd-nspawn" and holder.unit and container.by_name:
         return f"systemctl -M {shlex.quote(container.name)} stop {holder.unit}"
-    pids = [holder.pid, *(sharer.pid for sharer in sharers if sharer.pid is not None)]
-    return "kill " + " ".join(str(pid) for pid in pids)
+    return kill(holder, sharers)
 
 
 def why_no_action(state: State, has_holder: bool) -> str:

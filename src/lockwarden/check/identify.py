@@ -83,6 +83,7 @@ def holder_from_process(
         lock_start=lock.start if lock is not None else None,
         lock_end=lock.end if lock is not None else None,
         container=process.container,
+        leads_group=process.group == process.pid,
     )
 
 

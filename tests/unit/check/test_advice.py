@@ -40,6 +40,21 @@ def test_the_advised_action_does_no_harm(who: Holder, lock_format: str, advised:
         assert "kill 4242" not in action
 
 
+@pytest.mark.parametrize(
+    ("leads", "sharers", "advised"),
+    [
+        (False, (), "kill 4242"),
+        (True, (), "kill -TERM -- -4242"),  # its whole group: what it started goes with it
+        (True, (holder("sh", pid=4243),), "kill -TERM -- -4242 4243"),
+        (False, (holder("sh", pid=4243, leads_group=True),), "kill -TERM -- 4242 -4243"),
+    ],
+)
+def test_a_holder_that_leads_its_process_group_is_killed_with_its_group(
+    leads: bool, sharers: tuple[Holder, ...], advised: str
+) -> None:
+    assert advise_holder(holder("python3", leads_group=leads), sharers, "owner-record") == advised
+
+
 def test_only_a_lock_that_needs_it_gets_an_action() -> None:
     assert [state for state in State if needs_action(state)] == [
         State.HELD_TOO_LONG,

@@ -103,7 +103,8 @@ def test_a_hold_blocks_a_second_hold_which_names_the_first_pid_and_role(
 
     assert second.returncode == EXIT_HELD, second.stderr
     assert f"held by PID {first.pid} (re-sync)" in second.stderr
-    assert f"stop it with: kill {first.pid}" in second.stderr
+    # the hold leads its process group (its COMMAND is in it): the whole group is stopped
+    assert f"stop it with: kill -TERM -- -{first.pid}" in second.stderr
     assert not marker.exists()
     assert record_of(lock)["pid"] == first.pid
 
