@@ -8,9 +8,16 @@ agent's own run lock that *takes* a lock, and it only ever takes the one it is a
 Whose PID is in the record: the process that holds the lock and will remove it. For the command
 line that is the `lockwarden hold` supervisor, not COMMAND: `kill PID` (what `inspect` says)
 reaches the supervisor, which forwards SIGTERM to COMMAND, waits for it and removes the lock, so
-the advised action stops the work *and* frees the lock. COMMAND is started with a parent-death
-signal (SIGKILL), so a supervisor killed with `kill -9` cannot leave COMMAND writing behind a
-lock that `inspect` rightly calls stale. For the Python API the record names the calling process.
+the advised action stops the work *and* frees the lock. For the Python API the record names the
+calling process.
+
+What proves the lock held once the supervisor is gone: a flock on the lock's own inode, taken
+before the record is in place, on a descriptor COMMAND inherits. COMMAND and whatever it starts
+keep it through any change of user or group, and the kernel keeps the lock while any of them
+has it open; `inspect` then names them as the holders, and calls the lock stale only when the
+recorded PID is gone and no kernel lock is left. The parent-death signal COMMAND also gets is
+no proof: the kernel clears it when COMMAND's credentials change (setpriv, su, a setuid or
+setgid program).
 
 Layouts (both read by the owner-record format):
 
@@ -35,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -163,12 +171,17 @@ class HoldRecord:
 
 @dataclass(frozen=True)
 class TakenLock:
-    """A lock this process created: where, which inode, and what it says."""
+    """A lock this process created: where, which inode, and what it says.
+
+    `descriptor` is open on the lock's own inode (the directory, or the file) and holds a
+    flock on it, taken before the lock carried a record: while any process has it open, the
+    lock is held in the kernel's eyes, whatever became of this one."""
 
     path: str
     key: InodeKey
     is_directory: bool
     record: HoldRecord
+    descriptor: int
 
 
 def record_for(
@@ -300,6 +313,7 @@ def _create_directory(path: str, record: HoldRecord) -> TakenLock:
     directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         key = key_of(os.fstat(directory))
+        _lock_new(directory, path)
         temporary = f".{RECORD_NAME}.tmp-{record.pid}"
         _write_new(temporary, record.to_json(), directory)
         os.rename(temporary, RECORD_NAME, src_dir_fd=directory, dst_dir_fd=directory)
@@ -307,10 +321,9 @@ def _create_directory(path: str, record: HoldRecord) -> TakenLock:
         with contextlib.suppress(OSError):  # ours, made a moment ago: undo it whole
             if key_of(os.lstat(path)) == key_of(os.fstat(directory)):
                 shutil.rmtree(path)
-        raise
-    finally:
         os.close(directory)
-    return TakenLock(path, key, True, record)
+        raise
+    return TakenLock(path, key, True, record, directory)
 
 
 def _create_file(path: str, record: HoldRecord) -> TakenLock:
@@ -318,14 +331,47 @@ def _create_file(path: str, record: HoldRecord) -> TakenLock:
     temporary = os.path.join(directory, f".{name}.hold-{record.pid}-{secrets.token_hex(4)}")
     _write_new(temporary, record.to_json())
     try:
+        descriptor = _open_locked(temporary)  # locked before it appears as the lock
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    try:
         os.link(temporary, path)  # exclusive like O_EXCL, and the record is already whole
     except OSError as error:
+        os.close(descriptor)
         if error.errno not in (errno.EPERM, errno.EOPNOTSUPP):  # else: no hard links here
             raise
         _write_new(path, record.to_json())
+        descriptor = _open_locked(path)  # until then, the record's live PID holds it
     finally:
         os.unlink(temporary)
-    return TakenLock(path, key_of(os.lstat(path)), False, record)
+    return TakenLock(path, key_of(os.fstat(descriptor)), False, record, descriptor)
+
+
+def _open_locked(path: str) -> int:
+    """A read-only descriptor of the new lock file `path`, holding its flock."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _lock_new(descriptor, path)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _lock_new(descriptor: int, path: str) -> None:
+    """flock the lock this process has just made. Nobody waits on it but a process that
+    opened the path in the moment since: never wait for that one, give up. A file system that
+    refuses flock (a network one may) gets no hold: without the kernel lock, a COMMAND that
+    outlived its supervisor would leave a lock proven stale while it works."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as error:
+        message = f"another process locked {path} the moment it was made"
+        raise OSError(errno.EAGAIN, message) from error
+    except OSError as error:
+        message = f"its file system refuses a flock on it ({error.strerror or error})"
+        raise OSError(error.errno, message) from error
 
 
 def _write_new(path: str, data: bytes, directory: int | None = None) -> None:
@@ -346,7 +392,15 @@ def _write_new(path: str, data: bytes, directory: int | None = None) -> None:
 
 
 def release(taken: TakenLock) -> bool:
-    """Remove the lock if it is still the one this holder created; False when it was not."""
+    """Remove the lock if it is still the one this holder created; False when it was not.
+    Its kernel lock goes after it: never a moment with the lock in place but unlocked."""
+    try:
+        return _remove_if_ours(taken)
+    finally:
+        os.close(taken.descriptor)
+
+
+def _remove_if_ours(taken: TakenLock) -> bool:
     status = lstat_or_none(taken.path)
     if status is None or key_of(status) != taken.key or not _carries_record(taken):
         log.warning(
@@ -593,7 +647,7 @@ def supervise(
     warn: Callable[[str], None],
 ) -> int:
     try:
-        child = spawn(command)
+        child = spawn(command, taken.descriptor)
     except FileNotFoundError:
         warn(f"{command[0]}: command not found")
         return EXIT_NOT_FOUND
@@ -610,19 +664,22 @@ def supervise(
     return exit_code(child.returncode)
 
 
-def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
+def spawn(command: Sequence[str], descriptor: int) -> subprocess.Popen[bytes]:
     """Start COMMAND in our process group (so the terminal's Ctrl-C, Ctrl-Z and window size
-    reach it directly) with the terminal as its stdin/stdout/stderr."""
+    reach it directly) with the terminal as its stdin/stdout/stderr, and the lock's
+    descriptor: COMMAND, and what it starts, hold the lock's flock while they keep it open,
+    through any change of user (setpriv, su, a setuid program), which no signal survives."""
     libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: the child only calls it
     parent = os.getpid()
 
     def prepare_child() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        # The kernel clears this on a change of credentials: then only the descriptor holds.
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:  # the supervisor died before the death signal was armed
             os._exit(128 + signal.SIGKILL)
 
-    return subprocess.Popen(list(command), preexec_fn=prepare_child)
+    return subprocess.Popen(list(command), preexec_fn=prepare_child, pass_fds=(descriptor,))
 
 
 def should_forward(received: signal.struct_siginfo, child_pid: int) -> bool:

@@ -102,7 +102,7 @@ def test_a_hold_blocks_a_second_hold_which_names_the_first_pid_and_role(
     second = run_cli("hold", str(lock), "--role", "migration", "--", "touch", str(marker))
 
     assert second.returncode == EXIT_HELD, second.stderr
-    assert f"held by PID {first.pid} (re-sync)" in second.stderr
+    assert f"held (FLOCK WRITE) by PID {first.pid} (re-sync)" in second.stderr
     # the hold leads its process group (its COMMAND is in it): the whole group is stopped
     assert f"stop it with: kill -TERM -- -{first.pid}" in second.stderr
     assert not marker.exists()
@@ -508,7 +508,7 @@ def test_wait_gives_up_naming_the_holder(children: Children, tmp_path: Path) -> 
     second = run_cli("hold", str(lock), "--role", "next", "--wait", "300ms", "--", "true")
 
     assert second.returncode == EXIT_HELD
-    assert f"after waiting 300ms: held by PID {first.pid} (re-sync)" in second.stderr
+    assert f"after waiting 300ms: held (FLOCK WRITE) by PID {first.pid} (re-sync)" in second.stderr
 
 
 def test_file_lock_blocks_is_inspected_and_is_removed(children: Children, tmp_path: Path) -> None:
@@ -523,7 +523,7 @@ def test_file_lock_blocks_is_inspected_and_is_removed(children: Children, tmp_pa
 
     assert code == 0
     assert second.returncode == EXIT_HELD
-    assert f"held by PID {holder.pid} (re-sync)" in second.stderr
+    assert f"held (FLOCK WRITE) by PID {holder.pid} (re-sync)" in second.stderr
     assert document["locks"][0]["holders"][0]["pid"] == holder.pid
     assert returncode == 128 + signal.SIGTERM
     assert os.listdir(tmp_path) == []
@@ -651,7 +651,9 @@ def test_api_hold_blocks_the_cli_and_the_api_naming_pid_and_role(
 
     cli = run_cli("hold", str(lock), "--role", "next", "--", "true")
     with (
-        pytest.raises(lockwarden.LockHeld, match=rf"held by PID {holder.pid} \(re-sync\)"),
+        pytest.raises(
+            lockwarden.LockHeld, match=rf"held \(FLOCK WRITE\) by PID {holder.pid} \(re-sync\)"
+        ),
         lockwarden.hold(lock, role="next"),
     ):
         pytest.fail("took a held lock")
@@ -659,7 +661,7 @@ def test_api_hold_blocks_the_cli_and_the_api_naming_pid_and_role(
 
     assert code == 0
     assert cli.returncode == EXIT_HELD
-    assert f"held by PID {holder.pid} (re-sync)" in cli.stderr
+    assert f"held (FLOCK WRITE) by PID {holder.pid} (re-sync)" in cli.stderr
     finding = document["locks"][0]
     assert (finding["holders"][0]["pid"], finding["holders"][0]["role"]) == (holder.pid, "re-sync")
     assert record_of(lock)["max_hold"] == "30m"
