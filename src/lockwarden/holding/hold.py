@@ -17,7 +17,8 @@ keep it through any change of user or group, and the kernel keeps the lock while
 has it open; `inspect` then names them as the holders, and calls the lock stale only when the
 recorded PID is gone and no kernel lock is left. The parent-death signal COMMAND also gets is
 no proof: the kernel clears it when COMMAND's credentials change (setpriv, su, a setuid or
-setgid program).
+setgid program). While the supervisor runs it is the subreaper of COMMAND's processes and
+removes the lock only once every one of them has exited.
 
 Layouts (both read by the owner-record format):
 
@@ -59,6 +60,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import psutil
+
 from lockwarden.check.advice import advise_holder
 from lockwarden.formats import store_lock_path
 from lockwarden.formats.base import key_of, lstat_or_none
@@ -86,6 +89,7 @@ FORWARDED = (
 TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 SI_KERNEL = 0x80  # si_code of a signal the terminal driver sent to the foreground group
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 class HoldError(Exception):
@@ -646,6 +650,9 @@ def supervise(
     watched: set[signal.Signals],
     warn: Callable[[str], None],
 ) -> int:
+    """Run COMMAND until it and every process it started have exited: they share the lock's
+    descriptor, so the lock is theirs as long as any of them runs, and is removed only then."""
+    tree = Tree.adopting()
     try:
         child = spawn(command, taken.descriptor)
     except FileNotFoundError:
@@ -654,14 +661,85 @@ def supervise(
     except PermissionError:
         warn(f"{command[0]}: permission denied")
         return EXIT_NOT_EXECUTABLE
-    watch = Watch(supervision, time.monotonic(), taken, shlex.join(command)[:120], warn)
-    while child.poll() is None:
-        watch.tick(child, time.monotonic())
+    tree.command = child.pid
+    label = shlex.join(command)[:120]
+    watch = Watch(supervision, time.monotonic(), taken, label, warn)
+    while tree.reap():
+        if tree.returncode is not None:
+            tree.tell_left_behind(label, warn)
+        watch.tick(tree, time.monotonic())
         timeout = max(0.0, watch.next_due() - time.monotonic())
         received = signal.sigtimedwait(watched, timeout)
-        if received is not None and should_forward(received, child.pid):
-            child.send_signal(received.si_signo)
-    return exit_code(child.returncode)
+        if received is not None and should_forward(received, tree.members()):
+            tree.signal(received.si_signo)
+    child.returncode = tree.returncode  # reaped here: Popen must not wait for it again
+    return exit_code(tree.returncode if tree.returncode is not None else 0)
+
+
+@dataclass
+class Tree:
+    """COMMAND and the processes it started, as the supervisor sees them: its children.
+
+    The supervisor is their subreaper (PR_SET_CHILD_SUBREAPER): a process of the tree whose
+    parent exits becomes the supervisor's child, not init's, so the tree's processes are
+    always below it, and it is gone once none of the supervisor's children is of it. Children
+    the supervisor had before COMMAND (the reader of `judge`, which may still be exiting) are
+    not of it. A child's PID stays its own until this process reaps it, here alone, so
+    signalling a child found by its parent PID never hits another process."""
+
+    before: set[int]
+    command: int | None = None
+    returncode: int | None = None
+    told: bool = False
+
+    @classmethod
+    def adopting(cls) -> Tree:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1) != 0:
+            number = ctypes.get_errno()
+            raise LockUnavailable(f"cannot become the subreaper of COMMAND: {os.strerror(number)}")
+        return cls(set(_children()))
+
+    def reap(self) -> bool:
+        """Collect every child that has ended (COMMAND's status kept); whether any process of
+        the tree still runs."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return False
+            if pid == 0:
+                break
+            self.before.discard(pid)
+            if pid == self.command:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode is None or bool(self.members())
+
+    def members(self) -> list[int]:
+        """The tree's processes that are the supervisor's children now (COMMAND, and those
+        whose parents have exited)."""
+        return [pid for pid in _children() if pid not in self.before]
+
+    def signal(self, number: int) -> None:
+        for pid in self.members():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, number)
+
+    def tell_left_behind(self, label: str, warn: Callable[[str], None]) -> None:
+        """Once: COMMAND has exited, yet processes it started still run under the lock."""
+        if self.told:
+            return
+        self.told = True
+        left = self.members()
+        pids = " ".join(str(pid) for pid in left)
+        warn(
+            f"`{label}` exited, but {len(left)} process(es) it started still run (PID {pids}): "
+            f"the lock stays held until they exit; `kill {os.getpid()}` stops them"
+        )
+
+
+def _children() -> list[int]:
+    return [child.pid for child in psutil.Process().children()]
 
 
 def spawn(command: Sequence[str], descriptor: int) -> subprocess.Popen[bytes]:
@@ -682,13 +760,13 @@ def spawn(command: Sequence[str], descriptor: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(list(command), preexec_fn=prepare_child, pass_fds=(descriptor,))
 
 
-def should_forward(received: signal.struct_siginfo, child_pid: int) -> bool:
+def should_forward(received: signal.struct_siginfo, members: Sequence[int]) -> bool:
     """Forward a signal sent to the supervisor with kill(2) (`kill PID`, systemd, a script);
     not one the terminal sent to the whole foreground group (COMMAND got it already), not
-    SIGCHLD, and not one COMMAND sent to us."""
+    SIGCHLD, and not one the tree sent to us."""
     if received.si_signo == signal.SIGCHLD:
         return False
-    return received.si_code != SI_KERNEL and received.si_pid != child_pid
+    return received.si_code != SI_KERNEL and received.si_pid not in members
 
 
 def exit_code(returncode: int) -> int:
@@ -707,6 +785,7 @@ class Watch:
     next_warning: float | None = None
     terminate_at: float | None = None
     kill_at: float | None = None
+    killing: bool = False
 
     def __post_init__(self) -> None:
         if self.supervision.max_hold_s is not None:
@@ -719,7 +798,7 @@ class Watch:
         due = [self.next_warning, self.terminate_at, self.kill_at, time.monotonic() + 1.0]
         return min(moment for moment in due if moment is not None)
 
-    def tick(self, child: subprocess.Popen[bytes], now: float) -> None:
+    def tick(self, tree: Tree, now: float) -> None:
         held = format_duration(now - self.started)
         if self.next_warning is not None and now >= self.next_warning:
             limit = format_limit(self.supervision.max_hold_s or 0)
@@ -735,10 +814,12 @@ class Watch:
                 f"`{self.label}` ran past --kill-after after {held}: sending SIGTERM "
                 f"(SIGKILL in {grace} if it is still running)"
             )
-            child.send_signal(signal.SIGTERM)
+            tree.signal(signal.SIGTERM)
             self.terminate_at = None
             self.kill_at = now + self.supervision.kill_grace_s
         if self.kill_at is not None and now >= self.kill_at:
             self.warn(f"`{self.label}` ignored SIGTERM: sending SIGKILL")
-            child.send_signal(signal.SIGKILL)
+            self.killing = True
             self.kill_at = None
+        if self.killing:  # each tick: a process whose parent this killed is a child now
+            tree.signal(signal.SIGKILL)
