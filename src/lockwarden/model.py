@@ -109,11 +109,27 @@ class Workers:
     directories: tuple[str, ...]
     """A process whose working directory is inside one of these works there."""
     names: tuple[str, ...] = ()
-    """Only processes the kernel names so (comm) can be workers; empty: any."""
+    """Only processes the kernel names so (comm) can be workers; empty: any (`may_be`)."""
     variables: tuple[str, ...] = ()
     """Environment variables that point a worker at the directories from elsewhere (git's
     GIT_DIR); when set, so may its command-line paths (`-C`, `--git-dir=`), and a worker whose
     environment cannot be read cannot be ruled out."""
+    identities: tuple[InodeKey, ...] = ()
+    """The directories' own identities (st_dev, st_ino), read with the claim. When set, a
+    worker that no path ties to them is followed by identity: its working directory and the
+    paths it is pointed at, each with every directory above it, as the worker itself sees
+    them (through a bind mount, a symlink, another mount namespace); one that cannot be
+    followed cannot be ruled out."""
+    pointer: tuple[str, str] | None = None
+    """A file (name, the prefix before the path it holds) that, in a directory a worker is
+    followed through, points it at the directory it works on (git's `.git` file in a work
+    tree whose git directory is elsewhere: `gitdir: PATH`): that directory, and those above
+    it, are followed too."""
+
+    def may_be(self, name: str) -> bool:
+        """Whether a process the kernel names so (comm) can be a worker: any, when `names` is
+        empty."""
+        return not self.names or name in self.names
 
 
 @dataclass(frozen=True)

@@ -467,6 +467,14 @@ def _worker_verdict(
             f"no {_names(workers)} process seen in {where}, but {blind}",
             cause=_blind_cause(evidence.unreadable_cwds),
         )
+    if evidence.unfollowed_workers:
+        return Verdict(
+            State.UNKNOWN,
+            f"no {_names(workers)} process seen in {where}, but "
+            f"{_unfollowed(evidence.unfollowed_workers)} (a file system there did not answer "
+            "in time, or a file pointing on could not be read)",
+            cause=UnknownCause.UNPROVEN,
+        )
     age = None if claim.created_at is None else (now - claim.created_at).total_seconds()
     threshold = policy.stale_after
     if age is None or threshold is None or age < threshold:
@@ -484,7 +492,7 @@ def _worker_verdict(
         else "has its working directory in"
     )
     proof = (
-        f"no {_names(workers)} process {how} {where}, "
+        f"no {_names(workers)} process {how} {where}{_followed(workers)}, "
         f"{claim.stale.fact}, and the lock file is {format_duration(age)} old "
         f"(stale_after {format_duration(threshold)})"
     )
@@ -503,6 +511,21 @@ def _could_have_taken_it(claim: Claim, workers: tuple[Holder, ...]) -> tuple[Hol
         return workers
     latest = claim.created_at + PID_REUSE_MARGIN
     return tuple(w for w in workers if w.started_at is None or w.started_at <= latest)
+
+
+def _unfollowed(count: int) -> str:
+    if count == 1:
+        return "1 such process could not be followed to where it works"
+    return f"{count} such processes could not be followed to where they work"
+
+
+def _followed(workers: Workers) -> str:
+    """How else the workers were looked for: by the directories' identities (another path to
+    them), and through the pointer files that name them."""
+    if not workers.identities:
+        return ""
+    through = f" or through a `{workers.pointer[0]}` file" if workers.pointer else ""
+    return f" (nor reaches one by another path{through})"
 
 
 def _names(workers: Workers) -> str:

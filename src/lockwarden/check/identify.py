@@ -49,6 +49,9 @@ class Evidence:
     readers: tuple[Holder, ...] = ()
     workers: tuple[Holder, ...] = ()
     unreadable_cwds: int = 0
+    unfollowed_workers: int = 0
+    """Workers that may reach the lock's directories by another path but could not be
+    followed there (procfs/snapshot.py's reached_from)."""
     candidate_processes: dict[int, Process | None] = field(default_factory=dict)
     namespace_twins: tuple[int, ...] = ()
     survivors: tuple[Holder, ...] = ()
@@ -161,7 +164,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         reading, descriptors, snapshot, lambda lock: not is_writer_lock(lock, claim)
     )
     writer_pids = {holder.pid for holder in writers}
-    workers, unreadable_cwds = _workers(claim, snapshot)
+    workers, unreadable_cwds, unfollowed = _workers(claim, snapshot)
     waiters, unnamed_waiters = _waiters(waiting, descriptors, snapshot)
     return Evidence(
         boot_id=snapshot.boot_id,
@@ -181,6 +184,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         readers=tuple(holder for holder in readers if holder.pid not in writer_pids),
         workers=workers,
         unreadable_cwds=unreadable_cwds,
+        unfollowed_workers=unfollowed,
         candidate_processes={pid: snapshot.process(pid) for pid in claim.pid_proof.candidates},
         namespace_twins=_namespace_twins(claim, snapshot, granted),
         survivors=_survivors(claim, snapshot, granted),
@@ -294,22 +298,24 @@ def missing_right(snapshot: Snapshot | Evidence) -> str:
     )
 
 
-def _workers(claim: Claim, snapshot: Snapshot) -> tuple[tuple[Holder, ...], int]:
-    """Processes working in the claim's directories, oldest first; the cwd map is read only
-    for a lock that is there and asks for it."""
+def _workers(claim: Claim, snapshot: Snapshot) -> tuple[tuple[Holder, ...], int, int]:
+    """Processes working in the claim's directories, oldest first, and how many more could
+    not be read or followed; the cwd map is read only for a lock that is there and asks for
+    it."""
     workers = claim.workers
     if not claim.present or workers is None:
-        return (), 0
+        return (), 0, 0
     found = []
     for pid in snapshot.processes_working_in(workers.directories):
         process = snapshot.process(pid)
         if process is None or not process.alive:
             continue
-        if workers.names and process.name not in workers.names:
+        if not workers.may_be(process.name):
             continue
         found.append(holder_from_process(process, _how_it_works_there(workers, snapshot, pid)))
     found.sort(key=lambda holder: holder.start_ticks or 0)
-    return tuple(found), len(_hidden_workers(workers, snapshot))
+    unfollowed = _live_workers(workers, snapshot, snapshot.unfollowed(workers.directories))
+    return tuple(found), len(_hidden_workers(workers, snapshot)), len(unfollowed)
 
 
 def _how_it_works_there(workers: Workers, snapshot: Snapshot, pid: int) -> str:
@@ -317,6 +323,8 @@ def _how_it_works_there(workers: Workers, snapshot: Snapshot, pid: int) -> str:
     cwd = snapshot.working_directories().by_pid.get(pid, "")
     if any(cwd == path or cwd.startswith(path.rstrip("/") + "/") for path in workers.directories):
         return "working directory"
+    if workers.identities:
+        return "its working directory, command line or environment leads to the directory"
     return "its command line or environment names the directory"
 
 
@@ -324,18 +332,21 @@ def _hidden_workers(workers: Workers, snapshot: Snapshot) -> list[int]:
     """Processes that could be workers but cannot be ruled out: their working directory (or,
     for a claim whose workers can be pointed there, their environment) cannot be read. When
     the claim names its workers, one whose name says otherwise cannot be one."""
-    hidden = []
     unreadable = (
         *snapshot.working_directories().unreadable_pids,
         *snapshot.hidden_workers.get(workers.directories, ()),
     )
-    for pid in unreadable:
+    return _live_workers(workers, snapshot, unreadable)
+
+
+def _live_workers(workers: Workers, snapshot: Snapshot, pids: Iterable[int]) -> list[int]:
+    """Those of `pids` that still run, under a name a worker may have."""
+    live = []
+    for pid in pids:
         process = snapshot.process(pid)
-        if process is None or not process.alive:
-            continue
-        if not workers.names or process.name in workers.names:
-            hidden.append(pid)
-    return hidden
+        if process is not None and process.alive and workers.may_be(process.name):
+            live.append(pid)
+    return live
 
 
 def _namespace_twins(

@@ -3,13 +3,20 @@
 
 git (lockfile.c) creates `X.lock` with O_EXCL, writes the new X into it, and renames it over X
 (or deletes it) when done; it does not keep it open, and records nothing in it. So nothing
-proves which process holds it: every `git` process that could be working on the repository is
+proves which process holds it: every git process that could be working on the repository is
 a candidate, never the named holder (a reader such as `git cat-file --batch` works there too).
-A git process works on a repository through its working directory (git chdirs to the top of
-the work tree), `-C DIR`, `--git-dir=`/`--work-tree=` on its command line, or GIT_DIR,
-GIT_WORK_TREE, GIT_INDEX_FILE, GIT_COMMON_DIR in its environment (a bare "dotfiles" repository
-with the home directory as its work tree). While any candidate runs the lock is held, by a
-holder lockwarden cannot name; a git process whose environment it cannot read leaves it
+A `git` process works on a
+repository through its working directory (git chdirs to the top of the work tree), `-C DIR`,
+`--git-dir=`/`--work-tree=` on its command line, or GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE,
+GIT_COMMON_DIR in its environment (a bare "dotfiles" repository with the home directory as its
+work tree). The work trees are the git directory's parent when it is `.git`, each
+`core.worktree` of its config (a submodule's `.git/modules/NAME`, or git started inside the git
+directory), and its linked work trees (`git worktree add`). A work tree the git directory does
+not name (`git init --separate-git-dir`) names it in its own `.git` file (`gitdir: PATH`): a
+git process is followed up from where it works, by the directories' identities (a bind mount,
+a symlink, another mount namespace reach them by other paths), through such files. While any
+candidate runs the lock is held, by a holder lockwarden cannot name; a git process whose
+working directory or environment it cannot read, or whose way cannot be followed, leaves it
 `unknown`. With none, the file is stale once it is older than the lock's `stale_after`; a
 younger one may belong to a git just starting, or to one this host cannot see.
 """
@@ -20,7 +27,7 @@ import os
 import stat
 
 from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of, unreadable
-from lockwarden.model import Claim, Staleness, StaleProof, Workers
+from lockwarden.model import Claim, InodeKey, Staleness, StaleProof, Workers
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 NAME = "git"
@@ -29,6 +36,11 @@ INDEX_LOCK = "index.lock"
 # What points a git process at a repository from elsewhere (git(1), ENVIRONMENT VARIABLES);
 # paths on its command line (-C, --git-dir=, --work-tree=) are checked as well.
 GIT_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
+GIT_PROGRAMS = ("git",)
+# A work tree whose git directory is elsewhere (a linked work tree, a submodule, `git init
+# --separate-git-dir`) holds a `.git` file naming it.
+GIT_FILE = (GIT_DIRECTORY, "gitdir:")
+CONFIG_LIMIT = 256 * 1024
 
 
 def git_directory_of(path: str) -> str | None:
@@ -70,7 +82,80 @@ def work_directories(git_directory: str) -> tuple[str, ...]:
     found = [git_directory]
     if os.path.basename(git_directory) == GIT_DIRECTORY:
         found.append(os.path.dirname(git_directory))
+    found.extend(_configured_work_trees(git_directory))
     found.extend(_linked_work_trees(git_directory))
+    return tuple(dict.fromkeys(found))
+
+
+def _configured_work_trees(git_directory: str) -> list[str]:
+    """Every `core.worktree` of the repository's config (a submodule's, or one set by hand),
+    relative to the git directory: git started in the git directory chdirs there, and nothing
+    else names the repository. Each one written is taken, not only the one git would use."""
+    trees = []
+    for name in ("config", "config.worktree"):
+        # a config may be a symlink (a dotfiles manager's): the file it names is read
+        path = os.path.realpath(os.path.join(git_directory, name))
+        try:
+            data, _ = read_record(path, limit=CONFIG_LIMIT)
+        except (OSError, UnsafeRecord):
+            continue
+        for value in core_worktree_values(data.decode("utf-8", errors="replace")):
+            trees.append(os.path.normpath(os.path.join(git_directory, value)))
+    return trees
+
+
+def core_worktree_values(text: str) -> list[str]:
+    """The values of `worktree` in the `[core]` sections of a git config file (git-config(1):
+    names are case-insensitive, a value may be quoted, `#` or `;` starts a comment)."""
+    values, section = [], ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section, _, line = line[1:].partition("]")
+            section = section.strip().lower()
+            line = line.strip()  # `[core] worktree = ...` on one line
+        key, equals, value = line.partition("=")
+        if section == "core" and equals and key.strip().lower() == "worktree":
+            values.append(_config_value(value))
+    return [value for value in values if value]
+
+
+def _config_value(raw: str) -> str:
+    """A config value as git reads it (config.c, parse_value): quotes removed, escapes undone,
+    a comment cut off, whitespace outside quotes dropped at either end."""
+    escapes = {"n": "\n", "t": "\t", "b": "\b"}  # and any other escaped character is itself
+    value: list[str] = []
+    spaces: list[str] = []  # outside quotes: kept only once a word follows
+    quoted = escaped = False
+    for character in raw:
+        if escaped:
+            value.append(escapes.get(character, character))
+            escaped = False
+            continue
+        if character.isspace() and not quoted:
+            spaces.append(character if value else "")
+            continue
+        if character in "#;" and not quoted:
+            break
+        value.extend(spaces)
+        spaces.clear()
+        if character == "\\":
+            escaped = True
+        elif character == '"':
+            quoted = not quoted
+        else:
+            value.append(character)
+    return "".join(value)
+
+
+def identities_of(directories: tuple[str, ...]) -> tuple[InodeKey, ...]:
+    """The identity of each directory that is there (a removed work tree is not)."""
+    found = []
+    for directory in directories:
+        try:
+            found.append(key_of(os.stat(directory)))
+        except OSError:
+            continue
     return tuple(dict.fromkeys(found))
 
 
@@ -132,7 +217,21 @@ class GitLock:
             keys=(key_of(status),),
             created_at=mtime_of(status),
             stale=Staleness(StaleProof.NO_WORKER, "git removes its lock files before it exits"),
-            workers=Workers(work_directories(git_directory), ("git",), GIT_VARIABLES),
+            workers=_workers(git_directory),
             record_path=path,
             remove_path=path,
         )
+
+
+def _workers(git_directory: str) -> Workers:
+    """The git processes that may hold the repository's locks: those working in its git
+    directory or a work tree (found from the directories' paths or identities, or from a `.git`
+    file that points at the git directory), or pointed there from elsewhere."""
+    directories = work_directories(git_directory)
+    return Workers(
+        directories,
+        GIT_PROGRAMS,
+        GIT_VARIABLES,
+        identities=identities_of(directories),
+        pointer=GIT_FILE,
+    )

@@ -10,7 +10,9 @@ quiet run cheap as when these reads were made on demand:
 * memory mappings only for a lock still unattributed after that, when nothing else explains it;
 * blocked calls only for the openers of a lock with an OFD waiter;
 * namespace twins only for a record-named existence lock that no kernel lock holds;
-* working directories only when a present lock names directories its workers work in;
+* working directories only when a present lock names directories its workers work in; and
+  for a lock whose workers are followed by identity, only the named workers no path ties to
+  it are followed up from where they work, in a disposable child (they touch file systems);
 * process details for every PID the record names, /proc/locks names, or a descriptor shows;
 * database sessions' client sockets, their owners and what runs below them, and command lines
   looked for, only for what the servers' answers (asked before the capture) name
@@ -62,6 +64,7 @@ from lockwarden.procfs.snapshot import (
     parse_lock_line,
     parse_proc_locks,
     processes_under,
+    reached_from,
     read_within,
     unit_from_cgroup,
 )
@@ -71,6 +74,7 @@ from lockwarden.procfs.sockets import (
     ClientSockets,
     read_client_sockets,
 )
+from lockwarden.support.bounded import BoundedRun
 from lockwarden.support.namespaces import namespace_id, proc_locks_may_omit, sees_every_holder
 
 PF_KTHREAD = 0x00200000
@@ -129,6 +133,24 @@ class Request:
     """Every inode a process waits on in /proc/locks, with its descriptors (found in the same
     walk as the locks') and its waiters' blocked calls: how the pipeline names the file a
     blocked writer waits on (an OFD wait shows no PID) without a second walk."""
+
+
+class _WorkersFound(NamedTuple):
+    """What a capture found of the locks' workers, per lock's directories (HostReader's
+    `_working_directories`)."""
+
+    cwds: WorkingDirectories | None
+    working_in: dict[tuple[str, ...], tuple[int, ...]]
+    hidden_in: dict[tuple[str, ...], tuple[int, ...]]
+    unfollowed_in: dict[tuple[str, ...], tuple[int, ...]]
+
+
+class _Follow(NamedTuple):
+    """A worker to follow by identity: the paths it names, and the pointer files to read."""
+
+    pid: int
+    values: tuple[str, ...]
+    pointers: tuple[tuple[str, str], ...]
 
 
 @dataclass
@@ -296,9 +318,11 @@ class HostReader:
         threads = self._thread_tables(looks, scan_keys)
         hidden_or_nested = bool(scan.unreadable_pids) or base.nested_pid_namespace
         mappings = {} if hidden_or_nested else self._mappings(looks)
-        cwds, working_in, hidden_workers = self._working_directories(request.locks)
+        cwds, working_in, hidden_workers, unfollowed = self._working_directories(request.locks)
         wanted = _pids_to_read(request, looks, working_in, cwds, scan.hidden)
-        wanted.update(pid for hidden in hidden_workers.values() for pid in hidden)
+        wanted.update(
+            pid for hidden in (*hidden_workers.values(), *unfollowed.values()) for pid in hidden
+        )
         sockets, children, clients = self._clients(request.clients)
         commands = {pattern: self._running(pattern) for pattern in request.clients.commands}
         wanted.update(clients, *(found for found in commands.values() if found))
@@ -330,6 +354,7 @@ class HostReader:
             cwds=cwds,
             working_in=_frozen(working_in),
             hidden_workers=_frozen(hidden_workers),
+            unfollowed_workers=_frozen(unfollowed),
             fd_targets=_frozen(_fd_targets(scan)),
             other_mounts=self._other_mounts(scan),
             processes=_frozen(processes),
@@ -521,40 +546,83 @@ class HostReader:
         found = _scan_groups(self.proc, self.pid_entries(), gone)
         return {pid: found.get(pid, ()) for pid in sorted(gone)}
 
-    def _working_directories(
-        self, questions: Iterable[LockQuestion]
-    ) -> tuple[
-        WorkingDirectories | None,
-        dict[tuple[str, ...], tuple[int, ...]],
-        dict[tuple[str, ...], tuple[int, ...]],
-    ]:
+    def _working_directories(self, questions: Iterable[LockQuestion]) -> _WorkersFound:
         """Every process's working directory, read once and only when a lock asks; for each
         lock's directories, the processes working in them (by working directory, or pointed
-        there by their command line or environment); and the workers that could be pointed
-        there but whose environment could not be read."""
+        there by their command line or environment, or reaching them by identity); the
+        workers that could be there but could not be read; and those that could not be
+        followed."""
         asked = {
             question.workers.directories: question.workers
             for question in questions
             if question.workers is not None
         }
         if not asked:
-            return None, {}, {}
+            return _WorkersFound(None, {}, {}, {})
         cwds = _read_working_directories(self.proc, self.pid_entries())
         cwds = WorkingDirectories(MappingProxyType(dict(cwds.by_pid)), cwds.unreadable_pids)
-        working_in, hidden_in = {}, {}
+        working_in, hidden_in, unfollowed_in = {}, {}, {}
+        untied: dict[tuple[str, ...], Mapping[int, tuple[str, ...]]] = {}
         for directories, workers in asked.items():
             roots = [os.path.realpath(directory).rstrip("/") for directory in directories]
             under = processes_under(cwds, roots)
-            if not workers.variables:
+            if not (workers.variables or workers.identities):
                 working_in[directories] = under
                 continue
             written = [os.path.normpath(directory) for directory in directories]
-            pointing, hidden = _pointing_into(
+            found = _pointing_into(
                 self.proc, cwds, [*roots, *written], workers, set(under), self.read_timeout
             )
-            working_in[directories] = (*under, *pointing)
-            hidden_in[directories] = hidden
-        return cwds, working_in, hidden_in
+            working_in[directories] = (*under, *found.pointing)
+            hidden_in[directories] = found.hidden
+            if workers.identities:
+                untied[directories] = found.untied
+        reached = self._follow(asked, untied, cwds)
+        for directories, found_untied in untied.items():
+            keys = set(asked[directories].identities)
+            followed = {pid: reached[pid] for pid in found_untied}
+            working_in[directories] += tuple(
+                pid for pid, reach in followed.items() if reach is not None and keys & reach
+            )
+            unfollowed_in[directories] = tuple(
+                pid for pid, reach in followed.items() if reach is None
+            )
+        return _WorkersFound(cwds, working_in, hidden_in, unfollowed_in)
+
+    def _follow(
+        self,
+        asked: Mapping[tuple[str, ...], Workers],
+        untied: Mapping[tuple[str, ...], Mapping[int, tuple[str, ...]]],
+        cwds: WorkingDirectories,
+    ) -> dict[int, frozenset[InodeKey] | None]:
+        """The directories each worker no path tied to a lock reaches (snapshot.reached_from),
+        in a disposable child within the read timeout each (a worker may work on a mount that
+        no longer answers); None for one that could not be followed."""
+        wanted: dict[int, tuple[set[str], set[tuple[str, str]]]] = {}
+        for directories, found in untied.items():
+            pointer = asked[directories].pointer
+            for pid, values in found.items():
+                places, pointers = wanted.setdefault(pid, (set(), set()))
+                places.update(values)
+                pointers.update([pointer] if pointer is not None else [])
+        if not wanted:
+            return {}
+        proc = self.proc
+
+        def follow(item: _Follow) -> tuple[frozenset[InodeKey], tuple[()]]:
+            return reached_from(proc, item.pid, item.values, item.pointers), ()
+
+        items = [
+            _Follow(pid, tuple(sorted(places)), tuple(sorted(pointers)))
+            for pid, (places, pointers) in sorted(wanted.items())
+        ]
+        following = BoundedRun(
+            follow, lambda item: cwds.by_pid[item.pid], lambda _item: self.read_timeout
+        )
+        return {
+            item.pid: outcome if isinstance(outcome, frozenset) else None
+            for item, outcome in following.run(items)
+        }
 
     def _other_mounts(self, scan: DescriptorScan) -> frozenset[int]:
         """The PIDs of found descriptors whose mount namespace is neither lockwarden's nor PID

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,6 +34,7 @@ import psutil
 from lockwarden.model import InodeKey, KernelLock, Process, Workers
 from lockwarden.procfs.sockets import ClientSockets
 from lockwarden.support.namespaces import namespace_id
+from lockwarden.support.safe_read import read_pointer
 
 DEFAULT_PID_MAX = 4194304
 # The [defaults] fs_timeout default (config.py); the run passes the configured one.
@@ -291,6 +293,11 @@ class Snapshot:
     )
     """Per work directories: processes that could be pointed at them but whose environment
     could not be read."""
+    unfollowed_workers: Mapping[tuple[str, ...], tuple[int, ...]] = field(
+        default_factory=_frozen, repr=False
+    )
+    """Per work directories: processes that could reach them by another path but could not be
+    followed (a file system there did not answer, a `.git` file could not be read)."""
     fd_targets: Mapping[tuple[int, int], str] = field(default_factory=_frozen, repr=False)
     other_mounts: frozenset[int] = frozenset()
     """PIDs of found descriptors in a mount namespace neither lockwarden's nor PID 1's."""
@@ -388,6 +395,10 @@ class Snapshot:
             raise NotCaptured("working directories were not captured")
         return self.cwds
 
+    def unfollowed(self, directories: Iterable[str]) -> tuple[int, ...]:
+        """PIDs that may reach `directories` by another path but could not be followed."""
+        return self.unfollowed_workers.get(tuple(directories), ())
+
     def processes_working_in(self, directories: Iterable[str]) -> list[int]:
         """PIDs whose working directory is one of `directories` or below it."""
         wanted = tuple(directories)
@@ -438,6 +449,17 @@ def processes_under(cwds: WorkingDirectories, roots: Iterable[str]) -> tuple[int
     )
 
 
+class Pointing(NamedTuple):
+    """What the command lines and environments of a lock's workers say (`_pointing_into`)."""
+
+    pointing: tuple[int, ...]
+    """Workers a path they name ties to the directories."""
+    hidden: tuple[int, ...]
+    """Workers whose command line or environment could not be read."""
+    untied: Mapping[int, tuple[str, ...]]
+    """Every other worker, with the paths it names, as it wrote them: for `reached_from`."""
+
+
 def _pointing_into(
     proc: str,
     cwds: WorkingDirectories,
@@ -445,16 +467,17 @@ def _pointing_into(
     workers: Workers,
     skip: set[int],
     seconds: float = PROC_READ_TIMEOUT_S,
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
+) -> Pointing:
     """Workers (not in `skip`) whose command line or environment names a path in `roots`,
-    resolved against their working directory; and those that cannot be ruled out because
-    their command line or environment could not be read (no right, or it did not answer).
-    Paths are compared as written, normalised but not resolved: resolving one could hang on
-    a dead mount."""
+    resolved against their working directory; those that cannot be ruled out because their
+    command line or environment could not be read (no right, or it did not answer); and the
+    others, with the paths they name. Paths are compared as written, normalised but not
+    resolved: resolving one could hang on a dead mount."""
     pointing: list[int] = []
     hidden: list[int] = []
+    untied: dict[int, tuple[str, ...]] = {}
     for pid, cwd in cwds.by_pid.items():
-        if pid in skip or not _named(proc, pid, workers.names):
+        if pid in skip or not _named(proc, pid, workers):
             continue
         try:
             command = read_within(f"{proc}/{pid}/cmdline", seconds, refusal=True)
@@ -468,16 +491,84 @@ def _pointing_into(
         values = [*_path_arguments(command), *_variables(environment, workers.variables)]
         if any(_inside(os.path.normpath(os.path.join(cwd, value)), roots) for value in values):
             pointing.append(pid)
-    return tuple(pointing), tuple(hidden)
+        else:
+            untied[pid] = tuple(values)
+    return Pointing(tuple(pointing), tuple(hidden), untied)
 
 
-def _named(proc: str, pid: int, names: tuple[str, ...]) -> bool:
-    if not names:
+def _named(proc: str, pid: int, workers: Workers) -> bool:
+    if not workers.names:
         return True
     try:
-        return _read_text(f"{proc}/{pid}/comm").rstrip("\n") in names
+        return workers.may_be(_read_text(f"{proc}/{pid}/comm").rstrip("\n"))
     except OSError:
         return False
+
+
+MOST_LEVELS = 256
+"""How far up from one place a worker is followed (PATH_MAX allows 2,048 levels of `x/`)."""
+
+
+def reached_from(
+    proc: str, pid: int, values: Sequence[str], pointers: Sequence[tuple[str, str]]
+) -> frozenset[InodeKey]:
+    """The identities of the directories a process may work on, as it sees the file system
+    (through its /proc cwd and root, so that a bind mount, a symlink or another mount namespace
+    changes nothing): its working directory and each path it names (`values`), each with every
+    directory above it; and where a pointer file (`pointers`: name, prefix) lies in one of
+    those, the directory it names and every one above that. Touches the file systems there:
+    run it where a hung one cannot stall the run (bounded.py). Raises PermissionError when the
+    process may not be followed, UnsafeRecord when a pointer file cannot be read."""
+    base = f"{proc}/{pid}"
+    if not os.path.lexists(f"{base}/cwd"):
+        return frozenset()  # gone
+    reached: set[InodeKey] = set()
+    for start in (f"{base}/cwd", *(_as_seen_by(base, value) for value in values)):
+        for path, key in _upwards(start):
+            if key in reached:
+                continue  # its pointer file, if any, was read already
+            reached.add(key)
+            for pointer in pointers:
+                target = _pointed_from(base, path, pointer)
+                if target is not None:
+                    reached.update(key for _path, key in _upwards(target))
+    return frozenset(reached)
+
+
+def _as_seen_by(base: str, value: str) -> str:
+    """A path a process named, through its own root or working directory."""
+    return f"{base}/root{value}" if value.startswith("/") else f"{base}/cwd/{value}"
+
+
+def _upwards(start: str) -> list[tuple[str, InodeKey]]:
+    """`start` (a file's directory for a file) and every directory above it, with their
+    identities, climbing by `..` so that the climb stays in the process's view; none when it
+    is not there."""
+    path = start
+    try:
+        status = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    if not stat.S_ISDIR(status.st_mode):
+        path = os.path.dirname(path)
+    found: list[tuple[str, InodeKey]] = []
+    for _level in range(MOST_LEVELS):
+        status = os.stat(path)
+        key = (status.st_dev, status.st_ino)
+        if found and key == found[-1][1]:  # `..` of a root is itself
+            break
+        found.append((path, key))
+        path = f"{path}/.."
+    return found
+
+
+def _pointed_from(base: str, directory: str, pointer: tuple[str, str]) -> str | None:
+    """Where the `pointer` file in `directory` points, through the process's own view."""
+    name, prefix = pointer
+    target = read_pointer(f"{directory}/{name}", prefix)
+    if target is None:
+        return None
+    return _as_seen_by(base, target) if target.startswith("/") else f"{directory}/{target}"
 
 
 def _path_arguments(command: str) -> list[str]:

@@ -90,6 +90,24 @@ def _lstat(path: str) -> os.stat_result:
         raise UnsafeRecord(f"{path!r} is not a usable path ({error})") from error
 
 
+def read_pointer(path: str, prefix: str, limit: int = 4096) -> str | None:
+    """The path a pointer file names after `prefix`, as written (git's `.git` file in a work
+    tree whose git directory is elsewhere: `gitdir: PATH`); None when nothing is there, a
+    directory is (a work tree's own `.git`), or the file says something else. A file that is
+    there but cannot be read raises UnsafeRecord: what it points at is not known."""
+    try:
+        status = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISDIR(status.st_mode):
+        return None
+    data, _ = read_record(path, limit)
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text.startswith(prefix):
+        return None
+    return text.removeprefix(prefix).strip() or None
+
+
 def read_link(path: str, limit: int = 4096) -> str:
     """Target of a symlink lock (Chromium, Mercurial, Emacs); never follows it."""
     target = os.readlink(path)

@@ -12,6 +12,7 @@ import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from conftest import require_tool, run_json, wait_until
 from format_helpers import inspect
 from lockwarden import config
+from lockwarden.formats import git as git_format
 from lockwarden.model import State, UnknownCause
 
 HOUR = 3600
@@ -41,25 +43,105 @@ def make_repository(path: Path) -> Path:
     return path
 
 
+GIT_ENVIRONMENT = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_SYSTEM": "/dev/null"}
+
+
+def git_in(directory: Path, *argv: str) -> None:
+    """Run git in `directory` (set-up steps: no user's or system's config)."""
+    environment = {**os.environ, **GIT_ENVIRONMENT}
+    subprocess.run([require_tool("git"), *argv], cwd=directory, check=True, env=environment)
+
+
+def _ready_to_commit(work_tree: Path, run_in: Path | None = None) -> None:
+    """A committer's name in the repository's config (git run in `run_in`, by default the
+    work tree), and a change to commit."""
+    git_in(run_in or work_tree, "config", "user.email", "test@example.org")
+    git_in(run_in or work_tree, "config", "user.name", "Test")
+    (work_tree / "file").write_text("two\n")
+
+
+class Layout(NamedTuple):
+    """A repository laid out one of git's ways, with a change to commit: the git directory
+    that holds the commit's index.lock, and the work tree."""
+
+    git_directory: Path
+    work_tree: Path
+
+    @property
+    def lock(self) -> Path:
+        return self.git_directory / "index.lock"
+
+
+def make_separate_git_dir(site: Path) -> Layout:
+    """`git init --separate-git-dir`: the work tree's `.git` is a file naming the git
+    directory, which names no work tree back."""
+    git_directory, work_tree = site / "separate.git", site / "work"
+    git_in(site, "init", "-q", f"--separate-git-dir={git_directory}", str(work_tree))
+    (work_tree / "file").write_text("one\n")
+    git_in(work_tree, "add", "file")
+    git_in(work_tree, "-c", "user.email=t@example.org", "-c", "user.name=T", "commit", "-qm", "one")
+    _ready_to_commit(work_tree)
+    return Layout(git_directory, work_tree)
+
+
+def make_submodule(site: Path) -> Layout:
+    """A submodule: its git directory is `super/.git/modules/sub` (core.worktree names the
+    work tree), and `super/sub/.git` is a file naming it by a relative path."""
+    upstream = make_repository(site / "upstream")
+    superproject = make_repository(site / "super")
+    git_in(superproject, "-c", "protocol.file.allow=always", "submodule", "add", "-q",
+           str(upstream), "sub")  # fmt: skip
+    work_tree = superproject / "sub"
+    _ready_to_commit(work_tree)
+    return Layout(superproject / ".git/modules/sub", work_tree)
+
+
+def make_linked_work_tree(site: Path) -> Layout:
+    """`git worktree add`: the linked work tree's index.lock is in the main repository's
+    `.git/worktrees/NAME`, which its `.git` file names."""
+    main = make_repository(site / "main")
+    git_in(main, "worktree", "add", "-q", "../linked")
+    work_tree = site / "linked"
+    _ready_to_commit(work_tree)
+    return Layout(main / ".git/worktrees/linked", work_tree)
+
+
+def make_core_worktree(site: Path) -> Layout:
+    """A git directory whose config's core.worktree (relative to it) names the work tree: git
+    started in the git directory works in the work tree, and the work tree names nothing."""
+    git_directory, work_tree = site / "repo.git", site / "tree"
+    git_in(site, "init", "-q", "--bare", str(git_directory))
+    git_in(git_directory, "config", "core.bare", "false")
+    git_in(git_directory, "config", "core.worktree", "../tree")
+    work_tree.mkdir()
+    (work_tree / "file").write_text("one\n")
+    git_in(git_directory, "add", "file")
+    git_in(git_directory, "-c", "user.email=t@example.org", "-c", "user.name=T", "commit", "-qm",
+           "one")  # fmt: skip
+    _ready_to_commit(work_tree, run_in=git_directory)
+    return Layout(git_directory, work_tree)
+
+
 def start_commit_waiting_for_its_editor(
     children,
     repository: Path,
     options: tuple[str, ...] = (),
     cwd: Path | None = None,
     lock: Path | None = None,
+    wrapper: tuple[str, ...] = (),
     **variables: str,
 ) -> subprocess.Popen[str]:
     """`git [options] commit -a --edit` with an editor that sleeps: git holds index.lock
-    meanwhile. `options`, `cwd` and `variables` point git at the repository another way."""
+    meanwhile. `options`, `cwd` and `variables` point git at the repository another way;
+    `wrapper` runs before git and execs it (another mount namespace)."""
     environment = {
         **os.environ,
         "GIT_EDITOR": "sleep 120; :",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_CONFIG_SYSTEM": "/dev/null",
+        **GIT_ENVIRONMENT,
         **variables,
     }
     commit = children.start(
-        [require_tool("git"), *options, "commit", "-a", "--edit", "-q"],
+        [*wrapper, require_tool("git"), *options, "commit", "-a", "--edit", "-q"],
         cwd=cwd or repository,
         env=environment,
     )
@@ -279,3 +361,96 @@ def test_a_live_lock_pointed_at_from_elsewhere_is_never_removed(children, tmp_pa
         assert finding["state"] == "held_too_long", finding["reason"]
         assert finding["holders"] == [] and finding["action"] is None
     assert lock.exists()
+
+
+LAYOUTS = {
+    "separate git directory": make_separate_git_dir,
+    "submodule": make_submodule,
+    "core.worktree": make_core_worktree,
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_live_lock_whose_work_tree_is_elsewhere_is_never_removed(children, tmp_path, layout):
+    """remove_stale with the shortest stale_confirm: two runs past stale_after leave the
+    index.lock of a commit waiting for its editor, started where a person starts it (its work
+    tree; the git directory for core.worktree), where the git directory is not the work tree's
+    `.git` directory."""
+    repository = LAYOUTS[layout](tmp_path)
+    start_in = repository.git_directory if layout == "core.worktree" else repository.work_tree
+    commit = start_commit_waiting_for_its_editor(
+        children, repository.work_tree, cwd=start_in, lock=repository.lock
+    )
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[[lock]]\nname = "repository"\npath = "{repository.lock}"\nformat = "git"\n'
+        f'stale_after = "5s"\nremove_stale = true\nstale_confirm = "5s"\n'
+        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
+    )
+    later = datetime.now(UTC) + timedelta(minutes=20)
+    for run in range(2):  # past stale_after, and stale_confirm apart
+        moment = (later + timedelta(minutes=run)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _code, document = run_json("--once", "--now", moment, "--config", str(config))
+        [finding] = document["locks"]
+        assert finding["state"] == "held_too_long", finding["reason"]
+        assert f"PID {commit.pid} (" in finding["reason"]
+        assert finding["holders"] == [] and finding["action"] is None
+    assert repository.lock.exists()
+    assert commit.poll() is None
+
+
+def test_a_git_that_cannot_be_followed_leaves_the_lock_unknown_never_stale(children, tmp_path):
+    """A git process outside the repository's directories may still reach it through a `.git`
+    file above where it works; one there that cannot be read (here a FIFO, which git itself
+    passes over) leaves the way unknown, and so the lock, however old."""
+    repository = make_repository(tmp_path / "repo")
+    lock = repository / ".git/index.lock"
+    lock.write_text("")
+    backdate(lock, HOUR)
+    odd = tmp_path / "odd"
+    (odd / "below").mkdir(parents=True)
+    os.mkfifo(odd / ".git")
+    children.start([require_tool("git"), "hash-object", "--stdin"], cwd=odd / "below",
+                   stdin=subprocess.PIPE)  # fmt: skip
+
+    finding = inspect(str(lock), "git")
+
+    assert finding.state is State.UNKNOWN, finding.reason
+    assert "1 such process could not be followed to where it works" in finding.reason
+    assert finding.action is None or not finding.action.startswith("rm")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "../tree",
+        "/srv/work tree",
+        "../a#b;c",
+        'quo"ted',
+        "back\\slash",
+        " padded ",
+        "\tWorkTree = ../by   hand  # why",
+        '\tworktree=" ../by hand";',
+    ],
+)
+def test_core_worktree_is_read_as_git_writes_and_reads_it(tmp_path, value):
+    """The config file as real `git config` writes it (quoting and escaping what needs it), or
+    a line as a person writes it, read back the way `git config --get` reads it; a hand-written
+    section header and comment beside it change nothing."""
+    config = make_repository(tmp_path / "repo") / ".git/config"
+    by_hand = value.startswith("\t")
+    if by_hand:
+        config.write_text(config.read_text() + f"[Core]{value}\n")
+    else:
+        git_in(tmp_path, "config", "--file", str(config), "core.worktree", value)
+    config.write_text(config.read_text() + "[CORE] ; a comment\n\tbare = false # another\n")
+    read = subprocess.run(
+        [require_tool("git"), "config", "--file", str(config), "--get", "core.worktree"],
+        env={**os.environ, **GIT_ENVIRONMENT},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.removesuffix("\n")
+
+    assert git_format.core_worktree_values(config.read_text()) == [read]
+    assert by_hand or read == value
