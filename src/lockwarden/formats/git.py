@@ -28,7 +28,7 @@ import stat
 
 from lockwarden.formats.base import STOP_HOLDER, absent, key_of, lstat_or_none, mtime_of, unreadable
 from lockwarden.model import Claim, InodeKey, Staleness, StaleProof, Workers
-from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
+from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_pointer, read_record
 
 NAME = "git"
 GIT_DIRECTORY = ".git"
@@ -62,18 +62,29 @@ def _is_bare_repository(directory: str) -> bool:
 
 
 def lock_path_for(path: str) -> str:
-    """A repository or its `.git` given for its index lock."""
+    """A repository or its `.git` given for its index lock: a work tree's `.git` file is
+    followed to the git directory it names."""
     status = lstat_or_none(path)
     if status is None or not stat.S_ISDIR(status.st_mode):
         return path
-    if os.path.basename(path.rstrip("/")) != GIT_DIRECTORY and _is_git_work_tree(path):
-        return os.path.join(path, GIT_DIRECTORY, INDEX_LOCK)
+    if os.path.basename(path.rstrip("/")) != GIT_DIRECTORY:
+        git_directory = git_directory_in(path)
+        if git_directory is not None:
+            return os.path.join(git_directory, INDEX_LOCK)
     return os.path.join(path, INDEX_LOCK)
 
 
-def _is_git_work_tree(path: str) -> bool:
-    status = lstat_or_none(os.path.join(path, GIT_DIRECTORY))
-    return status is not None and stat.S_ISDIR(status.st_mode)
+def git_directory_in(work_tree: str) -> str | None:
+    """The git directory of a work tree: its `.git` directory, or the one its `.git` file
+    names (relative to the work tree)."""
+    dot_git = os.path.join(work_tree, GIT_DIRECTORY)
+    if os.path.isdir(dot_git):  # a symlink to a git directory is one too, to git
+        return dot_git
+    try:
+        target = read_pointer(dot_git, GIT_FILE[1])
+    except (OSError, UnsafeRecord):
+        return None
+    return None if target is None else os.path.normpath(os.path.join(work_tree, target))
 
 
 def work_directories(git_directory: str) -> tuple[str, ...]:
@@ -189,7 +200,7 @@ class GitLock:
 
     def detect(self, path: str, status: os.stat_result) -> bool:
         if stat.S_ISDIR(status.st_mode):
-            return _is_git_work_tree(path)
+            return git_directory_in(path) is not None
         return (
             stat.S_ISREG(status.st_mode)
             and path.endswith(".lock")

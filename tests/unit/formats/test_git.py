@@ -399,6 +399,27 @@ def test_a_live_lock_whose_work_tree_is_elsewhere_is_never_removed(children, tmp
     assert commit.poll() is None
 
 
+@pytest.mark.parametrize(
+    "make", [make_separate_git_dir, make_submodule, make_linked_work_tree], ids=lambda f: f.__name__
+)
+def test_inspect_of_a_work_tree_whose_git_is_a_file_reads_the_lock_it_names(
+    children, tmp_path, make
+):
+    """A work tree whose `.git` is a file (`gitdir: PATH`) is inspected by the index.lock of
+    the git directory it names, not by a `.git/index.lock` that cannot be there."""
+    repository = make(tmp_path)
+    commit = start_commit_waiting_for_its_editor(
+        children, repository.work_tree, lock=repository.lock
+    )
+
+    code, document = run_json("inspect", str(repository.work_tree))
+
+    [finding] = document["locks"]
+    assert (finding["format"], finding["path"]) == ("git", str(repository.lock))
+    assert finding["state"] == "held" and f"PID {commit.pid} (" in finding["reason"]
+    assert code == 0
+
+
 def test_a_git_that_cannot_be_followed_leaves_the_lock_unknown_never_stale(children, tmp_path):
     """A git process outside the repository's directories may still reach it through a `.git`
     file above where it works; one there that cannot be read (here a FIFO, which git itself
