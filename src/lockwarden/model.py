@@ -128,8 +128,13 @@ class Workers:
 
     def may_be(self, name: str) -> bool:
         """Whether a process the kernel names so (comm) can be a worker: any, when `names` is
-        empty."""
-        return not self.names or name in self.names
+        empty; a name ending in `*` takes every name it begins (`git-*`: git-receive-pack)."""
+        if not self.names:
+            return True
+        return any(
+            name == wanted or (wanted.endswith("*") and name.startswith(wanted[:-1]))
+            for wanted in self.names
+        )
 
 
 @dataclass(frozen=True)

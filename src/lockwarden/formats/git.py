@@ -5,7 +5,7 @@ git (lockfile.c) creates `X.lock` with O_EXCL, writes the new X into it, and ren
 (or deletes it) when done; it does not keep it open, and records nothing in it. So nothing
 proves which process holds it: every git process that could be working on the repository is
 a candidate, never the named holder (a reader such as `git cat-file --batch` works there too).
-A `git` process works on a
+A git process (`git`, or git run by a dashed name: a push's `git-receive-pack`) works on a
 repository through its working directory (git chdirs to the top of the work tree), `-C DIR`,
 `--git-dir=`/`--work-tree=` on its command line, or GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE,
 GIT_COMMON_DIR in its environment (a bare "dotfiles" repository with the home directory as its
@@ -36,7 +36,9 @@ INDEX_LOCK = "index.lock"
 # What points a git process at a repository from elsewhere (git(1), ENVIRONMENT VARIABLES);
 # paths on its command line (-C, --git-dir=, --work-tree=) are checked as well.
 GIT_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
-GIT_PROGRAMS = ("git",)
+# `git` itself, and git run by one of its dashed names: a push's `git-receive-pack` (the kernel
+# names it git-receive-pac) holds the pushed refs' locks in the repository it serves.
+GIT_PROGRAMS = ("git", "git-*")
 # A work tree whose git directory is elsewhere (a linked work tree, a submodule, `git init
 # --separate-git-dir`) holds a `.git` file naming it.
 GIT_FILE = (GIT_DIRECTORY, "gitdir:")

@@ -183,7 +183,7 @@ def test_git_commit_holds_index_lock_then_leaves_it_stale_when_killed(children, 
     backdate(lock, HOUR)
     finding = inspect(str(lock), "git")
     assert finding.state is State.STALE, finding.reason
-    assert "no git process has its working directory in, or names on its command line" in (
+    assert "no git/git-* process has its working directory in, or names on its command line" in (
         finding.proof or ""
     )
     assert finding.action == f"rm -- {lock}"
@@ -397,6 +397,37 @@ def test_a_live_lock_whose_work_tree_is_elsewhere_is_never_removed(children, tmp
         assert finding["holders"] == [] and finding["action"] is None
     assert repository.lock.exists()
     assert commit.poll() is None
+
+
+def test_a_push_s_receive_pack_keeps_the_ref_lock_it_holds_from_stale(children, tmp_path):
+    """A push's `git-receive-pack` (the kernel names it git-receive-pac) holds the pushed ref's
+    lock in the repository it serves while the reference-transaction hook runs; the pushing
+    `git push origin` names no path. It is a candidate, and the lock is never stale."""
+    served = tmp_path / "served.git"
+    git_in(tmp_path, "init", "-q", "--bare", str(served))
+    hook = served / "hooks/reference-transaction"
+    hook.write_text('#!/bin/sh\n[ "$1" = prepared ] && sleep 120\nexit 0\n')
+    hook.chmod(0o755)
+    client = make_repository(tmp_path / "client")
+    git_in(client, "remote", "add", "origin", str(served))
+    push = children.start(
+        [require_tool("git"), "push", "-q", "origin", "HEAD:refs/heads/main"],
+        cwd=client,
+        env={**os.environ, **GIT_ENVIRONMENT},
+    )
+    lock = served / "refs/heads/main.lock"
+    assert wait_until(lock.exists, timeout=10), push.stderr
+    receivers = []
+    for helper in psutil.Process(push.pid).children(recursive=True):
+        children.track(helper.pid)
+        if helper.name().startswith("git-receive"):
+            receivers.append(helper.pid)
+    assert len(receivers) == 1
+
+    finding = inspect(str(lock), "git", later=HOUR)
+
+    assert finding.state is State.HELD_TOO_LONG, finding.reason
+    assert finding.holder is None and f"PID {receivers[0]} (" in finding.reason
 
 
 @pytest.mark.parametrize(
