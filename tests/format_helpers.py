@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from conftest import Children
+from conftest import Children, wait_until
 from lockwarden.config import LockConfig
 from lockwarden.model import Finding
 from lockwarden.pipeline import inspect_locks
@@ -43,6 +45,34 @@ def start_sqlite_shell(
             break
     assert line.strip() == "ready", f"sqlite3 {database} did not get ready"
     return shell
+
+
+def sqlite_lock_held(database: str, pid: int, mode: str, start: int) -> bool:
+    """The test's own view, from /proc/locks: `pid` holds a granted POSIX lock of `mode`
+    starting at byte `start` of the database (1073741824: SQLite's PENDING byte)."""
+    inode = os.stat(database).st_ino
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields or len(fields) < 8 or not fields[5].endswith(f":{inode}"):
+            continue
+        if fields[1] == "POSIX" and fields[3:5] == [mode, str(pid)] and fields[6] == str(start):
+            return True
+    return False
+
+
+def start_committing_writer(children: Children, database: str) -> subprocess.Popen[str]:
+    """A real sqlite3 shell whose COMMIT waits, retrying in its busy handler, for the readers
+    of a rollback journal to let go: it holds PENDING and RESERVED meanwhile."""
+    writer = start_sqlite_shell(children, database, ".timeout 600000")
+    assert writer.stdin is not None
+    writer.stdin.write("BEGIN; INSERT INTO t VALUES (2); COMMIT;\n")
+    writer.stdin.flush()
+
+    def holds_pending() -> bool:
+        return sqlite_lock_held(database, writer.pid, "WRITE", 1073741824)
+
+    assert wait_until(holds_pending, timeout=10), "the writer took no PENDING lock"
+    return writer
 
 
 def unrelated_process(children: Children) -> int:

@@ -99,6 +99,26 @@ class ByteRange(NamedTuple):
         return lock.start <= self.end and (lock.end is None or lock.end >= self.start)
 
 
+class LockName(NamedTuple):
+    """What a program calls a kernel lock of `mode` (READ or WRITE) on `span`: SQLite's SHARED
+    is a READ lock on its SHARED range, its EXCLUSIVE a WRITE lock on the same bytes."""
+
+    span: ByteRange
+    mode: str
+    name: str
+
+
+class RetryLock(NamedTuple):
+    """A WRITE lock on `flag` that says its holder is on its way to a WRITE lock on `wanted` and
+    tries again until it gets it, in a loop the kernel does not see (SQLite's PENDING byte,
+    taken before EXCLUSIVE and kept while its busy handler sleeps). While another process holds
+    a lock that blocks writers on `wanted`, the flag's holder waits for that process: it is a
+    waiter, and that process is the one in the way."""
+
+    flag: ByteRange
+    wanted: ByteRange
+
+
 @dataclass(frozen=True)
 class Workers:
     """The processes that work on a lock's directories, and so may hold it: the proof of a
@@ -172,7 +192,13 @@ class Claim:
 
     Mechanisms a format can switch on (classify.py applies them, whatever the format):
     ``writer_ranges``: only a WRITE kernel lock overlapping one of them blocks writers; any other
-    kernel lock is a reader (listed, but the lock is free for writes).
+    kernel lock is a reader (listed, but the lock is free for writes), unless it is a READ lock
+    overlapping one of ``blocking_reads`` (SQLite's SHARED range in rollback-journal mode, where
+    no writer commits while a reader holds it): that one blocks writers too.
+    ``retry_locks``: kernel locks that say their holder waits, in a retry loop, for the holders
+    of other bytes (RetryLock): it is listed as a waiter, not a holder, while they hold them.
+    ``lock_names``: what the lock's program calls its kernel locks, first the one that says most
+    (LockName); a holder is described by the first it holds.
     ``stale``: what proves a left-behind lock stale, and the fact about its program that makes
     that proof sound.
     ``workers``: the processes that work on the lock's directories, and so may hold it.
@@ -213,6 +239,9 @@ class Claim:
     break_command: str | None = None
     max_hold_s: float | None = None
     writer_ranges: tuple[ByteRange, ...] = ()
+    blocking_reads: tuple[ByteRange, ...] = ()
+    retry_locks: tuple[RetryLock, ...] = ()
+    lock_names: tuple[LockName, ...] = ()
     stale: Staleness = Staleness()
     workers: Workers | None = None
     hidden_locks: tuple[KernelLock, ...] = ()
@@ -315,6 +344,9 @@ class Party:
     lock_start: int | None = None
     lock_end: int | None = None
     """The byte range of its kernel lock (end None: to the end of the file)."""
+    lock_name: str | None = None
+    """What the lock's program calls the kernel locks it holds or awaits (Claim.lock_names:
+    SQLite's `SHARED`, `RESERVED`, `PENDING`, `EXCLUSIVE`), when the format names them."""
     container: Container | None = None
     leads_group: bool = False
     """It leads its process group (a service, `setsid`, a shell job): what it started is in

@@ -95,7 +95,7 @@ EXPECTED = {
     "posix_range": ("unknown", OUTSIDE),
     "ofd": ("unknown", OUTSIDE),  # /proc/locks lists OFD locks (PID -1); nobody here holds it
     "sqlite_writer": ("unknown", OUTSIDE),
-    "sqlite_reader": ("free", None),  # readers alone leave a database free for writes
+    "sqlite_reader": ("unknown", OUTSIDE),  # a rollback reader keeps writers from committing
     "sqlite_wal_writer": ("unknown", OUTSIDE),
     "sqlite_wal_reader": ("free", None),
 }

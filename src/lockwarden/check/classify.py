@@ -213,11 +213,20 @@ def _kernel_verdict(claim: Claim, evidence: Evidence) -> Verdict:
     others = tuple(holder for holder in holders if holder.pid != primary.pid)
     return Verdict(
         State.HELD,
-        f"held ({primary.lock_kind})",
+        f"held ({_how_held(primary)})",
         primary,
         sharers=others,
         readers=evidence.readers,
     )
+
+
+def _how_held(holder: Holder) -> str:
+    """`POSIX WRITE`; with the name the lock's program gives it and its bytes, `SQLite
+    SHARED: POSIX READ on bytes 1073741826-1073742335`."""
+    if holder.lock_name is None:
+        return f"{holder.lock_kind}"
+    end = "the end" if holder.lock_end is None else holder.lock_end
+    return f"{holder.lock_name}: {holder.lock_kind} on bytes {holder.lock_start}-{end}"
 
 
 def _free_reason(claim: Claim, evidence: Evidence) -> str:

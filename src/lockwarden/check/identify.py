@@ -124,10 +124,38 @@ def question_for(claim: Claim) -> LockQuestion:
 
 def is_writer_lock(lock: KernelLock, claim: Claim) -> bool:
     """Does this kernel lock block writers? Any lock does, unless the claim names the byte
-    ranges where only a WRITE lock does (SQLite's RESERVED/PENDING/EXCLUSIVE bytes)."""
+    ranges where only a WRITE lock does (SQLite's RESERVED/PENDING/EXCLUSIVE bytes), and those
+    where a READ lock does too (a rollback journal's SHARED range: no writer commits past it)."""
     if not claim.writer_ranges:
         return True
-    return lock.exclusive and any(span.overlaps(lock) for span in claim.writer_ranges)
+    ranges = claim.writer_ranges if lock.exclusive else claim.blocking_reads
+    return any(span.overlaps(lock) for span in ranges)
+
+
+def retrying_pids(claim: Claim, blocking: tuple[KernelLock, ...]) -> frozenset[int]:
+    """The processes whose locks say they wait for others' (Claim.retry_locks: SQLite's
+    PENDING without EXCLUSIVE, while another process holds SHARED). A POSIX lock is its
+    process's own, and /proc/locks names that process; a lock with no PID (an OFD lock, one
+    held from outside this PID namespace) is someone else's."""
+    waiting: set[int] = set()
+    for retry in claim.retry_locks:
+        flagged = {lock.pid for lock in blocking if lock.exclusive and retry.flag.overlaps(lock)}
+        for pid in flagged - {0, -1}:
+            own = [lock for lock in blocking if lock.pid == pid]
+            if any(lock.exclusive and retry.wanted.overlaps(lock) for lock in own):
+                continue  # it has what it wanted: it holds, it does not wait
+            if any(lock.pid != pid and retry.wanted.overlaps(lock) for lock in blocking):
+                waiting.add(pid)
+    return frozenset(waiting)
+
+
+def lock_name(claim: Claim, locks: Iterable[KernelLock]) -> str | None:
+    """What the lock's program calls the most telling of these locks (Claim.lock_names)."""
+    held = list(locks)
+    for named in claim.lock_names:
+        if any(lock.mode == named.mode and named.span.overlaps(lock) for lock in held):
+            return named.name
+    return None
 
 
 def _judged_by_openers(claim: Claim) -> bool:
@@ -146,7 +174,9 @@ def _judged_by_openers(claim: Claim) -> bool:
 def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     kernel = [lock for key in claim.keys for lock in snapshot.kernel_locks(key)]
     granted = tuple(lock for lock in kernel if not lock.waiting)
-    writing = tuple(lock for lock in granted if is_writer_lock(lock, claim))
+    blocking = tuple(lock for lock in granted if is_writer_lock(lock, claim))
+    retrying = retrying_pids(claim, blocking)
+    writing = tuple(lock for lock in blocking if lock.pid not in retrying)
     reading = tuple(lock for lock in granted if not is_writer_lock(lock, claim))
     waiting = [lock for lock in kernel if lock.waiting]
     needs_openers = _judged_by_openers(claim)
@@ -157,15 +187,32 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
     )
     if granted and unmatched_locks(granted, descriptors):  # the capture counted the same
         descriptors += [found for key in claim.keys for found in snapshot.thread_descriptors(key)]
-    writers = _kernel_holders(
-        writing, descriptors, snapshot, lambda lock: is_writer_lock(lock, claim)
+    writers = _named(
+        claim,
+        granted,
+        _kernel_holders(
+            writing,
+            descriptors,
+            snapshot,
+            lambda lock: is_writer_lock(lock, claim) and lock.pid not in retrying,
+        ),
     )
-    readers = _kernel_holders(
-        reading, descriptors, snapshot, lambda lock: not is_writer_lock(lock, claim)
+    readers = _named(
+        claim,
+        granted,
+        _kernel_holders(
+            reading, descriptors, snapshot, lambda lock: not is_writer_lock(lock, claim)
+        ),
     )
-    writer_pids = {holder.pid for holder in writers}
+    writer_pids = {holder.pid for holder in writers} | retrying
     workers, unreadable_cwds, unfollowed = _workers(claim, snapshot)
     waiters, unnamed_waiters = _waiters(waiting, descriptors, snapshot)
+    known = {waiter.pid for waiter in waiters}
+    waiters += tuple(
+        waiter
+        for waiter in _retrying_waiters(claim, blocking, retrying, snapshot)
+        if waiter.pid not in known
+    )
     return Evidence(
         boot_id=snapshot.boot_id,
         hostname=snapshot.hostname,
@@ -391,6 +438,7 @@ def _kernel_holders(
     holders: dict[int, Holder] = {}
     for descriptor in descriptors:
         held = [lock for lock in descriptor.locks if not lock.waiting and counts(lock)]
+        held.sort(key=lambda lock: not lock.exclusive)  # a WRITE lock says most of a holder
         process = snapshot.process(descriptor.pid) if held else None
         if process is not None and descriptor.pid not in holders:
             holders[descriptor.pid] = holder_from_process(process, lock=held[0])
@@ -400,6 +448,48 @@ def _kernel_holders(
             if process is not None and process.pid not in holders:
                 holders[process.pid] = holder_from_process(process, lock=lock)
     return tuple(holders.values())
+
+
+def _named(
+    claim: Claim, granted: tuple[KernelLock, ...], holders: tuple[Holder, ...]
+) -> tuple[Holder, ...]:
+    """Each holder with what the lock's program calls its locks (Claim.lock_names), the one
+    holding the most telling first: SQLite's EXCLUSIVE, then PENDING, RESERVED, SHARED. A POSIX
+    lock is its process's own, as /proc/locks names it."""
+    if not claim.lock_names:
+        return holders
+    names = [named.name for named in claim.lock_names]
+    named = [
+        replace(holder, lock_name=lock_name(claim, _own(granted, holder.pid))) for holder in holders
+    ]
+    return tuple(sorted(named, key=lambda holder: _rank(names, holder.lock_name)))
+
+
+def _own(locks: Iterable[KernelLock], pid: int | None) -> list[KernelLock]:
+    return [lock for lock in locks if lock.pid == pid and lock.kind == "POSIX"]
+
+
+def _rank(names: list[str], name: str | None) -> int:
+    return names.index(name) if name in names else len(names)
+
+
+def _retrying_waiters(
+    claim: Claim, blocking: tuple[KernelLock, ...], retrying: frozenset[int], snapshot: Snapshot
+) -> tuple[Waiter, ...]:
+    """The processes Claim.retry_locks shows waiting (a committing SQLite writer whose busy
+    handler retries until the readers let go): waiters, named by the lock that says so."""
+    found = []
+    for pid in sorted(retrying):
+        process = snapshot.process(pid)
+        own = _own(blocking, pid)
+        flag = next(
+            (lock for lock in own for retry in claim.retry_locks if retry.flag.overlaps(lock)),
+            None,
+        )
+        if process is not None and flag is not None:
+            waiter = replace(_waiter(process, flag), lock_name=lock_name(claim, own))
+            found.append(waiter)
+    return tuple(found)
 
 
 def _kind(lock: KernelLock) -> str:

@@ -37,25 +37,34 @@ WHOLE_FILE: tuple[int, int | None] = (0, None)
 
 
 def hidden_locks(
-    files: Sequence[tuple[str, InodeKey]], writer_ranges: Sequence[ByteRange] = ()
+    files: Sequence[tuple[str, InodeKey]],
+    writer_ranges: Sequence[ByteRange] = (),
+    blocking_reads: Sequence[ByteRange] = (),
 ) -> tuple[KernelLock, ...]:
     """The POSIX locks on these files (path, and the key the claim read it as) that /proc/locks
     leaves out here: none in the host's PID namespace, where it leaves nothing out, and none
     asked where the /proc read is another namespace's than this process's. With
-    `writer_ranges` (SQLite's), only WRITE locks on those ranges; else any lock on the file.
-    A file that cannot be opened (gone, replaced, no right) is not asked about."""
+    `writer_ranges` (SQLite's), only WRITE locks on those ranges, and any lock on the ranges of
+    `blocking_reads` (a rollback journal's SHARED); else any lock on the file. A file that
+    cannot be opened (gone, replaced, no right) is not asked about."""
     if not files or not proc_is_own_nested_namespace():
         return ()
     found: list[KernelLock] = []
     for path, key in files:
-        ranges: list[tuple[int, int | None]] = [
-            (span.start, span.end) for span in writer_ranges if span.key == key
-        ]
-        if writer_ranges and not ranges:
+        if not writer_ranges:
+            found.extend(_ask(path, key, [WHOLE_FILE], exclusive_only=False))
             continue
-        lock = _ask(path, key, ranges or [WHOLE_FILE], exclusive_only=bool(writer_ranges))
-        found.extend(lock)
-    return tuple(found)
+        writes = _spans(writer_ranges, key)
+        reads = _spans(blocking_reads, key)
+        if writes:
+            found.extend(_ask(path, key, writes, exclusive_only=True))
+        if reads:
+            found.extend(_ask(path, key, reads, exclusive_only=False))
+    return tuple(dict.fromkeys(found))  # a WRITE lock on both kinds of range is asked twice
+
+
+def _spans(ranges: Sequence[ByteRange], key: InodeKey) -> list[tuple[int, int | None]]:
+    return [(span.start, span.end) for span in ranges if span.key == key]
 
 
 MAX_QUESTIONS = 64

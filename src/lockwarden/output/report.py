@@ -65,7 +65,13 @@ def process_document(process: Holder | Waiter) -> dict[str, Any]:
         "started_at": rfc3339(process.started_at),
         "start_ticks": process.start_ticks,
         "lock": (
-            {"kind": kind, "mode": mode, "start": process.lock_start, "end": process.lock_end}
+            {
+                "kind": kind,
+                "mode": mode,
+                "start": process.lock_start,
+                "end": process.lock_end,
+                "name": process.lock_name,
+            }
             if kernel
             else None
         ),
@@ -245,12 +251,16 @@ def detail_lines(finding: Finding) -> list[str]:
     if finding.holder is not None:
         rows.extend(_holder_rows(finding.holder, finding.held_for_s, finding.held_bound))
     for sharer in finding.sharers:
-        rows.append(("also", f"PID {sharer.pid} {command_text(sharer.cmdline) or sharer.name}"))
+        holding = f" (holding {sharer.lock_name})" if sharer.lock_name else ""
+        rows.append(
+            ("also", f"PID {sharer.pid} {command_text(sharer.cmdline) or sharer.name}{holding}")
+        )
     unattributed = finding.unattributed
     unnamed = unattributed.waiters if unattributed else 0
     if finding.waiters or unnamed:
         who = [
             f"PID {w.pid} ({command_text(w.cmdline, 60)}"
+            + (f", holding {w.lock_name}" if w.lock_name else "")
             + (f", in {w.container.describe()})" if w.container is not None else ")")
             for w in finding.waiters[:5]
         ]

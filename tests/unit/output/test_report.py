@@ -85,7 +85,13 @@ def test_a_locks_document_carries_its_holder_waiters_readers_and_file() -> None:
     assert lock["held"] == {"seconds": 7260.0, "bound": "at_least", "since": "2026-03-01T09:59:00Z"}
     assert lock["file"] == {"device": "8:1", "inode": 131}
     [holder] = lock["holders"]
-    assert holder["lock"] == {"kind": "FLOCK", "mode": "WRITE", "start": 0, "end": None}
+    assert holder["lock"] == {
+        "kind": "FLOCK",
+        "mode": "WRITE",
+        "start": 0,
+        "end": None,
+        "name": None,
+    }
     assert holder["via"] == "kernel lock"
     assert holder["container"] == {
         "runtime": "podman",
