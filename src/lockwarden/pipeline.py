@@ -24,7 +24,7 @@ from lockwarden.config import (
     Config,
     LockConfig,
 )
-from lockwarden.formats import read_claim
+from lockwarden.formats import LOCKED_FILE, read_claim
 from lockwarden.model import Claim, Finding, InodeKey, Severity, State, UnknownCause, worst
 from lockwarden.procfs.reader import Clock, HostReader, waits_in, wall_clock
 from lockwarden.procfs.snapshot import (
@@ -516,7 +516,7 @@ def blocked_writers(
         LockConfig(
             name=blocked.PREFIX + path,
             path=path,
-            format="kernel",
+            format=LOCKED_FILE,
             warn_after=0.0,
             critical_after=0.0,
             fs_timeout=config.fs_timeout,

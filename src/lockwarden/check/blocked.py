@@ -1,6 +1,7 @@
 """Blocked writers anywhere on the host: a process waiting on a kernel lock nobody configured.
 
-The lock a process waits on is judged as any kernel lock (its holders from their descriptors);
+The lock a process waits on is judged as any kernel lock (its holders from their descriptors;
+an SQLite database as SQLite, formats.LOCKED_FILE);
 what is graded is the *wait*, not the hold: a daemon may hold its lock for days, and only a
 process blocked behind it makes it a finding. A kernel wait records no start, so its length is
 known the way an undated hold's is, from the sighting memory: the first run that sees a writer

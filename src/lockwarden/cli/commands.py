@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden import __version__
 from lockwarden import config as config_module
-from lockwarden.formats import format_names
+from lockwarden.formats import LOCKED_FILE, format_names
 from lockwarden.model import Finding, Severity, State
 from lockwarden.output.report import render_blocks, render_json, report_blocks
 from lockwarden.pipeline import RunResult, inspect_lock, inspect_path
@@ -902,7 +902,7 @@ def command_why(arguments: argparse.Namespace) -> int:
     now = now_of(arguments)
 
     def inspect(path: str) -> Finding:
-        found = inspect_path(path, now, "kernel", warn_after, critical_after, name=path)
+        found = inspect_path(path, now, LOCKED_FILE, warn_after, critical_after, name=path)
         return found.findings[0]
 
     databases = _database_looks(arguments, now)

@@ -3,7 +3,9 @@
 A process waits on a kernel lock while one of its threads is in flock(2) or fcntl(F_SETLKW,
 F_OFD_SETLKW) on a descriptor (`/proc/PID/task/TID/syscall`, the same reading that names OFD
 waiters for `inspect`): that descriptor's file is the lock it waits for, judged like any lock
-(`inspect`), so its holders come from their descriptors, never from a guess. A holder that
+(`inspect`; an SQLite database as SQLite, formats.LOCKED_FILE, so a rollback journal's reader
+in a transaction holds it and a writer waiting in COMMIT does not), so its holders come from
+their descriptors, never from a guess. A holder that
 itself waits is followed to the end of the chain; a holder met twice is a deadlock. A process
 in no lock call is not waiting on any lock lockwarden can see, and is said to be doing what its
 state, wait channel and system call say.
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.check.advice import advise_holder
+from lockwarden.formats.sqlite import database_path
 from lockwarden.model import (
     Finding,
     Holder,
@@ -204,8 +207,8 @@ def _locked_open(pid: int, walk: Walk) -> tuple[Wait, ...]:
         if named is None:
             continue
         path = reachable_path(walk.proc, pid, named, int(name))
-        if path in found:
-            continue
+        if path in found or database_path(path) != path:
+            continue  # SQLite's -shm is judged with its database, which the process has open
         finding = walk.look(path)
         if finding.key is None or finding.key[1] != inode:
             continue

@@ -65,6 +65,12 @@ FORMATS: Mapping[str, Format] = _Formats()
 
 AUTO = "auto"
 AUTO_ORDER: tuple[str, ...] = tuple(name for name, _module, _class in REGISTRY)
+LOCKED_FILE = "locked-file"
+"""Not a format a config may name: a file some process locks or waits on that no configured
+lock watches (`why`, blocked writers). It is read by the format that says what its kernel
+locks mean when the file is one of its (an SQLite database: its readers hold it only in a
+rollback journal, and a committing writer waits for them), else as a plain kernel lock."""
+BYTE_LOCK_FORMATS = ("sqlite",)
 
 
 def layout_formats() -> tuple[str, ...]:
@@ -208,7 +214,21 @@ def _with_key_names(claim: Claim) -> Claim:
     return replace(claim, key_names=tuple(named.items())) if named else claim
 
 
+def _locked_file_claim(path: str, pid_max: int) -> Claim:
+    """The claim of a file some process locks or waits on (LOCKED_FILE): its byte-lock
+    format's when the file is that format's lock itself, else a plain kernel lock's. A file
+    beside one (SQLite's `-shm`) is its own: the lock waited on is on its inode."""
+    chosen = choose_format(path, BYTE_LOCK_FORMATS)
+    if chosen is not None:
+        claim = FORMATS[chosen].read(path, pid_max)
+        if claim.path == path:
+            return claim
+    return FORMATS["kernel"].read(path, pid_max)
+
+
 def _read_claim(path: str, format_name: str, pid_max: int) -> Claim:
+    if format_name == LOCKED_FILE:
+        return _locked_file_claim(path, pid_max)
     if format_name != AUTO:
         return FORMATS[format_name].read(path, pid_max)
     chosen = choose_format(path, layout_formats()) or _directory_format(path)
