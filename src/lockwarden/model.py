@@ -339,8 +339,7 @@ class Party:
     user_unit: bool = False
     lock_kind: str | None = None
     """How it holds or awaits the lock: `FLOCK WRITE`, `POSIX READ`, `OFDLCK WRITE` (a kernel
-    lock), `open descriptor`, `working directory`, `process group or session of PID N` (what a
-    gone recorded holder started), or None when a record names it."""
+    lock), `open descriptor`, `working directory`, or None when a record names it."""
     lock_start: int | None = None
     lock_end: int | None = None
     """The byte range of its kernel lock (end None: to the end of the file)."""

@@ -312,15 +312,18 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
 
 
 def _left_running(pid: int, survivors: tuple[Holder, ...]) -> Verdict:
-    """The recorded holder is gone, but what it started runs on in its process group or
-    session (only its descendants, or its shell job, carry its PID there): the work it took the
-    lock for may go on, so the lock is not free for another to take. Ending them frees it."""
+    """The recorded holder is gone, but processes of its process group or session run on.
+    They may be what it started (a migration's worker: the work goes on, so the lock is not
+    stale), or what a later process given the same PID left behind once the group was gone (a
+    daemon's double fork): nothing tells the two apart, so neither is named nor killed."""
+    listed = ", ".join(party.describe() for party in survivors[:5])
+    more = f" and {len(survivors) - 5} more" if len(survivors) > 5 else ""
     return Verdict(
-        State.HELD,
-        f"held: its recorded holder PID {pid} is gone, but what it started runs on in its "
-        "process group or session",
-        survivors[0],
-        sharers=survivors[1:],
+        State.UNKNOWN,
+        f"its recorded holder PID {pid} is gone, but processes of its process group or session "
+        f"still run: {listed}{more}; they may be the work it started, still going on, or what "
+        "a later process with its PID left; check them before removing the lock",
+        cause=UnknownCause.AMBIGUOUS,
     )
 
 

@@ -415,12 +415,9 @@ def _survivors(
     recorded = snapshot.process(claim.pid)
     if recorded is not None and recorded.alive:
         return ()
-    kind = "process group or session of PID " + str(claim.pid)
     found = (snapshot.process(pid) for pid in snapshot.group_survivors(claim.pid))
     return tuple(
-        holder_from_process(process, kind)
-        for process in found
-        if process is not None and process.alive
+        holder_from_process(process) for process in found if process is not None and process.alive
     )
 
 
