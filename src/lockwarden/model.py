@@ -167,6 +167,10 @@ class PidProof:
     """The programs known to hold this lock (Chromium's and Firefox's profile locks): a live PID
     running one of them is the holder; anything else is probably a reused PID, but no proof
     (an Electron app takes a Chromium profile's lock under its own name)."""
+    others_prove_reuse: bool = False
+    """A live PID running none of `executables` is proof of a reused PID: the program of any
+    name that holds this lock also holds a kernel lock, which decides first (a Firefox profile's
+    `.parentlock`: a Firefox fork holds it too)."""
     machine_id: int | None = None
     """The machine id recorded beside the host name (borg's `uuid.getnode()`): a host of the
     same name with another id is another machine."""

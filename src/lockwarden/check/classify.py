@@ -647,8 +647,16 @@ def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
 
 
 def _reuse_proof(claim: Claim, process: Process) -> str | None:
-    """Proof that the PID now names another process: its start ticks (monotonic, counted from
-    boot) differ from the record's."""
+    """Proof that the PID now names another process: it runs another program than those that
+    take this lock where no other can (PidProof.others_prove_reuse), or its start ticks
+    (monotonic, counted from boot) differ from the record's."""
+    proof = claim.pid_proof
+    if proof.others_prove_reuse and not _runs_one_of(process, proof.executables):
+        return (
+            f"PID {process.pid} runs {_program_of(process)!r}, not {' or '.join(proof.executables)}"
+            ", which is what takes this lock, and no process holds its kernel lock: the process "
+            "that took it is gone"
+        )
     if claim.start_ticks is not None and claim.start_ticks != process.start_ticks:
         return (
             f"PID {claim.pid} now started at tick {process.start_ticks} after boot, but the "
@@ -663,7 +671,7 @@ def _unknown_program(claim: Claim, process: Process) -> str | None:
     app makes a Chromium SingletonLock: VS Code runs as `code`), and no list names them all."""
     executables = claim.pid_proof.executables
     if not executables or _runs_one_of(process, executables):
-        return None
+        return None  # (others_prove_reuse: _reuse_proof has decided it already)
     known = ", ".join(executables)
     return (
         f"PID {process.pid} runs {_program_of(process)!r}, none of the programs known to take "

@@ -6,9 +6,10 @@ removes the symlink and leaves `.parentlock`; a killed browser leaves the symlin
 kernel drops the fcntl lock with the process. Automation that finds the symlink left behind
 fails with "Firefox is already running".
 
-So: a kernel lock on `.parentlock` is held (its holder found in fdinfo); the symlink alone
-names a PID, judged like Chromium's (a dead PID, or one running another program, is stale;
-the kernel lock would show if it were held). An address that is not this host's makes the
+So: a kernel lock on `.parentlock` is held (its holder found in fdinfo), whatever the program
+is called (a Firefox fork of a name not listed here holds it too); the symlink alone names a
+PID, and a dead PID, or one running another program, is stale: the kernel lock would show if
+it were held. An address that is not this host's makes the
 PID meaningless here: another host's profile (a shared home directory) is `unknown`.
 """
 
@@ -122,7 +123,7 @@ def _claim(
         keys=(*parent_keys, *base.keys),
         pid=pid,
         host=os.uname().nodename if local else address,
-        pid_proof=PidProof(executables=FIREFOX_EXECUTABLES),
+        pid_proof=PidProof(executables=FIREFOX_EXECUTABLES, others_prove_reuse=True),
         remove_path=lock_path,
         break_command=f"rm -f -- {shlex.quote(lock_path)}",
         extra={"address": address},

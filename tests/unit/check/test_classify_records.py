@@ -67,6 +67,15 @@ def test_recorded_executables_name_the_holder_and_never_prove_a_reused_pid(
     assert classify("l", claim, evidence(process(10, name)), POLICY, NOW).state is state
 
 
+def test_other_programs_prove_reuse_only_where_a_kernel_lock_would_name_any_holder() -> None:
+    """Firefox's profile: a fork of any name holds `.parentlock`'s kernel lock, which decides
+    before the PID; with none held, a PID running another program is reused."""
+    firefox = PidProof(executables=("firefox",), others_prove_reuse=True)
+    claim = replace(CLAIM, pid_proof=firefox)
+    assert classify("l", claim, evidence(process(10, "sleep")), POLICY, NOW).state is State.STALE
+    assert classify("l", claim, evidence(process(10, "firefox")), POLICY, NOW).state is State.HELD
+
+
 @pytest.mark.parametrize(
     ("node", "aliases", "state"),
     [(7, (), State.HELD), (8, (), State.UNKNOWN), (8, ("web1@8",), State.HELD)],

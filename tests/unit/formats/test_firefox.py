@@ -102,3 +102,22 @@ def test_a_cleanly_closed_profile_is_free(tmp_path: Path) -> None:
     code, document = run_json("inspect", str(profile))
     [finding] = document["locks"]
     assert (code, finding["format"], finding["state"]) == (0, "firefox-profile", "free")
+
+
+def test_a_pid_reused_by_another_program_with_no_kernel_lock_is_stale(tmp_path: Path) -> None:
+    """A killed Firefox's symlink names a PID now running `sleep`, and nothing holds
+    `.parentlock`: a Firefox of any name would hold it, so the profile is stale (unlike a
+    Chromium profile's, which has no kernel lock to tell)."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        profile = tmp_path / "profile"
+        profile.mkdir()
+        (profile / ".parentlock").touch()
+        (profile / "lock").symlink_to(f"127.0.0.1:+{sleeper.pid}")
+        code, document = run_json("inspect", str(profile))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    [finding] = document["locks"]
+    assert (code, finding["state"]) == (2, "stale"), finding
+    assert f"PID {sleeper.pid} runs 'sleep'" in finding["proof"]
