@@ -266,8 +266,9 @@ def _hold_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="take a lock, recorded and watched, for the time COMMAND runs",
         description="Create the lock at PATH (mkdir, or a file with --file) with an owner record "
         "naming this supervisor's PID, ROLE, host, boot id and COMMAND; run COMMAND in the "
-        "foreground; remove the lock once it and every process it started have exited, however "
-        "they exit. `kill PID` of the supervisor stops COMMAND and frees the lock.",
+        "foreground; remove the lock once it, and every process it started that still has the "
+        "lock open, have exited, however they exit. `kill PID` of the supervisor stops COMMAND "
+        "and frees the lock.",
         epilog=HOLD_EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="lockwarden hold PATH --role ROLE [options] -- COMMAND [ARGS...]",

@@ -18,7 +18,8 @@ has it open; `inspect` then names them as the holders, and calls the lock stale 
 recorded PID is gone and no kernel lock is left. The parent-death signal COMMAND also gets is
 no proof: the kernel clears it when COMMAND's credentials change (setpriv, su, a setuid or
 setgid program). While the supervisor runs it is the subreaper of COMMAND's processes and
-removes the lock only once every one of them has exited.
+removes the lock only once every one of them that still has the lock open has exited (a daemon
+that closed what it inherited holds nothing, and is not waited for).
 
 Layouts (both read by the owner-record format):
 
@@ -90,6 +91,9 @@ TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 SI_KERNEL = 0x80  # si_code of a signal the terminal driver sent to the foreground group
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+HOLDERS_POLL_S = 0.5
+"""How often, once COMMAND has exited, the supervisor looks whether what it left running still
+has the lock open (a process below its children ends without telling it)."""
 
 
 class HoldError(Exception):
@@ -366,16 +370,23 @@ def _open_locked(path: str) -> int:
 def _lock_new(descriptor: int, path: str) -> None:
     """flock the lock this process has just made. Nobody waits on it but a process that
     opened the path in the moment since: never wait for that one, give up. A file system that
-    refuses flock (a network one may) gets no hold: without the kernel lock, a COMMAND that
-    outlived its supervisor would leave a lock proven stale while it works."""
+    refuses the flock (NFS emulates one with a POSIX lock, which needs a descriptor open for
+    writing, and a directory cannot be) still gets the hold, by its record alone, as before
+    there was a kernel lock: said once, because then a COMMAND that changes its user and
+    outlives a killed supervisor leaves a lock that reads stale while it works."""
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as error:
         message = f"another process locked {path} the moment it was made"
         raise OSError(errno.EAGAIN, message) from error
     except OSError as error:
-        message = f"its file system refuses a flock on it ({error.strerror or error})"
-        raise OSError(error.errno, message) from error
+        log.warning(
+            "%s: its file system refuses a flock on it (%s); it is held by its record alone, "
+            "so a COMMAND that changes its user and outlives a killed supervisor leaves it "
+            "reading stale",
+            path,
+            error.strerror or error,
+        )
 
 
 def _write_new(path: str, data: bytes, directory: int | None = None) -> None:
@@ -650,9 +661,11 @@ def supervise(
     watched: set[signal.Signals],
     warn: Callable[[str], None],
 ) -> int:
-    """Run COMMAND until it and every process it started have exited: they share the lock's
-    descriptor, so the lock is theirs as long as any of them runs, and is removed only then."""
-    tree = Tree.adopting()
+    """Run COMMAND until it, and every process it started that still has the lock's descriptor
+    open, have exited: the lock is theirs as long as any of them runs, and is removed only
+    then. A daemon COMMAND started that closed its descriptors (gpg-agent, ssh-agent, a build
+    daemon) holds nothing, and is not waited for."""
+    tree = Tree.adopting(taken.key)
     try:
         child = spawn(command, taken.descriptor)
     except FileNotFoundError:
@@ -669,6 +682,8 @@ def supervise(
             tree.tell_left_behind(label, warn)
         watch.tick(tree, time.monotonic())
         timeout = max(0.0, watch.next_due() - time.monotonic())
+        if tree.returncode is not None:  # a holder below may close the lock's descriptor
+            timeout = min(timeout, HOLDERS_POLL_S)
         received = signal.sigtimedwait(watched, timeout)
         if received is not None and should_forward(received, tree.members()):
             tree.signal(received.si_signo)
@@ -688,17 +703,18 @@ class Tree:
     signalling a child found by its parent PID never hits another process."""
 
     before: set[int]
+    key: InodeKey
     command: int | None = None
     returncode: int | None = None
     told: bool = False
 
     @classmethod
-    def adopting(cls) -> Tree:
+    def adopting(cls, key: InodeKey) -> Tree:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1) != 0:
             number = ctypes.get_errno()
             raise LockUnavailable(f"cannot become the subreaper of COMMAND: {os.strerror(number)}")
-        return cls(set(_children()))
+        return cls(set(_children()), key)
 
     def reap(self) -> bool:
         """Collect every child that has ended (COMMAND's status kept); whether any process of
@@ -713,12 +729,18 @@ class Tree:
             self.before.discard(pid)
             if pid == self.command:
                 self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode is None or bool(self.members())
+        return self.returncode is None or bool(self.holding())
 
     def members(self) -> list[int]:
         """The tree's processes that are the supervisor's children now (COMMAND, and those
         whose parents have exited)."""
         return [pid for pid in _children() if pid not in self.before]
+
+    def holding(self) -> list[int]:
+        """The tree's processes, at any depth, that still have the lock open: the work
+        COMMAND left running."""
+        below = [child.pid for child in _descendants() if child.pid not in self.before]
+        return [pid for pid in below if _has_open(pid, self.key)]
 
     def signal(self, number: int) -> None:
         for pid in self.members():
@@ -730,7 +752,7 @@ class Tree:
         if self.told:
             return
         self.told = True
-        left = self.members()
+        left = self.holding()
         pids = " ".join(str(pid) for pid in left)
         warn(
             f"`{label}` exited, but {len(left)} process(es) it started still run (PID {pids}): "
@@ -740,6 +762,37 @@ class Tree:
 
 def _children() -> list[int]:
     return [child.pid for child in psutil.Process().children()]
+
+
+def _descendants() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _has_open(pid: int, key: InodeKey) -> bool:
+    """Whether the process has a descriptor open on the lock's inode, by the `ino:` line of
+    its fdinfo: procfs alone, never the file systems its descriptors are on (a hung mount
+    must not stall the supervisor). The device is not compared, so a file of another file
+    system with the same inode number keeps it waiting: it errs towards holding. One whose
+    descriptors may not be read counts as holding it."""
+    directory = f"/proc/{pid}/fdinfo"
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    wanted = f"ino:\t{key[1]}\n"
+    for name in names:
+        try:
+            with open(f"{directory}/{name}") as info:
+                if wanted in info.read():
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def spawn(command: Sequence[str], descriptor: int) -> subprocess.Popen[bytes]:

@@ -7,6 +7,7 @@ once it runs, which is after the lock and its record exist.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -815,3 +816,32 @@ def test_a_file_that_is_no_lock_at_path_is_refused_not_taken(tmp_path: Path) -> 
     assert refused.returncode == 71, refused.stderr
     assert "exists but is not a lock that hold can take" in refused.stderr
     assert path.read_text().startswith("pid=4242")
+
+
+DAEMON_CLOSING_WHAT_IT_INHERITED = """
+import os, sys, time
+with open(sys.argv[1] + ".tmp", "w") as handle:
+    handle.write(str(os.getpid()))
+os.closerange(3, 65536)
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(60)
+"""
+
+
+def test_a_daemon_that_closed_what_it_inherited_does_not_keep_the_hold(tmp_path: Path) -> None:
+    """COMMAND starts a daemon in a session of its own (gpg-agent for a signed commit, an
+    ssh-agent, a build daemon) that closes the descriptors it inherited: it holds nothing of
+    the lock, so the hold ends with COMMAND and removes the lock, leaving the daemon be."""
+    lock, started = tmp_path / "LOCK", tmp_path / "daemon.pid"
+    daemon = f"{sys.executable} -c '{DAEMON_CLOSING_WHAT_IT_INHERITED}' {started}"
+    started_yet = f"while [ ! -e {started} ]; do sleep 0.05; done"
+    script = f"setsid {daemon} </dev/null >/dev/null 2>&1 & {started_yet}"
+    try:
+        done = run_cli("hold", str(lock), "--role", "sign", "--", "sh", "-c", script, timeout=20)
+        assert done.returncode == 0, done.stderr
+        assert not lock.exists()
+        assert psutil.pid_exists(int(started.read_text()))  # left be: it was never the lock's
+    finally:
+        if started.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(started.read_text()), signal.SIGKILL)
