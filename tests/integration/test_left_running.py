@@ -20,6 +20,7 @@ import textwrap
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -67,14 +68,21 @@ def inspect(lock: Path, lock_format: str, tmp_path: Path, *options: str) -> dict
     return finding  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_killed_holders_workers_hold_its_lock_until_they_end(
-    seed: int, tmp_path: Path, children: Children
-) -> None:
+class Job(NamedTuple):
+    holder: subprocess.Popen[str]
+    workers: set[int]
+    lock: Path
+    lock_format: str
+    context: str
+
+
+def start_job(seed: int, tmp_path: Path, children: Children, fewest_workers: int) -> Job:
+    """A holder of a random format, leading its session or its group, with workers at random
+    depths: what the seed draws."""
     rng = random.Random(seed)
     lock_format = rng.choice(["pidfile", "owner-record"])
     leads = rng.choice(["session", "group"])
-    depths = [rng.choice(["1", "2"]) for _ in range(rng.randint(0, 3))]
+    depths = [rng.choice(["1", "2"]) for _ in range(rng.randint(fewest_workers, 3))]
     lock = tmp_path / ("job.pid" if lock_format == "pidfile" else "LOCK")
     holder = children.start(
         [sys.executable, "-c", textwrap.dedent(HOLDER), str(lock), lock_format, leads, *depths],
@@ -83,6 +91,15 @@ def test_a_killed_holders_workers_hold_its_lock_until_they_end(
     assert holder.stdout is not None
     workers = {children.track(int(pid)) for pid in holder.stdout.readline().split()}
     context = f"seed {seed}: {lock_format}, leads a {leads}, workers at depths {depths}"
+    return Job(holder, workers, lock, lock_format, context)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_killed_holders_workers_hold_its_lock_until_they_end(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    job = start_job(seed, tmp_path, children, fewest_workers=0)
+    holder, workers, lock, lock_format, context = job
     holder.send_signal(signal.SIGKILL)
     holder.wait()
 
@@ -143,18 +160,8 @@ def test_the_advised_action_frees_the_lock_with_what_the_holder_started(
     """A live holder past its budget, with workers at random depths: the action lockwarden
     gives, run as given, ends the hold; no worker is left holding it (`kill PID` alone left
     them migrating, and the lock held by them)."""
-    rng = random.Random(seed)
-    lock_format = rng.choice(["pidfile", "owner-record"])
-    leads = rng.choice(["session", "group"])
-    depths = [rng.choice(["1", "2"]) for _ in range(rng.randint(1, 3))]
-    lock = tmp_path / ("job.pid" if lock_format == "pidfile" else "LOCK")
-    holder = children.start(
-        [sys.executable, "-c", textwrap.dedent(HOLDER), str(lock), lock_format, leads, *depths],
-        start_new_session=leads == "session",
-    )
-    assert holder.stdout is not None
-    workers = {children.track(int(pid)) for pid in holder.stdout.readline().split()}
-    context = f"seed {seed}: {lock_format}, leads a {leads}, workers at depths {depths}"
+    job = start_job(seed, tmp_path, children, fewest_workers=1)
+    holder, workers, lock, lock_format, context = job
     late = inspect(lock, lock_format, tmp_path, "--now", _hours_from_now(2))
     assert late["state"] == "held_too_long", context
     argv = late["action"]["argv"]
