@@ -257,3 +257,25 @@ def test_an_sqlite_writer_retrying_in_its_busy_handler_is_pointed_at_the_holder(
     assert candidate["to_free_it"] == f"kill {holder.pid}", candidate
     text = run_cli("why", str(retrying.pid)).stdout
     assert f"by PID {holder.pid} (" in text and "busy timeout" in text, text
+
+
+RETRIES_ON = """
+import sys, time
+handle = open(sys.argv[1], "a")  # tries, now and then, to take it: never waits in the kernel
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_file_named_like_sqlites_shm_beside_no_database_is_a_lock_of_its_own(
+    tmp_path: Path, children: Children
+) -> None:
+    """Only beside an SQLite database is `NAME-shm` judged with it; beside a plain file it is
+    a lock of its own, and a process retrying on it is pointed at its holder."""
+    (tmp_path / "queue").write_text("not a database\n")
+    lock = tmp_path / "queue-shm"
+    holder = children.python(FLOCK_HOLDER, str(lock))
+    retrying = children.python(RETRIES_ON, str(lock))
+    [process] = why(str(retrying.pid))[1]["processes"]
+    [candidate] = process["locked_open"]
+    assert candidate["path"] == str(lock) and candidate["held_by"] == [holder.pid], candidate

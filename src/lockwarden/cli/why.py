@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwarden.check.advice import advise_holder
-from lockwarden.formats.sqlite import database_path
+from lockwarden.formats.sqlite import database_path, has_sqlite_header
 from lockwarden.model import (
     Finding,
     Holder,
@@ -207,8 +207,8 @@ def _locked_open(pid: int, walk: Walk) -> tuple[Wait, ...]:
         if named is None:
             continue
         path = reachable_path(walk.proc, pid, named, int(name))
-        if path in found or database_path(path) != path:
-            continue  # SQLite's -shm is judged with its database, which the process has open
+        if path in found or _judged_with_its_database(path):
+            continue
         finding = walk.look(path)
         if finding.key is None or finding.key[1] != inode:
             continue
@@ -216,6 +216,13 @@ def _locked_open(pid: int, walk: Walk) -> tuple[Wait, ...]:
         if others:
             found[path] = Wait(pid, path, RETRY_CALL, finding, blockers=others)
     return tuple(found.values())
+
+
+def _judged_with_its_database(path: str) -> bool:
+    """SQLite's `-shm` (or `-wal`, `-journal`) beside a database: judged with the database,
+    which the process has open too. Beside any other file it is a lock of its own."""
+    database = database_path(path)
+    return database != path and has_sqlite_header(database)
 
 
 def local_client(waiter: Waiter) -> bool:
