@@ -119,6 +119,57 @@ def reused_pid_bare_pidfile(root: str, started: Started) -> None:
     judge("recorded PID reused by another program (bare pidfile)", pidfile, ["unknown"])
 
 
+def start_daemon_at(started: Started, pid: int) -> int:
+    """An unrelated program's daemon, started the classic way: its first process, at `pid`,
+    starts a session, forks the daemon and exits, so the daemon is in the session and process
+    group of a PID that is gone. Returns the daemon's PID."""
+    first = spawn_at(
+        started,
+        pid,
+        ["sh", "-c", "sleep 120 >/dev/null 2>&1 & echo $!"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert first.stdout is not None
+    daemon = int(first.stdout.readline())
+    first.wait()
+    return daemon
+
+
+def reused_pid_as_a_gone_session_leader(root: str, started: Started) -> None:
+    """The recorded holder died; later its PID came round to an unrelated daemon's first
+    process, which has exited too. The daemon carries that PID as its session and group, but
+    it is no work of the holder's: it may not be named as the lock's holder."""
+    first = spawn_at(started, 550, ["sleep", "120"])
+    pidfile = f"{root}/job.pid"
+    with open(pidfile, "w") as handle:
+        handle.write("550\n")
+    written = time.time() - 60  # the job wrote it a minute ago, then died
+    os.utime(pidfile, (written, written))
+    first.kill()
+    first.wait()
+    daemon = start_daemon_at(started, 550)
+    judge(
+        "recorded PID reused by a daemon's gone session leader (bare pidfile)",
+        pidfile,
+        ["stale", "unknown"],
+        daemon=daemon,
+    )
+    os.kill(daemon, signal.SIGKILL)
+    first = spawn_at(started, 560, ["sleep", "120"])
+    lock = mkdir_lock(f"{root}/ticks-session", {"pid": 560, "start_ticks": start_ticks(560)})
+    first.kill()
+    first.wait()
+    daemon = start_daemon_at(started, 560)
+    judge(
+        "recorded PID reused by a daemon's gone session leader (record has start ticks)",
+        lock,
+        ["stale", "unknown"],
+        daemon=daemon,
+    )
+    os.kill(daemon, signal.SIGKILL)
+
+
 def foreign_boot_id(root: str, started: Started) -> None:
     spawn_at(started, 520, ["sleep", "120"])
     lock = mkdir_lock(f"{root}/boot", {"pid": 520, "boot_id": ANOTHER_BOOT})
@@ -194,6 +245,7 @@ def main() -> None:
         for scenario in (
             reused_pid_with_start_ticks,
             reused_pid_bare_pidfile,
+            reused_pid_as_a_gone_session_leader,
             foreign_boot_id,
             zombie_with_live_thread,
             exited_holders,

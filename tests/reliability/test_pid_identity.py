@@ -1,7 +1,8 @@
 """Row 7: PID identity. In a private PID namespace, real processes are put at chosen PIDs
 (through /proc/sys/kernel/ns_last_pid) to stage every way a recorded PID can lie: reused by
-another program, from another boot, a zombie whose thread still runs, an exited holder, and a
-holder in a nested namespace whose PID means something else here. lockwarden's real pipeline
+another program (or by a daemon's first process, since gone, whose daemon carries the PID as
+its session and group), from another boot, a zombie whose thread still runs, an exited holder,
+and a holder in a nested namespace whose PID means something else here. lockwarden's real pipeline
 judges each lock inside that namespace (tests/reliability/pid_namespace_scenarios.py); the
 target is 0 false `stale` and 0 false `held`.
 
@@ -22,7 +23,7 @@ from conftest import SRC, pid_namespace_command
 from reliability.support import Figures
 
 SCENARIOS = Path(__file__).with_name("pid_namespace_scenarios.py")
-EXPECTED_SCENARIOS = 8
+EXPECTED_SCENARIOS = 10
 
 
 def test_no_false_stale_and_no_false_held_for_lying_pids(tmp_path: Path, figures: Figures) -> None:
