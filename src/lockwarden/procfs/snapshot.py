@@ -611,8 +611,10 @@ def _read_working_directories(proc: str, entries: tuple[str, ...]) -> WorkingDir
             continue
         except OSError:  # gone, or a kernel thread
             continue
-        if not cwd.endswith(" (deleted)"):
-            by_pid[int(entry)] = cwd
+        # A directory removed under a process (a linked work tree deleted while its git waits
+        # for an editor) is still where it works: kept by the name it had, it ties the
+        # process to a lock there as before; left out, that git would prove a live lock stale.
+        by_pid[int(entry)] = cwd.removesuffix(" (deleted)")
     return WorkingDirectories(by_pid, tuple(unreadable))
 
 

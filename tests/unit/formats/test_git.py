@@ -8,6 +8,7 @@ or GIT_DIR/GIT_WORK_TREE in its environment."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -395,6 +396,32 @@ def test_a_live_lock_whose_work_tree_is_elsewhere_is_never_removed(children, tmp
         assert finding["state"] == "held_too_long", finding["reason"]
         assert f"PID {commit.pid} (" in finding["reason"]
         assert finding["holders"] == [] and finding["action"] is None
+    assert repository.lock.exists()
+    assert commit.poll() is None
+
+
+def test_a_live_lock_whose_work_tree_was_deleted_under_its_git_is_never_removed(children, tmp_path):
+    """A linked work tree removed (`rm -rf`) while a commit there waits for its editor: the
+    git still runs and holds the index.lock in `.git/worktrees/NAME`, though its working
+    directory is now an unlinked one. Two runs past stale_after, with remove_stale and the
+    shortest stale_confirm, may not call the live lock stale nor remove it."""
+    repository = make_linked_work_tree(tmp_path)
+    commit = start_commit_waiting_for_its_editor(
+        children, repository.work_tree, lock=repository.lock
+    )
+    shutil.rmtree(repository.work_tree)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[[lock]]\nname = "linked"\npath = "{repository.lock}"\nformat = "git"\n'
+        f'stale_after = "5s"\nremove_stale = true\nstale_confirm = "5s"\n'
+        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
+    )
+    later = datetime.now(UTC) + timedelta(minutes=20)
+    for run in range(2):  # past stale_after, and stale_confirm apart
+        moment = (later + timedelta(minutes=run)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _code, document = run_json("--once", "--now", moment, "--config", str(config))
+        [finding] = document["locks"]
+        assert finding["state"] != "stale", finding["proof"]
     assert repository.lock.exists()
     assert commit.poll() is None
 
