@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import NamedTuple
 
 import pytest
 
-from conftest import Children, run_json, wait_until, write_config
+from conftest import Children, require_tool, run_json, wait_until, write_config
 
 # argv: LOCK FORMAT LEADS DEPTHS... ; writes its record, starts one worker per DEPTH (1: a
 # child; 2: a shell's child, the shell waiting), prints the workers' PIDs, then sleeps.
@@ -177,3 +178,66 @@ def test_the_advised_action_frees_the_lock_with_what_the_holder_started(
 def _hours_from_now(hours: int) -> str:
     moment = datetime.now(UTC) + timedelta(hours=hours)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_the_advised_action_frees_a_lock_an_interactive_shell_holds(
+    tmp_path: Path, children: Children
+) -> None:
+    """A person took the lock at their shell's prompt (`exec 9>F; flock 9`) and left: the
+    interactive shell on a real terminal holds it and leads its process group. An interactive
+    bash ignores SIGTERM, so the action given past the budget, run as given, must still end
+    the hold."""
+    lock = tmp_path / "job.lock"
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[[lock]]\nname = "job"\npath = "{lock}"\nformat = "kernel"\nwarn_after = "1s"\n'
+        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n',
+    )
+    controller, terminal = os.openpty()
+    terminal_name = os.ttyname(terminal)
+
+    def take_the_terminal() -> None:  # session leader opening a tty: it becomes the controlling one
+        os.close(os.open(terminal_name, os.O_RDWR))
+
+    shell = subprocess.Popen(
+        [require_tool("bash"), "--norc", "--noprofile", "-i"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+        preexec_fn=take_the_terminal,
+    )
+    children.track(shell.pid)
+    os.close(terminal)
+    try:
+        os.write(controller, f"exec 9>{lock}; flock 9; echo TAK''EN\n".encode())
+        _read_until(controller, b"TAKEN", timeout=10)
+        run_json("--once", "--config", config)  # the first run starts the sighting series
+        time.sleep(1.5)
+        _code, document = run_json("--once", "--config", config)
+        [late] = document["locks"]
+        assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+        assert [holder["pid"] for holder in late["holders"]] == [shell.pid]
+        argv = late["action"]["argv"]
+        subprocess.run(argv, check=True, timeout=10)
+        freed = wait_until(lambda: _flock_is_free(lock), timeout=10)
+        assert freed, f"{argv} left the lock held by the shell"
+    finally:
+        shell.kill()
+        shell.wait(timeout=10)
+        os.close(controller)
+
+
+def _flock_is_free(path: Path) -> bool:
+    taken = subprocess.run([require_tool("flock"), "-n", str(path), "true"], timeout=10)
+    return taken.returncode == 0
+
+
+def _read_until(descriptor: int, wanted: bytes, timeout: float) -> None:
+    """Read a terminal until `wanted` shows, within `timeout` seconds."""
+    output, deadline = b"", time.monotonic() + timeout
+    while wanted not in output:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([descriptor], [], [], max(left, 0))
+        assert ready, f"no {wanted!r} within {timeout}s: {output!r}"
+        output += os.read(descriptor, 1024)

@@ -128,19 +128,25 @@ def advise_holder(holder: Holder, sharers: tuple[Holder, ...], lock_format: str)
     return kill(holder, sharers)
 
 
+# An interactive shell ignores SIGTERM; SIGHUP (its terminal hung up) ends it and its jobs,
+# and ends a shell running a script as SIGTERM would.
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ksh93", "fish", "tcsh", "csh"})
+
+
 def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     """`kill` for each process by its PID; for one that leads its process group, the whole
     group (`-PID`): a tool that runs its work in a child, killed alone, leaves the child
-    working, and the lock with it."""
-    targets = [
-        f"-{party.pid}" if party.leads_group else str(party.pid)
-        for party in (holder, *sharers)
-        if party.pid is not None
-    ]
-    # procps's kill reads `kill -- -6` as signal 6 with no PID; with the signal named it reads
-    # every `-PID` after `--` as a group (bash's builtin reads both forms alike).
-    separator = "-TERM -- " if any(target.startswith("-") for target in targets) else ""
-    return "kill " + separator + " ".join(dict.fromkeys(targets))
+    working, and the lock with it. A shell (a person's debug shell at its prompt) gets SIGHUP,
+    which it does not ignore."""
+    parties = [party for party in (holder, *sharers) if party.pid is not None]
+    targets = [f"-{party.pid}" if party.leads_group else str(party.pid) for party in parties]
+    hangup = all(program_of(party) in SHELLS for party in parties)  # a daemon may reload on HUP
+    signal = "-HUP " if hangup else ""
+    if any(target.startswith("-") for target in targets):
+        # procps's kill reads `kill -- -6` as signal 6 with no PID; with the signal named it
+        # reads every `-PID` after `--` as a group (bash's builtin reads both forms alike).
+        signal = f"{signal or '-TERM '}-- "
+    return "kill " + signal + " ".join(dict.fromkeys(targets))
 
 
 CONTAINER_STOP = {

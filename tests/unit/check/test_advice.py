@@ -55,6 +55,18 @@ def test_a_holder_that_leads_its_process_group_is_killed_with_its_group(
     assert advise_holder(holder("python3", leads_group=leads), sharers, "owner-record") == advised
 
 
+@pytest.mark.parametrize(
+    ("who", "advised"),
+    [
+        (holder("bash", leads_group=True), "kill -HUP -- -4242"),  # a person's shell: HUP ends it
+        (holder("zsh"), "kill -HUP 4242"),
+        (holder("python3"), "kill 4242"),  # a daemon may reload on HUP: TERM
+    ],
+)
+def test_a_shell_gets_the_hangup_it_does_not_ignore(who: Holder, advised: str) -> None:
+    assert advise_holder(who, (), "kernel") == advised
+
+
 def test_only_a_lock_that_needs_it_gets_an_action() -> None:
     assert [state for state in State if needs_action(state)] == [
         State.HELD_TOO_LONG,
