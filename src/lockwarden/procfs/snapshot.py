@@ -19,6 +19,7 @@ on a hung mount blocks it).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -536,8 +537,42 @@ def reached_from(
 
 
 def _as_seen_by(base: str, value: str) -> str:
-    """A path a process named, through its own root or working directory."""
-    return f"{base}/root{value}" if value.startswith("/") else f"{base}/cwd/{value}"
+    """A path a process named, through its own root or working directory, with the symlinks
+    on the way resolved as the process would: the kernel restarts an absolute symlink met
+    below /proc/PID/root at lockwarden's root, not the process's (a container's `/link ->
+    /data` means its own /data). Raises OSError (ELOOP) on a symlink loop."""
+    root = f"{base}/root"
+    start = root if value.startswith("/") else f"{base}/cwd"
+    return _resolved_below(root, start, value.split("/"))
+
+
+SYMLINK_HOPS = 40  # the kernel's MAXSYMLINKS
+
+
+def _resolved_below(root: str, path: str, parts: list[str]) -> str:
+    """`parts` walked from `path` one name at a time, never above `root`; a name not there
+    (or not a symlink) is taken as it is, for _upwards to find missing."""
+    hops = 0
+    pending = list(parts)
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == ".." and path == root:
+            continue  # `..` of the process's root is its root
+        candidate = f"{path}/{part}"
+        try:
+            target = os.readlink(candidate)
+        except OSError:  # not a symlink, or not there
+            path = candidate
+            continue
+        hops += 1
+        if hops > SYMLINK_HOPS:
+            raise OSError(errno.ELOOP, f"too many symlinks in {candidate}")
+        pending = target.split("/") + pending
+        if target.startswith("/"):
+            path = root
+    return path
 
 
 def _upwards(start: str) -> list[tuple[str, InodeKey]]:
