@@ -52,5 +52,5 @@ def test_a_format_declaration_is_what_the_advice_says() -> None:
     bash = Holder(pid=4242, alive=True, name="bash")
     assert advise_holder(bash, (), "pacman").endswith(FORMATS["pacman"].holder_action.why)
     assert advise_holder(bash, (), "dpkg").startswith("wait for PID 4242 (bash) to finish")
-    assert advise_holder(bash, (), "kernel") == "kill 4242"
-    assert advise_holder(bash, (), "not-a-format") == "kill 4242"
+    assert advise_holder(bash, (), "kernel") == "kill -HUP 4242"  # a shell: HUP, not TERM
+    assert advise_holder(bash, (), "not-a-format") == "kill -HUP 4242"
