@@ -151,10 +151,17 @@ def retrying_pids(claim: Claim, blocking: tuple[KernelLock, ...]) -> frozenset[i
 
 def lock_name(claim: Claim, locks: Iterable[KernelLock]) -> str | None:
     """What the lock's program calls the most telling of these locks (Claim.lock_names)."""
+    found = named_lock(claim, locks)
+    return found[0] if found is not None else None
+
+
+def named_lock(claim: Claim, locks: Iterable[KernelLock]) -> tuple[str, KernelLock] | None:
+    """The most telling of these locks by the lock's program's names, and its name."""
     held = list(locks)
     for named in claim.lock_names:
-        if any(lock.mode == named.mode and named.span.overlaps(lock) for lock in held):
-            return named.name
+        for lock in held:
+            if lock.mode == named.mode and named.span.overlaps(lock):
+                return named.name, lock
     return None
 
 
@@ -456,10 +463,18 @@ def _named(
     if not claim.lock_names:
         return holders
     names = [named.name for named in claim.lock_names]
-    named = [
-        replace(holder, lock_name=lock_name(claim, _own(granted, holder.pid))) for holder in holders
-    ]
+    named = [_with_name(claim, holder, _own(granted, holder.pid)) for holder in holders]
     return tuple(sorted(named, key=lambda holder: _rank(names, holder.lock_name)))
+
+
+def _with_name(claim: Claim, holder: Holder, own: list[KernelLock]) -> Holder:
+    """The holder named by its most telling lock, shown with that lock's bytes (a process
+    holds several: SQLite's EXCLUSIVE is the SHARED range, not the PENDING byte beside it)."""
+    found = named_lock(claim, own)
+    if found is None:
+        return replace(holder, lock_name=None)
+    name, lock = found
+    return replace(holder, lock_name=name, lock_start=lock.start, lock_end=lock.end)
 
 
 def _own(locks: Iterable[KernelLock], pid: int | None) -> list[KernelLock]:

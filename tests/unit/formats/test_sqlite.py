@@ -162,6 +162,28 @@ def test_exclusive_writer_counts_as_writer(children, tmp_path):
 
     assert finding.state is State.HELD
     assert finding.holder is not None and finding.holder.pid == writer.pid
+    # named EXCLUSIVE, and shown with the bytes of the lock that is (the kernel may have merged
+    # it with PENDING and RESERVED beside it): never a lock that misses the SHARED range
+    shared_first, shared_last = 0x40000002, 0x40000002 + 509
+    assert finding.holder.lock_name == "EXCLUSIVE"
+    start, end = finding.holder.lock_start, finding.holder.lock_end
+    assert start is not None and end is not None
+    assert start <= shared_first and end >= shared_last, (start, end)
+
+
+def test_an_exclusive_wal_writer_is_shown_with_its_exclusive_bytes(children, tmp_path):
+    """WAL in exclusive locking mode: the writer holds the PENDING byte and the SHARED range
+    as two kernel locks; it is named EXCLUSIVE, with the SHARED range's bytes (it was shown
+    with the PENDING byte's)."""
+    database = make_database(tmp_path / "app.db", wal=True)
+    exclusive = ("PRAGMA locking_mode=EXCLUSIVE;", "BEGIN EXCLUSIVE;", "INSERT INTO t VALUES (2);")
+    writer = start_sqlite_shell(children, database, *exclusive)
+
+    finding = inspect(database, "sqlite")
+
+    assert finding.holder is not None and finding.holder.pid == writer.pid
+    assert finding.holder.lock_name == "EXCLUSIVE"
+    assert (finding.holder.lock_start, finding.holder.lock_end) == (0x40000002, 0x40000002 + 509)
 
 
 def test_auto_picks_sqlite_for_the_database_and_its_wal_files(children, tmp_path):
