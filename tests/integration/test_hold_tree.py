@@ -172,14 +172,17 @@ def config_for(trees: Iterable[Tree], directory: Path) -> str:
     return write_config(directory / "config.toml", f'[state]\npath = "{state}"\n{locks}')
 
 
-def check_while_running(tree: Tree, finding: dict[str, Any], ran: set[int]) -> None:
+def check_while_running(
+    tree: Tree, finding: dict[str, Any], ran: set[int], lock_there: bool
+) -> None:
     """A tree that ran throughout the run: its lock held by one of the processes that ran
-    when the run began (the supervisor among them, if it did), and left in place."""
+    when the run began (the supervisor among them, if it did), and left in place (looked at
+    before the tree was: a tree running after that look ran during it)."""
     assert finding["state"] in ("held", "held_too_long"), (tree.describe(), finding)
     named = finding["holders"][0]["pid"]
     assert named in ran, f"{tree.describe()}: named PID {named}, running {ran}"
     assert finding.get("removal") is None, tree.describe()
-    assert tree.lock.is_dir(), f"{tree.describe()}: the lock was removed while its tree ran"
+    assert lock_there, f"{tree.describe()}: the lock was removed while its tree ran"
 
 
 def check_after(tree: Tree, finding: dict[str, Any], supervisor_ran: bool) -> None:
@@ -222,9 +225,11 @@ def test_a_hold_is_held_while_any_process_of_its_command_runs(
         findings = {finding["name"]: finding for finding in document["locks"]}
         for tree in trees:
             finding, ran = findings[tree.name], before[tree.name]
-            if tree.running():  # then it ran throughout the run
+            # Looked at first: a tree may end, and its lock be removed, between two looks.
+            lock_there = tree.lock.is_dir()
+            if tree.running():  # then it ran throughout the run, and at that look
                 supervisor = {tree.supervisor.pid} if supervisors[tree.name] else set()
-                check_while_running(tree, finding, ran | supervisor)
+                check_while_running(tree, finding, ran | supervisor, lock_there)
             elif not ran:
                 check_after(tree, finding, supervisors[tree.name])
 
