@@ -112,6 +112,14 @@ def safe_action(holder: Holder, lock_format: str) -> SafeAction:
     return declared
 
 
+def call_to_act(holder: Holder, lock_format: str) -> str:
+    """How a headline about a holder past its budget ends: what its action asks, in two words
+    (a package manager is waited for, never stopped)."""
+    if safe_action(holder, lock_format).kind is HolderAction.WAIT:
+        return " — let it finish"
+    return " — stop it"
+
+
 def advise_holder(holder: Holder, sharers: tuple[Holder, ...], lock_format: str) -> str:
     """The action for a live holder past its budget."""
     safe = safe_action(holder, lock_format)

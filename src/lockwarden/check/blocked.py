@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from lockwarden.check.advice import call_to_act
 from lockwarden.config import HostSettings
 from lockwarden.model import NOT_HELD, Bound, Finding, Held, Severity, State, command_text
 from lockwarden.support.durations import format_duration
@@ -94,7 +95,7 @@ def blocked_finding(
         behind = f"behind a holder lockwarden cannot name ({lock.reason})"
     else:
         behind = f"behind {holder}"
-    stop = " — stop it" if holder is not None and lock.action else ""
+    stop = call_to_act(lock.holder, lock.format) if lock.holder is not None and lock.action else ""
     reason = (
         f"writes to {lock.path} blocked: {waiters}{more} "
         f"{'has' if len(lock.waiters) == 1 else 'have'} waited {waited or 'for an unknown time'} "

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lockwarden.check.advice import advise_holder, needs_action
+from lockwarden.check.advice import advise_holder, call_to_act, needs_action
 from lockwarden.check.identify import Evidence, holder_from_process, missing_right, processes
 from lockwarden.model import (
     Bound,
@@ -111,6 +111,7 @@ def classify(
             declared_limit,
             bound,
             _upper_bound(held_for, bound, verdict, now),
+            claim.format,
         ),
         held=Held.of(held_for, bound, now),
         proof=verdict.proof,
@@ -888,6 +889,7 @@ def explain(
     declared_limit: float | None = None,
     bound: Bound = Bound.EXACT,
     at_most: float | None = None,
+    lock_format: str = "",
 ) -> str:
     """The finding's reason. `at_most`: the longest it can have been held (None: no limit is
     known); only that within the budget reads "within its budget"."""
@@ -899,12 +901,13 @@ def explain(
             if declared_limit is not None
             else ""
         )
-        if holder is None:  # still past its budget, known from below: say why none is named
+        if verdict.holder is None:  # past its budget, known from below: say why none is named
             return (
                 f"writes to {name} blocked: a holder lockwarden cannot name has held the lock "
                 f"{how_long}{past} ({verdict.reason})"
             )
-        return f"writes to {name} blocked: {holder} has held the lock {how_long}{past} — stop it"
+        ending = call_to_act(verdict.holder, lock_format)
+        return f"writes to {name} blocked: {holder} has held the lock {how_long}{past}{ending}"
     if state is State.HELD and holder:
         return f"{verdict.reason} by {holder} {how_long}{budget_words(at_most, policy.warn_after)}"
     return verdict.reason

@@ -120,3 +120,21 @@ def test_builtin_config_uses_the_dpkg_format_for_dpkg_and_apt_locks():
     formats = {lock.path: lock.format for lock in builtin.locks}
     assert all(formats[path] == "dpkg" for path in DPKG_LOCK_PATHS)
     assert formats["/run/unattended-upgrades.lock"] == "kernel"
+
+
+def test_a_package_manager_past_its_budget_is_to_be_let_finish_never_stopped(children, tmp_path):
+    """The headline (what an alert says first) asks what the action does: wait, never stop a
+    package manager mid-transaction (it said "— stop it" above a "wait for" action)."""
+    root = private_apt_root(tmp_path / "root")
+    apt = start_apt_get_at_its_prompt(children, root)
+    lock = str(root / "var/lib/dpkg/lock-frontend")
+    assert wait_until(lambda: inspect(lock, "dpkg").state is State.HELD, timeout=20)
+
+    budgets = ("--warn-after", "0s", "--critical-after", "0s")
+    _code, document = run_json("inspect", lock, "--format", "dpkg", *budgets)
+
+    [finding] = document["locks"]
+    assert finding["state"] == "held_too_long", finding
+    assert finding["reason"].endswith(" — let it finish"), finding["reason"]
+    assert "stop it" not in finding["reason"]
+    assert finding["action"]["line"].startswith(f"wait for PID {apt.pid}")
