@@ -512,6 +512,28 @@ def _worker_verdict(
     return Verdict(State.STALE, "stale: no process that could hold it is running", proof=proof)
 
 
+def _workers_running(claim: Claim, workers: Workers, evidence: Evidence) -> Verdict | None:
+    """A lock that one program holds open and another (pacman-db-upgrade: `touch`, work, `rm`)
+    holds without: while one of the second runs, it is held by a holder nobody can name; with
+    processes that could not be looked at, nothing is proven."""
+    candidates = _could_have_taken_it(claim, evidence.workers)
+    if candidates:
+        listed = ", ".join(_candidate(worker) for worker in candidates[:5])
+        return Verdict(
+            State.HELD,
+            f"held, by a process lockwarden cannot name: none has it open, but {listed} runs, "
+            "which holds it without keeping it open",
+        )
+    blind = _blind_reason(evidence.unreadable_cwds, evidence, "working directories")
+    if blind:
+        return Verdict(
+            State.UNKNOWN,
+            f"no process has it open and no {_names(workers)} process was seen, but {blind}",
+            cause=_blind_cause(evidence.unreadable_cwds),
+        )
+    return None
+
+
 def _candidate(worker: Holder) -> str:
     """`PID 4242 (git commit -a)`: a process that may hold a lock, never its named holder."""
     command = " ".join(worker.cmdline) or worker.name or "?"
@@ -572,6 +594,10 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
             sharers=evidence.openers[1:],
         )
     blind = _blind_reason(evidence.unreadable_pids, evidence, "open files")
+    if claim.workers is not None:  # a program that holds it without keeping it open
+        working = _workers_running(claim, claim.workers, evidence)
+        if working is not None:
+            return working
     if claim.stale.proof is StaleProof.NO_OPENER and blind is None:
         proof = f"no process has {claim.path} open, and {claim.stale.fact}"
         return Verdict(State.STALE, "stale: no process has the lock open", proof=proof)

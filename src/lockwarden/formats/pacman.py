@@ -1,7 +1,8 @@
 """pacman's database lock: `DBPath/db.lck`, created O_EXCL, empty, and kept open by pacman
 (libalpm's `_alpm_handle_lock`) until it unlocks. A killed pacman leaves the file behind, and
 pacman refuses to run until someone removes it; a process with it open is the holder, and no
-process with it open proves it stale.
+process with it open proves it stale, unless a `pacman-db-upgrade` runs: that script takes the
+lock with `touch` and drops it with `rm`, holding it without keeping it open.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from lockwarden.formats.base import (
     mtime_of,
     unreadable,
 )
-from lockwarden.model import Claim, Staleness, StaleProof
+from lockwarden.model import Claim, Staleness, StaleProof, Workers
 
 NAME = "pacman"
 LOCK_NAME = "db.lck"
+# pacman-db-upgrade (shipped with pacman) takes the lock with `touch`, upgrades the database and
+# `rm`s it, never keeping it open: while one runs anywhere (the kernel cuts its name to 15
+# characters), the lock is held.
+UPGRADERS = Workers(("/",), ("pacman-db-upgr*",))
 
 
 class PacmanLock:
@@ -59,8 +64,11 @@ class PacmanLock:
             keys=(key_of(status),),
             created_at=mtime_of(status),
             stale=Staleness(
-                StaleProof.NO_OPENER, "pacman keeps db.lck open for as long as it holds the lock"
+                StaleProof.NO_OPENER,
+                "pacman keeps db.lck open for as long as it holds the lock, and no "
+                "pacman-db-upgrade runs",
             ),
+            workers=UPGRADERS,
             record_path=path,
             remove_path=path,
         )

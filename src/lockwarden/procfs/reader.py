@@ -46,6 +46,7 @@ from lockwarden.procfs.snapshot import (
     _has_capability,
     _link,
     _mapping_pids,
+    _named,
     _pointing_into,
     _process_facts,
     _read_text,
@@ -567,7 +568,10 @@ class HostReader:
             roots = [os.path.realpath(directory).rstrip("/") for directory in directories]
             under = processes_under(cwds, roots)
             if not (workers.variables or workers.identities):
-                working_in[directories] = under
+                # by name here: details are read for each worker, and `/` has every process
+                working_in[directories] = tuple(
+                    pid for pid in under if _named(self.proc, pid, workers)
+                )
                 continue
             written = [os.path.normpath(directory) for directory in directories]
             found = _pointing_into(

@@ -104,3 +104,53 @@ def test_a_pacman_lock_nobody_has_open_is_stale_with_proof(tmp_path):
     finding = inspect(str(lock))
     assert finding.format == "pacman"
     assert_stale_or_honestly_unknown(finding, lock)
+
+
+# Debian's pacman ships pacman-db-upgrade but not the libmakepkg files it sources: these stand
+# in for them. Only `msg` does more than print: it waits while the gate file exists, so the
+# test holds the real script right after it took the lock (it says a message then).
+STAND_INS = {
+    "message.sh": (
+        "colorize() { :; }\n"
+        'msg() { printf "==> %s\\n" "$1" >&2; while [ -e "$LW_GATE" ]; do sleep 0.05; done; }\n'
+        'msg2() { msg "$@"; }\n'
+        'warning() { printf "WARNING: %s\\n" "$1" >&2; }\n'
+        'error() { printf "ERROR: %s\\n" "$1" >&2; }\n'
+    ),
+    "parseopts.sh": (
+        'parseopts() { shift; while [[ $1 != -- ]]; do shift; done; shift; OPTRET=("$@" --); }\n'
+    ),
+}
+
+
+def test_pacman_db_upgrade_holds_db_lck_without_keeping_it_open(children, tmp_path):
+    """The real pacman-db-upgrade takes db.lck with `touch` and drops it with `rm`: nothing
+    has it open while it upgrades, yet it is held (it was called stale, and removed)."""
+    upgrade = require_tool("pacman-db-upgrade")
+    (tmp_path / "db/local").mkdir(parents=True)  # no ALPM_DB_VERSION: an old database
+    (tmp_path / "root").mkdir()
+    (tmp_path / "pacman.conf").write_text("[options]\n")
+    library = tmp_path / "makepkg/util"
+    library.mkdir(parents=True)
+    for name, text in STAND_INS.items():
+        (library / name).write_text(text)
+    gate = tmp_path / "gate"
+    gate.touch()
+    options = ["--config", str(tmp_path / "pacman.conf"), "--nocolor"]
+    places = ["-d", str(tmp_path / "db"), "-r", str(tmp_path / "root")]
+    env = {**os.environ, "LIBRARY": str(library.parent), "LW_GATE": str(gate)}
+    running = children.start([upgrade, *options, *places], env=env, stdin=subprocess.DEVNULL)
+    lock = tmp_path / "db/db.lck"
+    assert wait_until(lock.exists, timeout=10)
+
+    held = inspect(str(lock), "pacman")
+    gate.unlink()
+    assert running.wait(timeout=30) == 0
+    assert not lock.exists()  # it removed its own lock when done
+
+    if blind_processes():
+        assert held.state is State.UNKNOWN, held.reason
+        return
+    assert held.state is State.HELD, held.reason
+    assert held.holder is None  # nothing proves which process took it
+    assert f"PID {running.pid} (" in held.reason and "without keeping it open" in held.reason
