@@ -114,10 +114,13 @@ def server() -> Iterator[Server]:
 class Psql:
     """A real psql session: statements go in on stdin; `ready` echoes once they have run."""
 
-    def __init__(self, server: Server, tcp: bool, database: str = "postgres") -> None:
+    def __init__(
+        self, server: Server, tcp: bool, database: str = "postgres", port: int | None = None
+    ) -> None:
         host = "127.0.0.1" if tcp else str(server.base)
         user = "app" if tcp else "postgres"
-        argv = [require_tool("psql"), "-X", "-q", "-A", "-t", "-h", host, "-p", str(server.port)]
+        port = port or server.port
+        argv = [require_tool("psql"), "-X", "-q", "-A", "-t", "-h", host, "-p", str(port)]
         argv += ["-U", user, "-d", database, "-v", "ON_ERROR_STOP=1"]
         env = {**os.environ, "PGPASSWORD": PASSWORD, "PGAPPNAME": "deploy-migrate"}
         self.process = subprocess.Popen(
@@ -229,6 +232,42 @@ def test_prisma_lock_held_over_tcp_names_the_backend_and_the_local_psql(
     assert finding["action"]["line"].startswith(f"kill {holder.pid}")
     assert finding["action"]["argv"] is None  # a command and a fallback: not one argv
     assert "writes to app-db blocked" in finding["reason"]
+
+
+def test_a_session_carried_by_a_forwarder_never_names_the_forwarder(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    """psql through a real socat on this host: the session's client port leads to socat, which
+    carries it (a pooler or a tunnel carries every session). Neither named nor told `kill`:
+    the session is ended on the server."""
+    port = free_port()
+    forward = [f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork", f"TCP:127.0.0.1:{server.port}"]
+    forwarder = subprocess.Popen(  # one socat child per connection: the group is killed
+        [require_tool("socat"), *forward], stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        assert wait_until(lambda: _listening(port), timeout=10)
+        holder = Psql(server, tcp=True, port=port)
+        sessions.append(holder)
+        holder.run("SELECT pg_advisory_lock(72707369);")
+        lock = lock_text(server, 'advisory_key = "prisma"', tcp=True, extra=password_file(tmp_path))
+        budget = lock.replace(
+            'warn_after = "30m"\ncritical_after = "1h"', 'warn_after = "0s"\ncritical_after = "0s"'
+        )
+        _code, finding = check(tmp_path, budget)
+    finally:
+        os.killpg(forwarder.pid, signal.SIGKILL)
+        forwarder.wait()
+    assert finding["state"] == "held_too_long", finding
+    assert "socat" not in [party["name"] for party in finding["holders"]], finding
+    assert "forwarder or pooler" in json.dumps(finding), finding
+    assert "kill" not in finding["action"]["line"], finding["action"]
+    assert "pg_terminate_backend(" in finding["action"]["line"]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_two_int_key_held_over_the_unix_socket_names_the_local_psql(

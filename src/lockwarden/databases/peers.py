@@ -68,13 +68,37 @@ def find_clients(backends: Iterable[Backend], snapshot: Snapshot, role: str) -> 
     return clients
 
 
+# Programs that carry other programs' connections: the socket a session's client port leads to
+# is theirs, and the client is behind them (another host, a container, a local program). Named
+# the holder, a pooler or a tunnel would be told `kill`, ending every session it carries.
+FORWARDERS = frozenset(
+    {
+        "socat", "ssh", "sshd", "stunnel", "stunnel4", "haproxy", "nginx", "envoy",
+        "pgbouncer", "pgpool", "odyssey", "pgcat", "pgagroal", "proxysql", "mysqlrouter",
+        "maxscale", "kubectl", "cloud-sql-proxy", "cloud_sql_proxy", "ncat", "nc",
+    }
+)  # fmt: skip
+
+
 def _client(snapshot: Snapshot, pids: Iterable[int], inode: int, role: str) -> Client:
     processes = [process for process in map(snapshot.process, pids) if process is not None]
     if not processes:
         hidden = hidden_note(snapshot)
         why = f"socket {inode} is on this host but no process that has it could be read"
         return Client(None, f"{why}{hidden}")
-    return Client(holder_from_process(_session_owner(snapshot, processes), lock_kind=role))
+    owner = _session_owner(snapshot, processes)
+    if _program(owner) in FORWARDERS:
+        return Client(
+            None,
+            f"its connection on this host is PID {owner.pid}'s ({_program(owner)}), a forwarder "
+            "or pooler that carries it for a client behind it; stopping it would end every "
+            "session it carries",
+        )
+    return Client(holder_from_process(owner, lock_kind=role))
+
+
+def _program(process: Process) -> str:
+    return process.cmdline[0].rsplit("/", 1)[-1] if process.cmdline else process.name
 
 
 def _session_owner(snapshot: Snapshot, processes: list[Process]) -> Process:
