@@ -13,7 +13,7 @@ import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psutil
 import pytest
@@ -371,6 +371,25 @@ LAYOUTS = {
 }
 
 
+def runs_removing_stale(lock: Path, tmp_path: Path) -> list[dict[str, Any]]:
+    """Two real `--once` runs with remove_stale and the shortest stale_after and stale_confirm,
+    past stale_after and stale_confirm apart: each run's finding."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[[lock]]\nname = "repository"\npath = "{lock}"\nformat = "git"\n'
+        f'stale_after = "5s"\nremove_stale = true\nstale_confirm = "5s"\n'
+        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
+    )
+    later = datetime.now(UTC) + timedelta(minutes=20)
+    findings = []
+    for run in range(2):
+        moment = (later + timedelta(minutes=run)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _code, document = run_json("--once", "--now", moment, "--config", str(config))
+        [finding] = document["locks"]
+        findings.append(finding)
+    return findings
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_a_live_lock_whose_work_tree_is_elsewhere_is_never_removed(children, tmp_path, layout):
     """remove_stale with the shortest stale_confirm: two runs past stale_after leave the
@@ -382,17 +401,7 @@ def test_a_live_lock_whose_work_tree_is_elsewhere_is_never_removed(children, tmp
     commit = start_commit_waiting_for_its_editor(
         children, repository.work_tree, cwd=start_in, lock=repository.lock
     )
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'[[lock]]\nname = "repository"\npath = "{repository.lock}"\nformat = "git"\n'
-        f'stale_after = "5s"\nremove_stale = true\nstale_confirm = "5s"\n'
-        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
-    )
-    later = datetime.now(UTC) + timedelta(minutes=20)
-    for run in range(2):  # past stale_after, and stale_confirm apart
-        moment = (later + timedelta(minutes=run)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        _code, document = run_json("--once", "--now", moment, "--config", str(config))
-        [finding] = document["locks"]
+    for finding in runs_removing_stale(repository.lock, tmp_path):
         assert finding["state"] == "held_too_long", finding["reason"]
         assert f"PID {commit.pid} (" in finding["reason"]
         assert finding["holders"] == [] and finding["action"] is None
@@ -410,17 +419,7 @@ def test_a_live_lock_whose_work_tree_was_deleted_under_its_git_is_never_removed(
         children, repository.work_tree, lock=repository.lock
     )
     shutil.rmtree(repository.work_tree)
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'[[lock]]\nname = "linked"\npath = "{repository.lock}"\nformat = "git"\n'
-        f'stale_after = "5s"\nremove_stale = true\nstale_confirm = "5s"\n'
-        f'[state]\npath = "{tmp_path / "state.jsonl"}"\n'
-    )
-    later = datetime.now(UTC) + timedelta(minutes=20)
-    for run in range(2):  # past stale_after, and stale_confirm apart
-        moment = (later + timedelta(minutes=run)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        _code, document = run_json("--once", "--now", moment, "--config", str(config))
-        [finding] = document["locks"]
+    for finding in runs_removing_stale(repository.lock, tmp_path):
         assert finding["state"] != "stale", finding["proof"]
     assert repository.lock.exists()
     assert commit.poll() is None
