@@ -39,7 +39,7 @@ from test_git import (
     start_commit_waiting_for_its_editor,
 )
 
-from conftest import Children, require_tool
+from conftest import Children, require_tool, wait_until
 from format_helpers import inspect
 from lockwarden.model import State
 
@@ -151,7 +151,10 @@ def reached_through(through: str, site: Path, alias: Path) -> Iterator[tuple[str
     try:
         yield ()
     finally:
-        subprocess.run([require_tool("umount"), str(alias)], check=True)
+        # A killed git's helpers may take a moment to exit and let go of the mount.
+        unmount = [require_tool("umount"), str(alias)]
+        if not wait_until(lambda: subprocess.run(unmount, capture_output=True).returncode == 0):
+            subprocess.run(unmount, check=True)
 
 
 def _own_namespace(site: Path, alias: Path) -> tuple[str, ...]:
