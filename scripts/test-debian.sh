@@ -24,6 +24,7 @@ shift || true
 # not exist fails the run: a renamed test must not drop out in silence.
 candidates=(
     tests/unit/cli/test_cli.py tests/unit/config/test_config.py tests/integration/test_holders.py
+    tests/integration/test_dead_taker.py
     tests/unit/support/test_logs.py tests/unit/output/test_prometheus.py tests/unit/cli/test_sample_config.py tests/integration/test_cron.py
     tests/unit/alerts/test_apprise_loader.py tests/unit/remove/test_removal.py
     tests/alerts

@@ -5,11 +5,13 @@
 #
 # * host: the tests that start containers or share the suite's caches (systemd-nspawn
 #   machines, podman, the .deb, the shipped units), and the ground-truth differential and the
-#   holder tests, whose truth includes what /proc/locks shows only in the host's PID
+#   dead taker's flock, whose truth includes what /proc/locks shows only in the host's PID
 #   namespace (a dead taker's line; docs/design.md, "Where /proc/locks leaves locks out"),
 #   as the shipped units see it, and the records naming kernel threads and the retaken locks,
-#   which only the host's namespace shows. They need the host's view. (The Debian pin runs take the
-#   holder tests again, in a namespace.)
+#   which only the host's namespace shows. They need the host's view. (The Debian pin runs take
+#   the dead taker's test again, in a namespace.) A test of a record naming a live or dead PID
+#   does not belong here: the other parts' nested namespaces may have a process of that number,
+#   which makes the record ambiguous (unknown) on purpose.
 # * fleet: tests/alerts and tests/integration, in a PID namespace of their own.
 # * rest: every other test file under tests/, in a PID namespace of its own; a new test file
 #   lands here unless it is listed, so none is ever left out.
@@ -27,7 +29,7 @@ host=(
     tests/integration/test_systemd_units.py
     tests/hung/test_service_unit.py
     tests/integration/test_ground_truth.py
-    tests/integration/test_holders.py
+    tests/integration/test_dead_taker.py
     tests/integration/test_descriptor_names.py
     tests/integration/test_kernel_thread_records.py
     tests/integration/test_retaken_locks.py

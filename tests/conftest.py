@@ -175,6 +175,17 @@ def start_ticks(pid: int) -> int | None:
     return int(text[text.rfind(")") + 2 :].split()[19])
 
 
+def proc_locks_pid(path: Path) -> int | None:
+    """The PID /proc/locks prints for the lock on `path`, None when it prints no line."""
+    status = path.stat()
+    suffix = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    for line in Path("/proc/locks").read_text().splitlines():
+        parts = line.split()
+        if parts[-3] == suffix and parts[1] != "->":
+            return int(parts[4])
+    return None
+
+
 @dataclass
 class Children:
     """Processes started by a test, killed by PID at teardown.
@@ -209,11 +220,17 @@ class Children:
         self.tracked.append((pid, start_ticks(pid)))
         return pid
 
-    def cleanup(self) -> None:
-        for pid, ticks in reversed(self.tracked):
-            if ticks is not None and start_ticks(pid) == ticks:
+    def end(self, pid: int) -> None:
+        """SIGKILL a tracked process if it still runs: one that has ended (a shell whose child
+        was killed, reaped by the namespace's init) is left alone, and so is its reused PID."""
+        for tracked, ticks in self.tracked:
+            if tracked == pid and ticks is not None and start_ticks(pid) == ticks:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+    def cleanup(self) -> None:
+        for pid, _ticks in reversed(self.tracked):
+            self.end(pid)
         for proc in self.procs:
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):

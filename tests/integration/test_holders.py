@@ -15,7 +15,7 @@ from conftest import (
     OFD_HOLDER,
     POSIX_HOLDER,
     Children,
-    require_tool,
+    proc_locks_pid,
     run_json,
     wait_until,
     write_config,
@@ -141,67 +141,13 @@ def test_host_alias_makes_a_renamed_host_this_host(tmp_path: Path, children: Chi
     assert only_lock(document)["holders"][0]["pid"] == sleeper.pid
 
 
-def test_flock_holder_is_the_child_not_the_dead_parent(tmp_path: Path, children: Children) -> None:
-    flock = require_tool("flock")
-    lock = tmp_path / "store.lock"
-    lock.touch()
-    parent = children.start([flock, "-x", str(lock), "sleep", "60"])
-    assert wait_until(lambda: _sleep_child_of(parent.pid) is not None)
-    child_pid = _sleep_child_of(parent.pid)
-    assert child_pid is not None
-    children.track(child_pid)
-    os.kill(parent.pid, signal.SIGKILL)
-    parent.wait()
-    _code, document = run_json("--once", "--config", store_config(tmp_path, lock, format="kernel"))
-    finding = only_lock(document)
-    assert finding["state"] == "held"
-    assert finding["holders"][0]["pid"] == child_pid
-    assert finding["holders"][0]["cmdline"] == ["sleep", "60"]
-    assert finding["action"] is None  # held within its budget: no action, no stale PID
-    # What a reader of /proc/locks is told instead: in the host's PID namespace the kernel
-    # still prints the dead parent; in a PID namespace of its own (a container, or the Debian
-    # pin runs) it hides the line, since the dead parent has no PID there, and the lock reads
-    # free.
-    kernel_says = _proc_locks_pid(lock)
-    assert kernel_says == (parent.pid if _in_the_initial_pid_namespace() else None), kernel_says
-
-
-def _sleep_child_of(parent: int) -> int | None:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2 :].split()
-            if int(fields[1]) == parent and "(sleep)" in stat:
-                return int(entry)
-    return None
-
-
-def _proc_locks_pid(path: Path) -> int | None:
-    """The PID /proc/locks prints for the lock on `path`, None when it prints no line."""
-    status = path.stat()
-    suffix = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
-    for line in Path("/proc/locks").read_text().splitlines():
-        parts = line.split()
-        if parts[-3] == suffix and parts[1] != "->":
-            return int(parts[4])
-    return None
-
-
-def _in_the_initial_pid_namespace() -> bool:
-    """The initial PID namespace has a fixed inode number (PROC_PID_INIT_INO, 0xEFFFFFFC)."""
-    return os.stat("/proc/self/ns/pid").st_ino == 0xEFFFFFFC
-
-
 def test_ofd_lock_holder_is_found_although_proc_locks_prints_minus_one(
     tmp_path: Path, children: Children
 ) -> None:
     lock = tmp_path / "ofd.lock"
     lock.touch()
     holder = children.python(OFD_HOLDER, str(lock))
-    assert _proc_locks_pid(lock) == -1
+    assert proc_locks_pid(lock) == -1
     code, document = run_json("--once", "--config", store_config(tmp_path, lock, format="kernel"))
     finding = only_lock(document)
     assert (code, finding["state"]) == (0, "held")

@@ -115,7 +115,7 @@ def test_a_killed_holders_workers_hold_its_lock_until_they_end(
         assert left["state"] == "stale", context
 
     for pid in workers:
-        os.kill(pid, signal.SIGKILL)
+        children.end(pid)  # a shell ends (and is reaped) once its sleep is killed
     assert wait_until(lambda: not any(_runs(pid) for pid in workers), timeout=10)
     ended = inspect(lock, lock_format, tmp_path)
     assert ended["state"] == "stale", f"{context}: {json.dumps(ended, indent=1)}"
