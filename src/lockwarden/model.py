@@ -276,6 +276,15 @@ class Container:
         return f"{self.runtime} container {self.name}"
 
 
+class Descendant(NamedTuple):
+    """A process below another, with its process group (stopping an ancestor's group stops it
+    only while it is still in that group) and its name (stat's comm)."""
+
+    pid: int
+    group: int
+    name: str
+
+
 @dataclass(frozen=True)
 class Process:
     """One process as the host snapshot saw it."""
@@ -300,6 +309,10 @@ class Process:
     group, the other commands of its shell job) carry its PID as theirs, and they keep it when
     it exits: while one lives, that PID is not handed to another process."""
     session: int = 0
+    below: tuple[Descendant, ...] = ()
+    """What runs below it (its children, theirs, ...; at most 64, live ones), read only for a
+    process that may be named a holder: the work a tool runs in a child, which a holder
+    stopped alone leaves running."""
 
     @property
     def alive(self) -> bool:
@@ -354,6 +367,8 @@ class Party:
     leads_group: bool = False
     """It leads its process group (a service, `setsid`, a shell job): what it started is in
     the group too, and stopping the group stops the work with it."""
+    below: tuple[Descendant, ...] = ()
+    """What runs below it (Process.below): stopped with it, or the work goes on."""
 
     def describe(self) -> str:
         """`PID 64969 (maintenance-job, wa-resync.service)`; in a container, `PID 13678 (flock,

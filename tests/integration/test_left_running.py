@@ -28,12 +28,18 @@ import pytest
 from conftest import Children, require_tool, run_json, wait_until, write_config
 
 # argv: LOCK FORMAT LEADS DEPTHS... ; writes its record, starts one worker per DEPTH (1: a
-# child; 2: a shell's child, the shell waiting), prints the workers' PIDs, then sleeps.
+# child; 2: a shell's child, the shell waiting; 3: a child in a session of its own, as a
+# daemon's), prints its own PID and the workers', then sleeps. LEADS "neither": started as a
+# session leader, it forks and the child, which leads nothing, is the holder (a job's step run
+# by its script).
 HOLDER = """
 import json, os, socket, subprocess, sys, time
 lock, lock_format, leads = sys.argv[1], sys.argv[2], sys.argv[3]
 if leads == "group":
     os.setpgid(0, 0)
+if leads == "neither" and os.fork() > 0:
+    os.wait()
+    sys.exit(0)
 if lock_format == "pidfile":
     with open(lock, "w") as handle:
         handle.write(f"{os.getpid()}\\n")
@@ -46,13 +52,15 @@ workers = []
 for depth in sys.argv[4:]:
     if depth == "1":
         workers.append(subprocess.Popen(["sleep", "120"]).pid)
+    elif depth == "3":
+        workers.append(subprocess.Popen(["sleep", "120"], start_new_session=True).pid)
     else:
         shell = subprocess.Popen(
             ["sh", "-c", "sleep 120 & echo $!; wait"], stdout=subprocess.PIPE, text=True
         )
         workers.append(int(shell.stdout.readline()))
         workers.append(shell.pid)
-print(" ".join(map(str, workers)), flush=True)
+print(" ".join(map(str, [os.getpid(), *workers])), flush=True)
 time.sleep(120)
 """
 
@@ -71,28 +79,41 @@ def inspect(lock: Path, lock_format: str, tmp_path: Path, *options: str) -> dict
 
 class Job(NamedTuple):
     holder: subprocess.Popen[str]
+    """What the test started: the holder, or (leading neither) its parent."""
+    holder_pid: int
     workers: set[int]
     lock: Path
     lock_format: str
     context: str
 
 
-def start_job(seed: int, tmp_path: Path, children: Children, fewest_workers: int) -> Job:
-    """A holder of a random format, leading its session or its group, with workers at random
-    depths: what the seed draws."""
+def start_job(
+    seed: int,
+    tmp_path: Path,
+    children: Children,
+    fewest_workers: int,
+    leads: tuple[str, ...] = ("session", "group"),
+    depths: tuple[str, ...] = ("1", "2"),
+) -> Job:
+    """A holder of a random format, leading one of `leads`, with workers at random `depths`:
+    what the seed draws."""
     rng = random.Random(seed)
     lock_format = rng.choice(["pidfile", "owner-record"])
-    leads = rng.choice(["session", "group"])
-    depths = [rng.choice(["1", "2"]) for _ in range(rng.randint(fewest_workers, 3))]
+    leader = rng.choice(leads)
+    drawn = [rng.choice(depths) for _ in range(rng.randint(fewest_workers, 3))]
     lock = tmp_path / ("job.pid" if lock_format == "pidfile" else "LOCK")
     holder = children.start(
-        [sys.executable, "-c", textwrap.dedent(HOLDER), str(lock), lock_format, leads, *depths],
-        start_new_session=leads == "session",
+        [sys.executable, "-c", textwrap.dedent(HOLDER), str(lock), lock_format, leader, *drawn],
+        start_new_session=leader in ("session", "neither"),
     )
     assert holder.stdout is not None
-    workers = {children.track(int(pid)) for pid in holder.stdout.readline().split()}
-    context = f"seed {seed}: {lock_format}, leads a {leads}, workers at depths {depths}"
-    return Job(holder, workers, lock, lock_format, context)
+    holder_pid, *workers = (int(pid) for pid in holder.stdout.readline().split())
+    if holder_pid != holder.pid:
+        children.track(holder_pid)
+    context = f"seed {seed}: {lock_format}, leads {leader}, workers at depths {drawn}"
+    return Job(
+        holder, holder_pid, {children.track(pid) for pid in workers}, lock, lock_format, context
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -100,7 +121,7 @@ def test_a_killed_holders_workers_hold_its_lock_until_they_end(
     seed: int, tmp_path: Path, children: Children
 ) -> None:
     job = start_job(seed, tmp_path, children, fewest_workers=0)
-    holder, workers, lock, lock_format, context = job
+    holder, _holder_pid, workers, lock, lock_format, context = job
     holder.send_signal(signal.SIGKILL)
     holder.wait()
 
@@ -154,15 +175,16 @@ def test_what_a_later_process_with_the_recorded_pid_left_is_never_named(
     assert f"PID {child} " in found["reason"]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", range(200, 216))
 def test_the_advised_action_frees_the_lock_with_what_the_holder_started(
     seed: int, tmp_path: Path, children: Children
 ) -> None:
-    """A live holder past its budget, with workers at random depths: the action lockwarden
-    gives, run as given, ends the hold; no worker is left holding it (`kill PID` alone left
-    them migrating, and the lock held by them)."""
-    job = start_job(seed, tmp_path, children, fewest_workers=1)
-    holder, workers, lock, lock_format, context = job
+    """A live holder past its budget, leading its session, its group or neither, with workers
+    at random depths, one maybe in a session of its own: the action lockwarden gives, run as
+    given, ends the hold and every worker (`kill PID` alone left them migrating, and the lock
+    held by them; a group's kill leaves a worker that left the group)."""
+    job = start_job(seed, tmp_path, children, 1, ("session", "group", "neither"), ("1", "2", "3"))
+    holder, holder_pid, workers, lock, lock_format, context = job
     late = inspect(lock, lock_format, tmp_path, "--now", _hours_from_now(2))
     assert late["state"] == "held_too_long", context
     argv = late["action"]["argv"]
@@ -170,7 +192,10 @@ def test_the_advised_action_frees_the_lock_with_what_the_holder_started(
 
     subprocess.run(argv, check=True, timeout=10)
     holder.wait(timeout=10)
-    assert wait_until(lambda: not any(_runs(pid) for pid in workers), timeout=10), context
+    left = [pid for pid in (holder_pid, *workers) if _runs(pid)]
+    assert wait_until(lambda: not any(_runs(pid) for pid in left), timeout=10), (
+        f"{context}: {argv} left {[pid for pid in left if _runs(pid)]} running"
+    )
     after = inspect(lock, lock_format, tmp_path)
     assert after["state"] == "stale", f"{context}: {json.dumps(after, indent=1)}"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import shlex
 
 from lockwarden.formats.base import STOP_HOLDER, HolderAction, SafeAction
-from lockwarden.model import Container, Holder, State
+from lockwarden.model import Container, Descendant, Holder, State
 
 # Process names (the kernel's 15-character comm) of package managers and their front ends.
 PACKAGE_MANAGERS = frozenset(
@@ -38,6 +38,7 @@ PACKAGE_MANAGERS = frozenset(
     }
 )
 DATABASE_SERVERS = frozenset({"postgres", "postmaster", "mysqld", "mariadbd", "mongod"})
+NEVER_SIGNALLED = PACKAGE_MANAGERS | DATABASE_SERVERS
 # What a package manager or database server found by its name is told (a format's own
 # declaration says more: its repair command).
 PACKAGE_MANAGER_WAIT = SafeAction(
@@ -143,11 +144,15 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ksh93", "fish",
 
 def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     """`kill` for each process by its PID; for one that leads its process group, the whole
-    group (`-PID`): a tool that runs its work in a child, killed alone, leaves the child
-    working, and the lock with it. A shell (a person's debug shell at its prompt) gets SIGHUP,
-    which it does not ignore."""
+    group (`-PID`); and what runs below each that its group's kill would not reach: a tool
+    that runs its work in a child, killed alone, leaves the child working, and the lock with
+    it. A package manager or database server below is left to finish (NEVER_SIGNALLED). A
+    shell (a person's debug shell at its prompt) gets SIGHUP, which it does not ignore."""
     parties = [party for party in (holder, *sharers) if party.pid is not None]
-    targets = [f"-{party.pid}" if party.leads_group else str(party.pid) for party in parties]
+    targets = []
+    for party in parties:
+        targets.append(f"-{party.pid}" if party.leads_group else str(party.pid))
+        targets.extend(str(below.pid) for below in _left_by_its_kill(party))
     hangup = all(program_of(party) in SHELLS for party in parties)  # a daemon may reload on HUP
     signal = "-HUP " if hangup else ""
     if any(target.startswith("-") for target in targets):
@@ -155,6 +160,17 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
         # reads every `-PID` after `--` as a group (bash's builtin reads both forms alike).
         signal = f"{signal or '-TERM '}-- "
     return "kill " + signal + " ".join(dict.fromkeys(targets))
+
+
+def _left_by_its_kill(party: Holder) -> list[Descendant]:
+    """What runs below `party` that killing it (its group, when it leads one) leaves running,
+    but never a package manager or a database server mid-work."""
+    return [
+        below
+        for below in party.below
+        if not (party.leads_group and below.group == party.pid)
+        and below.name not in NEVER_SIGNALLED
+    ]
 
 
 CONTAINER_STOP = {

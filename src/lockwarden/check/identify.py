@@ -87,6 +87,7 @@ def holder_from_process(
         lock_end=lock.end if lock is not None else None,
         container=process.container,
         leads_group=process.group == process.pid,
+        below=process.below,
     )
 
 

@@ -31,7 +31,7 @@ from typing import NamedTuple, TypeVar
 
 import psutil
 
-from lockwarden.model import Container, InodeKey, KernelLock, Process, Workers
+from lockwarden.model import Container, Descendant, InodeKey, KernelLock, Process, Workers
 from lockwarden.procfs.containers import ContainerNames, cgroup_path, container_of, runtime_of
 from lockwarden.procfs.snapshot import (
     CAP_SYS_PTRACE,
@@ -58,6 +58,7 @@ from lockwarden.procfs.snapshot import (
     _scan_thread_tables,
     blocked_calls,
     carrier_passed_over,
+    children_lists,
     index_proc_locks,
     locks_on,
     log,
@@ -330,6 +331,7 @@ class HostReader:
         survivors = self._survivors(looks)
         wanted.update(pid for found in survivors.values() for pid in found)
         processes = {pid: self.process(pid) for pid in sorted(wanted)}
+        processes = self._with_below(processes, _holder_pids(looks))
         return Snapshot(
             boot_id=base.boot_id,
             hostname=self.hostname,
@@ -686,6 +688,38 @@ class HostReader:
             self._entries = tuple(str(pid) for pid in psutil.pids())
         return self._entries
 
+    def _with_below(
+        self, processes: dict[int, Process | None], holders: set[int]
+    ) -> dict[int, Process | None]:
+        """The processes that may be named holders, each with what runs below it (this run and
+        its ancestors aside: a person may run lockwarden from the shell that holds a lock)."""
+        ours = _own_line()
+        found = dict(processes)
+        for pid in sorted(holders):
+            process = found.get(pid)
+            if process is not None and process.alive:
+                below = tuple(each for each in self.below(pid) if each.pid not in ours)
+                found[pid] = replace(process, below=below)
+        return found
+
+    def below(self, pid: int, limit: int = 64) -> tuple[Descendant, ...]:
+        """The live processes below `pid`, nearest first, at most `limit`, each with its
+        process group and name."""
+        pids = children_lists(self.proc, pid, limit)
+        if pids is None:
+            pids = list(self.descendants(pid, limit))
+        found = []
+        for child in pids:
+            try:
+                text = _read_text(f"{self.proc}/{child}/stat")
+            except OSError:
+                continue  # ended meanwhile
+            fields = text[text.rfind(")") + 2 :].split()
+            if fields[0] not in ("Z", "X"):
+                name = text[text.find("(") + 1 : text.rfind(")")]
+                found.append(Descendant(child, int(fields[2]), name))
+        return tuple(found)
+
     def descendants(self, pid: int, limit: int = 64) -> tuple[int, ...]:
         """The processes below `pid` (its children, theirs, ...), read now, oldest first: the
         work a migration tool runs in a child. At most `limit` of them."""
@@ -816,6 +850,25 @@ def _pids_to_read(
     elif any(look.unmatched or look.waiting for look in looks):
         wanted.update(hidden[:SOME_HIDDEN])
     return wanted
+
+
+def _holder_pids(looks: list[_Look]) -> set[int]:
+    """The processes judging may name holders: the records' PIDs, the kernel locks' takers,
+    and the owners of the descriptors found on the locks' files."""
+    pids: set[int] = set()
+    for look in looks:
+        pids.update(look.question.pids)
+        pids.update(lock.pid for lock in look.granted if lock.pid > 0)
+        pids.update(descriptor.pid for descriptor in look.descriptors)
+    return pids
+
+
+def _own_line() -> frozenset[int]:
+    """This process and its ancestors."""
+    try:
+        return frozenset([os.getpid(), *(parent.pid for parent in psutil.Process().parents())])
+    except psutil.Error:
+        return frozenset([os.getpid(), os.getppid()])
 
 
 def _owners(found: ClientSockets) -> list[int]:

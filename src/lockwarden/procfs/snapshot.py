@@ -708,6 +708,42 @@ def _scan_nested_pids(
     return {inner: tuple(outer) for inner, outer in nested.items()}
 
 
+def children_lists(proc: str, pid: int, limit: int) -> list[int] | None:
+    """The processes below `pid` (its children, theirs, ...), nearest first, at most `limit`,
+    from the kernel's list of each thread's children (/proc/PID/task/TID/children): a few
+    reads, where the parent of every process is one walk of them all. None when the kernel
+    keeps no such lists (built without CONFIG_PROC_CHILDREN)."""
+    if not os.path.exists(f"{proc}/{pid}/task/{pid}/children"):
+        return None if os.path.exists(f"{proc}/{pid}/task/{pid}") else []
+    found: list[int] = []
+    queue, seen = [pid], {pid}
+    while queue and len(found) < limit:
+        parent = queue.pop(0)
+        for child in _children_of(proc, parent):
+            if child not in seen and len(found) < limit:
+                seen.add(child)
+                found.append(child)
+                queue.append(child)
+    return found
+
+
+def _children_of(proc: str, pid: int) -> list[int]:
+    """The children of every thread of `pid` (none once it is gone)."""
+    try:
+        tasks = os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return []
+    children: list[int] = []
+    for task in tasks:
+        try:
+            children.extend(
+                int(part) for part in _read_text(f"{proc}/{pid}/task/{task}/children").split()
+            )
+        except OSError:
+            continue  # the thread ended
+    return children
+
+
 def _scan_groups(
     proc: str, entries: tuple[str, ...], leaders: frozenset[int]
 ) -> dict[int, tuple[int, ...]]:

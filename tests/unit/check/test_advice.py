@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lockwarden.check.advice import advise_holder, is_command, needs_action, why_no_action
-from lockwarden.model import Holder, State
+from lockwarden.model import Descendant, Holder, State
 
 
 def holder(name: str, unit: str | None = None, pid: int = 4242, **extra: object) -> Holder:
@@ -53,6 +53,30 @@ def test_a_holder_that_leads_its_process_group_is_killed_with_its_group(
     leads: bool, sharers: tuple[Holder, ...], advised: str
 ) -> None:
     assert advise_holder(holder("python3", leads_group=leads), sharers, "owner-record") == advised
+
+
+IN_ITS_GROUP = Descendant(4250, 4242, "sleep")
+OWN_GROUP = Descendant(4251, 4251, "sleep")  # setsid: out of the holder's group
+ANOTHER_GROUP = Descendant(4252, 4100, "pg_dump")  # its group is the holder's parent's
+
+
+@pytest.mark.parametrize(
+    ("leads", "below", "advised"),
+    [
+        (False, (IN_ITS_GROUP, ANOTHER_GROUP), "kill 4242 4250 4252"),
+        (True, (IN_ITS_GROUP,), "kill -TERM -- -4242"),  # its group's kill reaches it: once
+        (True, (IN_ITS_GROUP, OWN_GROUP), "kill -TERM -- -4242 4251"),
+        (False, (Descendant(4253, 4100, "dpkg"),), "kill 4242"),  # never mid-transaction
+        (True, (Descendant(4254, 4254, "postgres"), OWN_GROUP), "kill -TERM -- -4242 4251"),
+    ],
+)
+def test_what_runs_below_a_holder_is_stopped_with_it(
+    leads: bool, below: tuple[Descendant, ...], advised: str
+) -> None:
+    """A tool's work in a child outlives the holder's kill; only its group's kill reaches it
+    (and is not sent twice)."""
+    who = holder("python3", leads_group=leads, below=below)
+    assert advise_holder(who, (), "owner-record") == advised
 
 
 @pytest.mark.parametrize(
