@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import pytest
 
-from conftest import Children, require_tool, run_json, wait_until, write_config
+from conftest import Children, cli_env, require_tool, run_json, wait_until, write_config
 
 # argv: LOCK FORMAT LEADS DEPTHS... ; writes its record, starts one worker per DEPTH (1: a
 # child; 2: a shell's child, the shell waiting; 3: a child in a session of its own, as a
@@ -187,6 +187,9 @@ def test_the_advised_action_frees_the_lock_with_what_the_holder_started(
     holder, holder_pid, workers, lock, lock_format, context = job
     late = inspect(lock, lock_format, tmp_path, "--now", _hours_from_now(2))
     assert late["state"] == "held_too_long", context
+    [named] = late["holders"]
+    assert named["pid"] == holder_pid, context
+    assert {below["pid"] for below in named["below"]} == workers, context  # the evidence
     argv = late["action"]["argv"]
     assert argv is not None and argv[0] == "kill", f"{context}: {late['action']}"
 
@@ -266,3 +269,32 @@ def _read_until(descriptor: int, wanted: bytes, timeout: float) -> None:
         ready, _, _ = select.select([descriptor], [], [], max(left, 0))
         assert ready, f"no {wanted!r} within {timeout}s: {output!r}"
         output += os.read(descriptor, 1024)
+
+
+def test_lockwarden_run_from_the_holding_shell_is_not_in_its_action(tmp_path: Path) -> None:
+    """A person checks the lock from the very shell that holds it: what runs below the holder
+    is stopped with it, but never this run (nor whatever started it there)."""
+    lock = tmp_path / "job.pid"
+    config = write_config(
+        tmp_path / "config.toml", f'[[lock]]\nname = "job"\npath = "{lock}"\nformat = "pidfile"\n'
+    )
+    script = (
+        f"echo $$ > {lock}; sleep 60 & worker=$!; "
+        f'env "$@" --once --json --config {config} --now {_hours_from_now(2)}; '
+        'echo "$$ $worker"; kill "$worker"'
+    )
+    lockwarden = [sys.executable, "-m", "lockwarden"]
+    shell = subprocess.run(
+        [require_tool("bash"), "-c", script, "bash", *lockwarden],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    *report, pids = shell.stdout.strip().splitlines()
+    shell_pid, worker = (int(pid) for pid in pids.split())
+    [late] = json.loads("\n".join(report))["locks"]
+    assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+    assert [below["pid"] for below in late["holders"][0]["below"]] == [worker]
+    assert late["action"]["argv"] == ["kill", "-HUP", str(shell_pid), str(worker)]

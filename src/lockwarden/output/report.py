@@ -77,6 +77,7 @@ def process_document(process: Holder | Waiter) -> dict[str, Any]:
         ),
         "via": "kernel lock" if kernel else (process.lock_kind or "record"),
         "container": container_document(process.container),
+        "below": [{"pid": below.pid, "name": below.name} for below in process.below],
     }
 
 
@@ -301,7 +302,15 @@ def _holder_rows(
     rows = [("holder", ", ".join(facts))]
     if holder.cmdline:
         rows.append(("command", command_text(holder.cmdline)))
+    if holder.below:
+        shown = [f"PID {each.pid} ({each.name})" for each in holder.below[:SHOWN_BELOW]]
+        more = len(holder.below) - SHOWN_BELOW
+        rows.append(("below", ", ".join(shown) + (f" and {more} more" if more > 0 else "")))
     return rows
+
+
+SHOWN_BELOW = 6
+"""What runs below a holder, shown by name (JSON lists every one)."""
 
 
 def _paint(text: str, severity: Severity, colour: bool) -> str:

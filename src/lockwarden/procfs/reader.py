@@ -693,14 +693,28 @@ class HostReader:
     ) -> dict[int, Process | None]:
         """The processes that may be named holders, each with what runs below it (this run and
         its ancestors aside: a person may run lockwarden from the shell that holds a lock)."""
-        ours = _own_line()
         found = dict(processes)
         for pid in sorted(holders):
             process = found.get(pid)
             if process is not None and process.alive:
-                below = tuple(each for each in self.below(pid) if each.pid not in ours)
+                below = self.below(pid)
+                if any(each.pid == os.getpid() for each in below):
+                    ours = self._line_below(pid)
+                    below = tuple(each for each in below if each.pid not in ours)
                 found[pid] = replace(process, below=below)
         return found
+
+    def _line_below(self, ancestor: int) -> set[int]:
+        """This process and its ancestors up to `ancestor`, which is one of them."""
+        line, pid = set(), os.getpid()
+        while pid not in (ancestor, 0, 1) and pid not in line:
+            line.add(pid)
+            try:
+                text = _read_text(f"{self.proc}/{pid}/stat")
+            except OSError:
+                break
+            pid = int(text[text.rfind(")") + 2 :].split()[1])
+        return line
 
     def below(self, pid: int, limit: int = 64) -> tuple[Descendant, ...]:
         """The live processes below `pid`, nearest first, at most `limit`, each with its
@@ -861,14 +875,6 @@ def _holder_pids(looks: list[_Look]) -> set[int]:
         pids.update(lock.pid for lock in look.granted if lock.pid > 0)
         pids.update(descriptor.pid for descriptor in look.descriptors)
     return pids
-
-
-def _own_line() -> frozenset[int]:
-    """This process and its ancestors."""
-    try:
-        return frozenset([os.getpid(), *(parent.pid for parent in psutil.Process().parents())])
-    except psutil.Error:
-        return frozenset([os.getpid(), os.getppid()])
 
 
 def _owners(found: ClientSockets) -> list[int]:
