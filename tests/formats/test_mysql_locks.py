@@ -189,14 +189,19 @@ def client(server: Mariadb, clients: list[Client]) -> Client:
 
 
 def check(
-    tmp_path: Path, server: Mariadb, watch: str, extra: str = "", password: str = PASSWORD
+    tmp_path: Path,
+    server: Mariadb,
+    watch: str,
+    extra: str = "",
+    password: str = PASSWORD,
+    user: str = "mon",
 ) -> tuple[int, dict[str, Any]]:
     secret = tmp_path / "password"
     secret.write_text(password + "\n")
     config = write_config(
         tmp_path / "config.toml",
         f'[[lock]]\nname = "app-db"\ndatabase = "mysql"\n'
-        f'connection = "mysql://mon@127.0.0.1:{server.port}/app"\n'
+        f'connection = "mysql://{user}@127.0.0.1:{server.port}/app"\n'
         f'password_file = "{secret}"\n{watch}\n{extra}',
     )
     completed = run_cli("--once", "--json", "--config", config, timeout=40)
@@ -255,6 +260,52 @@ def test_an_idle_holder_is_held_at_least_since_its_last_command(
     holder.kill()
     assert wait_until(
         lambda: check(tmp_path, server, 'lock_name = "deploy-lock"')[1]["state"] == "free",
+        timeout=15,
+        interval=0.3,
+    )
+
+
+def test_a_holder_metadata_locks_does_not_show_is_named_by_the_server_never_free(
+    server: Mariadb, clients: list[Client], tmp_path: Path
+) -> None:
+    """performance_schema.metadata_locks never lists a GET_LOCK taken while the
+    global_instrumentation consumer was off (a DBA's runtime switch), even once it is back on:
+    the lock is the server's all the same (IS_USED_LOCK), so it is held by its holder, never
+    free."""
+    consumer = "UPDATE performance_schema.setup_consumers SET ENABLED = %s WHERE NAME = %s"
+    with server.root() as session, session.cursor() as cursor:
+        cursor.execute(consumer, ("NO", "global_instrumentation"))
+        try:
+            holder = client(server, clients)
+            holder.run("SELECT GET_LOCK('unrecorded-job', 0);")
+        finally:
+            cursor.execute(consumer, ("YES", "global_instrumentation"))
+
+    code, finding = check(tmp_path, server, 'lock_name = "unrecorded-job"')
+    assert (code, finding["state"]) == (0, "held"), finding
+    assert [each["pid"] for each in finding["holders"]] == [holder.pid]
+
+
+def test_a_role_without_process_cannot_see_the_holder_unknown_never_free(
+    server: Mariadb, clients: list[Client], tmp_path: Path
+) -> None:
+    """Without PROCESS a role sees only its own connections in PROCESSLIST, so another
+    user's holder drops out of what metadata_locks is joined to: the lock is unknown, naming
+    the right it lacks, never free."""
+    with server.root() as session, session.cursor() as cursor:
+        cursor.execute(f"CREATE USER IF NOT EXISTS 'blind'@'%' IDENTIFIED BY '{PASSWORD}'")
+        cursor.execute("GRANT SELECT ON *.* TO 'blind'@'%'")
+    holder = client(server, clients)  # as mon, another user
+    holder.run("SELECT GET_LOCK('unseen-job', 0);")
+
+    code, finding = check(tmp_path, server, 'lock_name = "unseen-job"', user="blind")
+    assert (code, finding["state"], finding["unknown_cause"]) == (3, "unknown", "database")
+    assert "PROCESS" in finding["reason"], finding
+    holder.kill()
+    assert wait_until(  # released: free again, for this role too
+        lambda: (
+            check(tmp_path, server, 'lock_name = "unseen-job"', user="blind")[1]["state"] == "free"
+        ),
         timeout=15,
         interval=0.3,
     )

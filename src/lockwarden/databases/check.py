@@ -54,8 +54,9 @@ def format_name(watch: DatabaseWatch) -> str:
     return "postgresql-advisory" if watch.watch == "advisory_key" else "postgresql-table"
 
 
-# The most round trips one check makes after the login (MySQL's init command and instrument
-# check, the server's version, the watched key or table, the sessions): each is bounded by
+# The most round trips one check makes after the login (the server's version, the watched
+# key or table, the sessions; MySQL's init command, instrument check, metadata locks, lock
+# registry, a holder only the registry named, the sessions): each is bounded by
 # statement_timeout (PostgreSQL's, on the server) or read_timeout (MySQL's, its ceiling).
 QUERIES_PER_CHECK = 6
 

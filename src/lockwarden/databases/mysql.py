@@ -5,9 +5,15 @@ thread that owns it (MySQL 5.7+, MariaDB 10.5.2+); information_schema.PROCESSLIS
 connection's user, `host:port`, command and time. The metadata-lock instrument must be on
 (MySQL 8 has it on; MariaDB needs `performance_schema=ON` and
 `performance-schema-instrument='wait/lock/metadata/sql/mdl=ON'`): with it off the table is
-empty, so the check says `unknown` rather than a false `free`. The session is read-only
-(`SET SESSION TRANSACTION READ ONLY`, autocommit), with short connect and read timeouts; it
-never calls GET_LOCK, IS_FREE_LOCK's siblings that take locks, or anything that writes.
+empty, so the check says `unknown` rather than a false `free`. The table is no proof that a
+lock is free: it never lists a lock taken while the `global_instrumentation` consumer was off
+or the table was full, and its join to PROCESSLIST drops every session of another user when
+the role lacks PROCESS. So each watched name is also asked of the server's own lock registry
+(IS_USED_LOCK, which takes nothing): a holder it names that the table did not list is looked
+up in PROCESSLIST, and one the role cannot see there makes the lock `unknown`. The session is
+read-only (`SET SESSION TRANSACTION READ ONLY`, autocommit), with short connect and read
+timeouts; it never calls GET_LOCK, IS_FREE_LOCK's siblings that take locks, or anything that
+writes.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ ORDER BY m.LOCK_STATUS = 'GRANTED' DESC, p.ID"""
 SESSIONS = """SELECT p.ID, p.USER, p.HOST, p.COMMAND, p.TIME, LEFT(p.INFO, 400)
 FROM information_schema.PROCESSLIST p
 WHERE p.ID <> CONNECTION_ID() AND p.COMMAND <> 'Daemon' AND NOT p.ID IN %s"""
+# One connection, as the holder the server's lock registry names (IS_USED_LOCK).
+SESSION = """SELECT p.ID, p.USER, p.HOST, p.COMMAND, p.TIME, LEFT(p.INFO, 400)
+FROM information_schema.PROCESSLIST p WHERE p.ID = %s"""
 
 
 def connect_arguments(connection: str) -> dict[str, Any]:
@@ -110,38 +119,31 @@ def _rows(session: Any, query: str, params: Sequence[Any] = ()) -> list[tuple[An
         return list(cursor.fetchall())
 
 
-def _check_instrument(session: Any) -> None:
-    """An instrument that is off leaves metadata_locks empty: that must not read as free."""
-    enabled = _rows(session, "SELECT @@performance_schema")[0][0]
-    instrument = _rows(
+def _server_facts(session: Any) -> str | None:
+    """The connection's database, once the server is known to record metadata locks: an
+    instrument that is off leaves metadata_locks empty, which must not read as free. One
+    round trip."""
+    enabled, instrument, database = _rows(
         session,
-        "SELECT ENABLED FROM performance_schema.setup_instruments WHERE NAME = %s",
+        "SELECT @@performance_schema, (SELECT ENABLED FROM performance_schema.setup_instruments"
+        " WHERE NAME = %s), DATABASE()",
         (MDL_INSTRUMENT,),
-    )
-    if not enabled or not instrument or instrument[0][0] != "YES":
+    )[0]
+    if not enabled or instrument != "YES":
         raise CheckProblem(
             "the server does not record metadata locks: start it with performance_schema=ON "
             f"and performance-schema-instrument='{MDL_INSTRUMENT}=ON' (MariaDB's default is off)"
         )
+    return str(database) if database is not None else None
 
 
 def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
-    _check_instrument(session)
-    database = _rows(session, "SELECT DATABASE()")[0][0]
+    database = _server_facts(session)
     tools = mysql_lock_names(database)
     if watch.watch == "advisory_key":
         _check_preset(str(watch.target), database)
-    holders: dict[str, list[Backend]] = {}
-    waiters: dict[str, list[Backend]] = {}
-    other_flyway: set[str] = set()
-    for name, status, *session_row in _rows(session, LOCKS):
-        tool = tools.get(name)
-        wanted = tool == watch.target if watch.watch == "advisory_key" else name == watch.target
-        if wanted:
-            granted = status == "GRANTED"
-            (holders if granted else waiters).setdefault(name, []).append(_backend(session_row))
-        elif name.startswith("Flyway-") and status == "GRANTED":
-            other_flyway.add(name)
+    holders, waiters, other_flyway = _listed(session, watch, tools)
+    _add_unlisted_holders(session, _watched_names(watch, tools), holders)
     if watch.watch == "advisory_key" and watch.target == "flyway" and not holders and other_flyway:
         # Another database's migration, or this one's with a renamed history table: no
         # guess either way (free would let a second migration start beside it).
@@ -160,6 +162,58 @@ def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
         for name, found in holders.items()
         for holder in found
     )
+
+
+Sessions = dict[str, list[Backend]]
+"""By GET_LOCK name, the connections that hold it (or wait for it)."""
+
+
+def _listed(
+    session: Any, watch: DatabaseWatch, tools: Mapping[str, str]
+) -> tuple[Sessions, Sessions, set[str]]:
+    """What metadata_locks lists: the watched names' holders and waiters, and the other
+    Flyway locks granted on the server."""
+    holders: Sessions = {}
+    waiters: Sessions = {}
+    other_flyway: set[str] = set()
+    for name, status, *session_row in _rows(session, LOCKS):
+        tool = tools.get(name)
+        wanted = tool == watch.target if watch.watch == "advisory_key" else name == watch.target
+        if wanted:
+            granted = status == "GRANTED"
+            (holders if granted else waiters).setdefault(name, []).append(_backend(session_row))
+        elif name.startswith("Flyway-") and status == "GRANTED":
+            other_flyway.add(name)
+    return holders, waiters, other_flyway
+
+
+def _watched_names(watch: DatabaseWatch, tools: Mapping[str, str]) -> list[str]:
+    """The GET_LOCK names this watch means: its lock_name, or its tool's names here."""
+    if watch.watch == "advisory_key":
+        return sorted(name for name, tool in tools.items() if tool == watch.target)
+    return [str(watch.target)]
+
+
+def _add_unlisted_holders(session: Any, names: Sequence[str], holders: Sessions) -> None:
+    """Ask the server's lock registry who holds each name (IS_USED_LOCK, the connection id):
+    metadata_locks leaves out what it did not record (taken while the global_instrumentation
+    consumer was off, or with the table full) and what PROCESSLIST hides from this role, so
+    its silence does not prove a lock free."""
+    if not names:
+        return
+    placeholders = ", ".join(["IS_USED_LOCK(%s)"] * len(names))
+    owners = _rows(session, f"SELECT {placeholders}", names)[0]
+    for name, owner in zip(names, owners, strict=True):
+        listed = {backend.pid for backend in holders.get(name, ())}
+        if owner is None or int(owner) in listed:
+            continue
+        found = _rows(session, SESSION, (int(owner),))
+        if not found:
+            raise CheckProblem(
+                f"the server says connection {owner} holds user lock {name!r}, but this role "
+                "cannot see that connection: grant it PROCESS"
+            )
+        holders.setdefault(name, []).append(_backend(found[0]))
 
 
 def _sessions(session: Any, holds: tuple[Hold, ...]) -> tuple[Backend, ...]:
