@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,7 +22,15 @@ import psutil
 import pytest
 
 from buildenv import build_environment
-from conftest import Children, require_tool, run_cli, wait_until, write_config
+from conftest import (
+    Children,
+    cli_env,
+    require_tool,
+    run_cli,
+    validate_report,
+    wait_until,
+    write_config,
+)
 from lockwarden.databases.keys import mysql_lock_names
 
 pymysql = (
@@ -38,11 +48,14 @@ def free_port() -> int:
 
 
 class Mariadb:
-    def __init__(self, instrumented: bool = True) -> None:
+    """`prefix`: what the server runs under (nsenter into a network namespace)."""
+
+    def __init__(self, instrumented: bool = True, prefix: tuple[str, ...] = ()) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="lockwarden-mariadb-"))
         self.port = free_port()
         self.socket = self.base / "mysqld.sock"
         self.instrumented = instrumented
+        self.prefix = prefix
         self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
@@ -63,7 +76,8 @@ class Mariadb:
             env=build_environment(),
             timeout=120,
         )
-        argv = [require_tool("mariadbd") if shutil.which("mariadbd") else "/usr/sbin/mariadbd"]
+        argv = [*self.prefix]
+        argv.append(require_tool("mariadbd") if shutil.which("mariadbd") else "/usr/sbin/mariadbd")
         argv += [
             "--no-defaults",
             f"--datadir={self.base}/data",
@@ -124,6 +138,7 @@ class Client:
 
     def __init__(self, server: Mariadb) -> None:
         argv = [
+            *server.prefix,
             require_tool("mariadb"),
             "--no-defaults",
             "-h",
@@ -426,3 +441,171 @@ def test_sqitch_running_its_change_in_a_child_mysql_client_is_stopped_whole(
     assert line.startswith(f"on the server: KILL {connection}; then kill {deploy.pid} {child} "), (
         line
     )
+
+
+NETWORK_NAMESPACE = """
+import fcntl, socket, struct, time
+# A new network namespace's loopback is down: SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP.
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack("16sH", fcntl.ioctl(probe, 0x8913, struct.pack("16sH", b"lo", 0))[:18])[1]
+fcntl.ioctl(probe, 0x8914, struct.pack("16sH", b"lo", flags | 1))
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+LISTENERS = """
+import socket, sys, threading, time
+def serve(server, accepted):
+    while True:
+        accepted.append(server.accept()[0])
+accepted = []
+for end in sys.argv[1:]:
+    address, port = end.rsplit(":", 1)
+    server = socket.create_server((address, int(port)))
+    threading.Thread(target=serve, args=(server, accepted), daemon=True).start()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+OTHER_CLIENT = """
+import socket, sys, time
+address, port = sys.argv[1].rsplit(":", 1)
+connection = socket.create_connection((address, int(port)))
+print(connection.getsockname()[1], flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture(scope="module")
+def isolated() -> Iterator[tuple[Mariadb, tuple[str, ...]]]:
+    """A MariaDB alone in a network namespace of its own, whose client port range each test
+    may narrow; what runs there runs under the prefix given with it."""
+    require_tool("mariadb")
+    keeper = subprocess.Popen(
+        [require_tool("unshare"), "--net", sys.executable, "-c", NETWORK_NAMESPACE],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    running: Mariadb | None = None
+    try:
+        assert keeper.stdout is not None and keeper.stdout.readline().strip() == "ready"
+        prefix = (require_tool("nsenter"), f"--net=/proc/{keeper.pid}/ns/net")
+        running = Mariadb(prefix=prefix)
+        running.start()
+        yield running, prefix
+    finally:
+        if running is not None:
+            running.stop()
+        keeper.kill()
+        keeper.wait(timeout=10)
+        if keeper.stdout is not None:
+            keeper.stdout.close()
+
+
+def check_inside(prefix: tuple[str, ...], config: str) -> dict[str, Any]:
+    """`--once --json` run in the namespace (its /proc/net/tcp is the namespace's)."""
+    completed = subprocess.run(
+        [*prefix, sys.executable, "-m", "lockwarden", "--once", "--json", "--config", config],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+    assert completed.stdout, completed.stderr
+    return validate_report(json.loads(completed.stdout))
+
+
+def holding_connection(server: Mariadb, name: str) -> tuple[int, int]:
+    """The connection id that holds `name`, and its client port, as the server knows them."""
+    with server.root() as session, session.cursor() as cursor:
+        cursor.execute(
+            "SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE ID = IS_USED_LOCK(%s)",
+            (name,),
+        )
+        [(connection, host)] = cursor.fetchall()
+    return int(connection), int(host.rpartition(":")[2])
+
+
+def test_a_holders_client_port_another_programs_connection_shares_names_no_innocent(
+    isolated: tuple[Mariadb, tuple[str, ...]],
+    clients: list[Client],
+    children: Children,
+    tmp_path: Path,
+) -> None:
+    """Linux lets connections to different destinations leave from one local port, so a
+    session's client end (address, port) may also be another program's connection here: a
+    client of another service, or of another server on the same port at another address. A
+    randomized differential in a network namespace whose client port range is narrowed to
+    force that: holders (real `mariadb` clients) of GET_LOCKs and other programs' connections
+    in random numbers. A holder is named only when no other connection from its client end
+    leads to the server's port (then exactly it), and nobody when one does; no other program
+    is ever named nor told `kill`."""
+    server, prefix = isolated
+    seed = int(os.environ.get("LOCKWARDEN_TEST_SEED", random.randrange(1 << 32)))
+    rng = random.Random(seed)
+    others = ["127.0.0.1:15001", "127.0.0.1:15002", f"127.0.0.2:{server.port}"]
+    children.start([*prefix, sys.executable, "-c", LISTENERS, *others], ready="ready")
+    secret = tmp_path / "password"
+    secret.write_text(PASSWORD + "\n")
+    for round_number in range(5):
+        ports = rng.choice((1, 2, 4))  # connect() uses an even number of a range's ports
+        first = 20000 + 10 * round_number  # a range of its own: no TIME_WAIT from a round before
+        subprocess.run(
+            [*prefix, require_tool("sysctl"), "-q", "-w",
+             f"net.ipv4.ip_local_port_range={first} {first + ports - 1}"],
+            check=True,
+        )  # fmt: skip
+        holders = []
+        for index in range(rng.randint(1, ports)):
+            name = f"deploy-{round_number}-{index}"
+            holder = client(server, clients)
+            holder.run(f"SELECT GET_LOCK('{name}', 0);")
+            holders.append((name, holder, *holding_connection(server, name)))
+        innocents: list[tuple[int, int, str]] = []  # pid, local port, destination
+        started: list[subprocess.Popen[str]] = []
+        for _ in range(rng.randint(1, 4)):
+            destination = rng.choice(others)
+            if sum(each[2] == destination for each in innocents) == ports:
+                continue  # every local port already leads there
+            other = children.start([*prefix, sys.executable, "-c", OTHER_CLIENT, destination])
+            assert other.stdout is not None
+            started.append(other)
+            innocents.append((other.pid, int(other.stdout.readline()), destination))
+        time.sleep(1.2)  # every holder idle past its budget: the action is given
+        config = write_config(
+            tmp_path / "config.toml",
+            f'[state]\npath = "{tmp_path}/state/state.jsonl"\n'
+            + "".join(
+                f'[[lock]]\nname = "{name}"\ndatabase = "mysql"\n'
+                f'connection = "mysql://mon@localhost/app?unix_socket={server.socket}"\n'
+                f'password_file = "{secret}"\nlock_name = "{name}"\n'
+                'warn_after = "1s"\ncritical_after = "1s"\n'
+                for name, *_ in holders
+            ),
+        )
+        findings = {each["name"]: each for each in check_inside(prefix, config)["locks"]}
+        context = f"seed {seed} round {round_number}: innocents {innocents}"
+        innocent_pids = {str(pid) for pid, _port, _to in innocents}
+        for name, holder, connection, port in holders:
+            finding = findings[name]
+            shared = [
+                pid
+                for pid, local, to in innocents
+                if local == port and to.endswith(f":{server.port}")
+            ]
+            expected = None if shared else holder.pid
+            assert finding["state"] == "held_too_long", (context, finding)
+            assert [each["pid"] for each in finding["holders"]] == [expected], (context, finding)
+            line = finding["action"]["line"]
+            assert not innocent_pids & set(line.replace("(", " ").split()), (context, line)
+            if expected is None:
+                assert line == f"on the server: KILL {connection}", (context, line)
+                assert "which one is the session's is not known" in finding["note"], context
+            else:
+                assert line.startswith(f"kill {holder.pid} (else, on the server: KILL "), context
+        for _name, holder, *_ in holders:
+            holder.kill()
+        for other in started:  # by its Popen: reaped only here, so its PID is still its own
+            other.kill()
+            other.wait(timeout=10)

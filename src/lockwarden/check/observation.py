@@ -34,6 +34,7 @@ class Backend:
     server: str = "PostgreSQL"
     kind: str = "backend"  # what the server calls a session: "backend", "connection"
     client_note: str | None = None  # why the client address is not there, when it is not
+    server_port: int | None = None  # the TCP port the server listens on (MySQL's @@port)
 
     def describe(self) -> str:
         """`backend 9911 (user app, application_name 'prisma', client 127.0.0.1:40112,

@@ -82,8 +82,9 @@ def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
     try:
         session = connect(watch, environ)
         try:
-            holds = _holds(session, watch)
-            return Observation(target, holds=holds, sessions=_sessions(session, holds))
+            database, port = _server_facts(session)
+            holds = _holds(session, watch, database, port)
+            return Observation(target, holds=holds, sessions=_sessions(session, holds, port))
         finally:
             session.close()
     except CheckProblem as problem:
@@ -119,14 +120,14 @@ def _rows(session: Any, query: str, params: Sequence[Any] = ()) -> list[tuple[An
         return list(cursor.fetchall())
 
 
-def _server_facts(session: Any) -> str | None:
-    """The connection's database, once the server is known to record metadata locks: an
-    instrument that is off leaves metadata_locks empty, which must not read as free. One
-    round trip."""
-    enabled, instrument, database = _rows(
+def _server_facts(session: Any) -> tuple[str | None, int | None]:
+    """The connection's database and the server's TCP port, once the server is known to
+    record metadata locks: an instrument that is off leaves metadata_locks empty, which must
+    not read as free. One round trip."""
+    enabled, instrument, database, port = _rows(
         session,
         "SELECT @@performance_schema, (SELECT ENABLED FROM performance_schema.setup_instruments"
-        " WHERE NAME = %s), DATABASE()",
+        " WHERE NAME = %s), DATABASE(), @@port",
         (MDL_INSTRUMENT,),
     )[0]
     if not enabled or instrument != "YES":
@@ -134,16 +135,17 @@ def _server_facts(session: Any) -> str | None:
             "the server does not record metadata locks: start it with performance_schema=ON "
             f"and performance-schema-instrument='{MDL_INSTRUMENT}=ON' (MariaDB's default is off)"
         )
-    return str(database) if database is not None else None
+    return (str(database) if database is not None else None), (int(port) if port else None)
 
 
-def _holds(session: Any, watch: DatabaseWatch) -> tuple[Hold, ...]:
-    database = _server_facts(session)
+def _holds(
+    session: Any, watch: DatabaseWatch, database: str | None, port: int | None
+) -> tuple[Hold, ...]:
     tools = mysql_lock_names(database)
     if watch.watch == "advisory_key":
         _check_preset(str(watch.target), database)
-    holders, waiters, other_flyway = _listed(session, watch, tools)
-    _add_unlisted_holders(session, _watched_names(watch, tools), holders)
+    holders, waiters, other_flyway = _listed(session, watch, tools, port)
+    _add_unlisted_holders(session, _watched_names(watch, tools), holders, port)
     if watch.watch == "advisory_key" and watch.target == "flyway" and not holders and other_flyway:
         # Another database's migration, or this one's with a renamed history table: no
         # guess either way (free would let a second migration start beside it).
@@ -169,7 +171,7 @@ Sessions = dict[str, list[Backend]]
 
 
 def _listed(
-    session: Any, watch: DatabaseWatch, tools: Mapping[str, str]
+    session: Any, watch: DatabaseWatch, tools: Mapping[str, str], port: int | None
 ) -> tuple[Sessions, Sessions, set[str]]:
     """What metadata_locks lists: the watched names' holders and waiters, and the other
     Flyway locks granted on the server."""
@@ -181,7 +183,9 @@ def _listed(
         wanted = tool == watch.target if watch.watch == "advisory_key" else name == watch.target
         if wanted:
             granted = status == "GRANTED"
-            (holders if granted else waiters).setdefault(name, []).append(_backend(session_row))
+            (holders if granted else waiters).setdefault(name, []).append(
+                _backend(session_row, port)
+            )
         elif name.startswith("Flyway-") and status == "GRANTED":
             other_flyway.add(name)
     return holders, waiters, other_flyway
@@ -194,7 +198,9 @@ def _watched_names(watch: DatabaseWatch, tools: Mapping[str, str]) -> list[str]:
     return [str(watch.target)]
 
 
-def _add_unlisted_holders(session: Any, names: Sequence[str], holders: Sessions) -> None:
+def _add_unlisted_holders(
+    session: Any, names: Sequence[str], holders: Sessions, port: int | None
+) -> None:
     """Ask the server's lock registry who holds each name (IS_USED_LOCK, the connection id):
     metadata_locks leaves out what it did not record (taken while the global_instrumentation
     consumer was off, or with the table full) and what PROCESSLIST hides from this role, so
@@ -213,15 +219,15 @@ def _add_unlisted_holders(session: Any, names: Sequence[str], holders: Sessions)
                 f"the server says connection {owner} holds user lock {name!r}, but this role "
                 "cannot see that connection: grant it PROCESS"
             )
-        holders.setdefault(name, []).append(_backend(found[0]))
+        holders.setdefault(name, []).append(_backend(found[0], port))
 
 
-def _sessions(session: Any, holds: tuple[Hold, ...]) -> tuple[Backend, ...]:
+def _sessions(session: Any, holds: tuple[Hold, ...], port: int | None) -> tuple[Backend, ...]:
     """The server's other client connections, read when something is held."""
     if not holds:
         return ()
     holders = tuple(hold.holder.pid for hold in holds)
-    return tuple(_backend(row) for row in _rows(session, SESSIONS, (holders,)))
+    return tuple(_backend(row, port) for row in _rows(session, SESSIONS, (holders,)))
 
 
 def _check_preset(tool: str, database: str | None) -> None:
@@ -236,9 +242,10 @@ def _check_preset(tool: str, database: str | None) -> None:
         )
 
 
-def _backend(row: Sequence[Any]) -> Backend:
+def _backend(row: Sequence[Any], server_port: int | None) -> Backend:
     """PROCESSLIST's ID, USER, HOST (`host:port`, or `localhost` on the unix socket), COMMAND,
-    TIME (seconds in that command or idle) and INFO."""
+    TIME (seconds in that command or idle) and INFO; `server_port`, where a TCP client's
+    connection leads."""
     connection_id, user, host, command, seconds, query = row
     address, port, note = _client(host or "")
     return Backend(
@@ -252,6 +259,7 @@ def _backend(row: Sequence[Any]) -> Backend:
         server="MySQL",
         kind="connection",
         client_note=note,
+        server_port=server_port,
     )
 
 

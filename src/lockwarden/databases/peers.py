@@ -1,6 +1,9 @@
 """A database session's client process, when it runs on this host: judged from the snapshot.
 
-TCP: the session's client address and port are the client socket's local end; unix socket:
+TCP: the session's client address and port are the client socket's local end, on a connection
+to the server's port when the server says which it listens on (Linux lets connections to
+different destinations leave from one local port: another program's connection from the same
+end is not the session's, and with two candidates left none is named); unix socket:
 the client's end is the peer of one of the backend's own sockets, when the backend is a
 process here (its start time matches backend_start). The run's capture reads these sockets
 and their owners (procfs/sockets.py), only for the sessions that hold or wait for a watched
@@ -124,18 +127,36 @@ def _client_socket(backend: Backend, snapshot: Snapshot) -> int | str:
     if isinstance(end, str):
         return end
     if end is not None:
-        found = snapshot.sockets().tcp.get(end)
-        if found is None:
-            return (
-                f"client {backend.client_addr}:{backend.client_port} is not a connection of "
-                "this host (another host, container or network namespace)"
-            )
-        return found
+        return _tcp_client_socket(backend, end, snapshot)
     if not backend.unix_socket:
         return backend.client_note or (
             "the session's client address is not visible (grant pg_read_all_stats)"
         )
     return _unix_client_socket(backend, snapshot)
+
+
+def _tcp_client_socket(backend: Backend, end: Endpoint, snapshot: Snapshot) -> int | str:
+    """The connection here that leaves from the session's client end to the server's port
+    (any port when the server did not say), when it is the only one."""
+    found = snapshot.sockets().tcp.get(end, ())
+    if backend.server_port is not None:
+        found = tuple(each for each in found if each.remote[1] == backend.server_port)
+    client = f"client {backend.client_addr}:{backend.client_port}"
+    if not found:
+        to = f" to port {backend.server_port}" if backend.server_port is not None else ""
+        return (
+            f"{client} is not a connection of this host{to} (another host, container or "
+            "network namespace)"
+        )
+    if len(found) > 1:
+        remotes = ", ".join(
+            sorted(f"{address}:{port}" for address, port in (each.remote for each in found))
+        )
+        return (
+            f"{len(found)} connections of this host leave from {client} (to {remotes}): "
+            "which one is the session's is not known"
+        )
+    return found[0].inode
 
 
 def _unix_client_socket(backend: Backend, snapshot: Snapshot) -> int | str:

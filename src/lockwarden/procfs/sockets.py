@@ -4,11 +4,14 @@ A capture reads these once a server has answered (the run asks its servers befor
 the host), only for the sessions the answer names:
 
 TCP: a session's client address and port are the client socket's local end, so the socket is
-the line of /proc/net/tcp (or tcp6) whose local address is that pair, and its inode names the
-process holding it in /proc/PID/fd. A unix socket has no address: the backend's own sockets are
-found in its fd table (the backend is a process here when the server runs here), and the
-kernel's unix diagnostics (NETLINK_SOCK_DIAG, as `ss -x` reads them) give each one's peer, the
-client's end. /proc/net/tcp shows this network namespace only.
+a line of /proc/net/tcp (or tcp6) whose local address is that pair, and its inode names the
+process holding it in /proc/PID/fd. Linux gives connections to different destinations the same
+local port, so there may be several such lines: each is kept with its remote end, for the
+judging to tell the server's connection from the others (databases/peers.py). A unix socket
+has no address: the backend's own sockets are found in its fd table (the backend is a process
+here when the server runs here), and the kernel's unix diagnostics (NETLINK_SOCK_DIAG, as
+`ss -x` reads them) give each one's peer, the client's end. /proc/net/tcp shows this network
+namespace only.
 
 Every read here is of /proc's own tables and links (never of a file through a mount, never of
 a process's memory), so none can hang on a dead mount; a command line is read by the capture
@@ -73,11 +76,19 @@ class ClientQuestion(NamedTuple):
 NO_CLIENTS = ClientQuestion()
 
 
+class TcpConnection(NamedTuple):
+    """An established TCP connection of this host, from an asked client end."""
+
+    inode: int
+    remote: Endpoint
+
+
 class ClientSockets(NamedTuple):
     """What the host showed of the asked sessions' sockets."""
 
-    tcp: Mapping[Endpoint, int]
-    """Each asked client end that is an established connection here: its socket's inode."""
+    tcp: Mapping[Endpoint, tuple[TcpConnection, ...]]
+    """Each asked client end that is an established connection here: the connections that
+    leave from it (one, unless several destinations share the local port)."""
     backend_sockets: Mapping[int, tuple[int, ...]]
     """Each asked backend's socket inodes (empty: not a process here, or unreadable)."""
     unix_peers: Mapping[int, int]
@@ -97,15 +108,15 @@ class ClientSockets(NamedTuple):
 def read_client_sockets(proc: str, ends: SessionEnds, entries: Iterable[str]) -> ClientSockets:
     """The sockets of these sessions' client ends, and their owners in one walk of every fd
     table."""
-    tcp: dict[Endpoint, int] = {}
+    tcp: dict[Endpoint, tuple[TcpConnection, ...]] = {}
     if ends.endpoints:
         every = tcp_sockets(proc)
-        tcp = {end: every[end] for end in ends.endpoints if end in every}
+        tcp = {end: tuple(every[end]) for end in ends.endpoints if end in every}
     backend_sockets = {pid: socket_inodes(proc, pid) for pid in sorted(ends.backends)}
     mine = {inode for inodes in backend_sockets.values() for inode in inodes}
     peers = unix_peers() if ends.backends else {}
     unix = {inode: peer for inode, peer in peers.items() if inode in mine and peer}
-    wanted = set(tcp.values()) | set(unix.values())
+    wanted = {each.inode for found in tcp.values() for each in found} | set(unix.values())
     owners = socket_owners(proc, entries, wanted) if wanted else {}
     return ClientSockets(tcp, backend_sockets, unix, owners)
 
@@ -149,9 +160,9 @@ def socket_owners(
     return {inode: tuple(pids) for inode, pids in owners.items()}
 
 
-def tcp_sockets(proc: str) -> dict[Endpoint, int]:
-    """Established TCP sockets of this network namespace: local endpoint -> inode."""
-    sockets: dict[Endpoint, int] = {}
+def tcp_sockets(proc: str) -> dict[Endpoint, list[TcpConnection]]:
+    """Established TCP sockets of this network namespace, by local endpoint."""
+    sockets: dict[Endpoint, list[TcpConnection]] = {}
     for name in ("tcp", "tcp6"):
         try:
             with open(f"{proc}/net/{name}", encoding="ascii") as handle:
@@ -162,7 +173,8 @@ def tcp_sockets(proc: str) -> dict[Endpoint, int]:
             fields = line.split()
             if len(fields) < 10 or fields[3] != ESTABLISHED:
                 continue
-            sockets[parse_endpoint(fields[1])] = int(fields[9])
+            connection = TcpConnection(int(fields[9]), parse_endpoint(fields[2]))
+            sockets.setdefault(parse_endpoint(fields[1]), []).append(connection)
     return sockets
 
 

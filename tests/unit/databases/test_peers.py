@@ -24,12 +24,14 @@ from lockwarden.check.observation import Backend
 from lockwarden.databases.peers import Client, client_question, find_clients
 from lockwarden.procfs.reader import HostReader, Request, wall_clock
 from lockwarden.procfs.snapshot import NotCaptured
-from lockwarden.procfs.sockets import ClientQuestion, ClientSockets, SessionEnds
+from lockwarden.procfs.sockets import ClientQuestion, ClientSockets, SessionEnds, TcpConnection
 
 ROLE = "PostgreSQL backend"
 
 TCP = Backend(pid=9911, client_addr="127.0.0.1", client_port=40112, backend_start=NOW)
 UNIX = Backend(pid=9912, client_port=-1, backend_start=NOW)
+SERVER_END = (ipaddress.ip_address("127.0.0.1"), 5432)
+TCP_END = (ipaddress.ip_address("127.0.0.1"), 40112)
 
 
 def test_the_question_names_each_sessions_client_end() -> None:
@@ -42,7 +44,7 @@ def test_the_question_names_each_sessions_client_end() -> None:
 def test_a_tcp_client_is_named_from_the_captured_socket_and_its_owner() -> None:
     psql = make_process(pid=4242, name="psql", cmdline=("psql", "-h", "127.0.0.1"))
     sockets = ClientSockets(
-        tcp={(ipaddress.ip_address("127.0.0.1"), 40112): 777},
+        tcp={(ipaddress.ip_address("127.0.0.1"), 40112): (TcpConnection(777, SERVER_END),)},
         backend_sockets={},
         unix_peers={},
         owners={777: (4242,)},
@@ -51,6 +53,53 @@ def test_a_tcp_client_is_named_from_the_captured_socket_and_its_owner() -> None:
     [(pid, client)] = find_clients([TCP], snapshot, "client").items()
     assert (pid, client.holder and client.holder.pid) == (9911, 4242)
     assert client.holder is not None and client.holder.cmdline == psql.cmdline
+
+
+OTHER_SERVICE = (ipaddress.ip_address("127.0.0.1"), 6379)
+SAME_PORT_ELSEWHERE = (ipaddress.ip_address("192.0.2.8"), 5432)
+
+
+@pytest.mark.parametrize(
+    ("server_port", "connections", "named", "why"),
+    [
+        (5432, [(777, SERVER_END), (778, OTHER_SERVICE)], 4242, None),
+        (5432, [(778, OTHER_SERVICE), (777, SERVER_END)], 4242, None),
+        (5432, [(778, OTHER_SERVICE)], None, "is not a connection of this host to port 5432"),
+        (
+            5432,
+            [(777, SERVER_END), (778, SAME_PORT_ELSEWHERE)],
+            None,
+            "2 connections of this host leave from client 127.0.0.1:40112 (to 127.0.0.1:5432, "
+            "192.0.2.8:5432): which one is the session's is not known",
+        ),
+        (None, [(777, SERVER_END)], 4242, None),
+        (None, [(777, SERVER_END), (778, OTHER_SERVICE)], None, "which one is the session's"),
+    ],
+)
+def test_a_client_end_other_connections_share_names_only_the_one_to_the_server(
+    server_port: int | None,
+    connections: list[tuple[int, tuple[ipaddress.IPv4Address, int]]],
+    named: int | None,
+    why: str | None,
+) -> None:
+    """Linux lets connections to different destinations leave from one local port: another
+    program's connection from the session's client end is not the session's."""
+    session = Backend(pid=9911, client_addr="127.0.0.1", client_port=40112, server_port=server_port)
+    psql = make_process(pid=4242, name="psql", cmdline=("psql", "-h", "127.0.0.1"))
+    other = make_process(pid=5151, name="redis-cli", cmdline=("redis-cli",))
+    sockets = ClientSockets(
+        tcp={TCP_END: tuple(TcpConnection(inode, remote) for inode, remote in connections)},
+        backend_sockets={},
+        unix_peers={},
+        owners={777: (4242,), 778: (5151,)},
+    )
+    snapshot = make_snapshot(client_sockets=sockets, processes={4242: psql, 5151: other})
+    [client] = find_clients([session], snapshot, "client").values()
+    assert (client.holder.pid if client.holder else None) == named
+    if why is None:
+        assert client.why_not is None
+    else:
+        assert why in (client.why_not or "")
 
 
 def test_a_backend_that_is_not_the_servers_process_here_names_no_client() -> None:

@@ -23,7 +23,12 @@ def test_a_tcp_client_end_is_found_with_the_process_that_has_it() -> None:
                 "/proc", SessionEnds(frozenset({end, elsewhere})), [str(os.getpid())]
             )
             assert set(found.tcp) == {end}
-            assert found.owners[found.tcp[end]] == (os.getpid(),)
+            [connection] = found.tcp[end]
+            assert connection.remote == (
+                ipaddress.ip_address("127.0.0.1"),
+                server_end.getsockname()[1],
+            )
+            assert found.owners[connection.inode] == (os.getpid(),)
 
 
 def test_a_capture_names_the_clients_and_what_runs_below_them() -> None:
@@ -36,7 +41,7 @@ def test_a_capture_names_the_clients_and_what_runs_below_them() -> None:
             snapshot = HostReader(wall_clock).capture(
                 Request(read_locks=False, clients=ClientQuestion(ends))
             )
-            [inode] = snapshot.sockets().tcp.values()
-            assert snapshot.sockets().owners[inode] == (os.getpid(),)
+            [[connection]] = snapshot.sockets().tcp.values()
+            assert snapshot.sockets().owners[connection.inode] == (os.getpid(),)
             assert snapshot.process(os.getpid()) is not None  # named from the snapshot
             assert isinstance(snapshot.descendants(os.getpid()), tuple)
