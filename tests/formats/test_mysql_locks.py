@@ -76,6 +76,14 @@ class Mariadb:
             env=build_environment(),
             timeout=120,
         )
+        self.launch()
+        with self.root() as session, session.cursor() as cursor:
+            cursor.execute("CREATE DATABASE app")
+            cursor.execute(f"CREATE USER 'mon'@'%' IDENTIFIED BY '{PASSWORD}'")
+            cursor.execute("GRANT PROCESS, SELECT ON *.* TO 'mon'@'%'")
+
+    def launch(self) -> None:
+        user = ["--user=mysql"] if os.geteuid() == 0 else []
         argv = [*self.prefix]
         argv.append(require_tool("mariadbd") if shutil.which("mariadbd") else "/usr/sbin/mariadbd")
         argv += [
@@ -96,10 +104,15 @@ class Mariadb:
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
         assert wait_until(self._ready, timeout=60), "mariadbd did not start"
-        with self.root() as session, session.cursor() as cursor:
-            cursor.execute("CREATE DATABASE app")
-            cursor.execute(f"CREATE USER 'mon'@'%' IDENTIFIED BY '{PASSWORD}'")
-            cursor.execute("GRANT PROCESS, SELECT ON *.* TO 'mon'@'%'")
+
+    def restart(self) -> None:
+        """The same server stopped (cleanly, by its PID) and started again on its data."""
+        assert self.process is not None
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        self.launch()
 
     def _ready(self) -> bool:
         try:
@@ -324,6 +337,48 @@ def test_a_role_without_process_cannot_see_the_holder_unknown_never_free(
         timeout=15,
         interval=0.3,
     )
+
+
+def connection_id(server: Mariadb) -> int:
+    with server.root() as session, session.cursor() as cursor:
+        cursor.execute("SELECT CONNECTION_ID()")
+        return int(cursor.fetchone()[0])
+
+
+def test_a_restarted_servers_session_with_an_old_ones_id_is_a_new_hold(
+    clients: list[Client], tmp_path: Path
+) -> None:
+    """MySQL counts connection ids from 1 again when it restarts: a lock taken just now by a
+    new session that drew the id of one a run saw holding it before the restart is held since
+    now, not since that run (a page for a lock held a moment)."""
+    require_tool("mariadb")
+    server = Mariadb()
+    try:
+        server.start()
+        while connection_id(server) < 20:  # ids a fresh start passes again before the holder's
+            pass
+        before = client(server, clients)
+        before.run("SELECT GET_LOCK('nightly', 0);")
+        state = f'[state]\npath = "{tmp_path}/state/state.jsonl"\n'
+        budget = 'warn_after = "3s"\ncritical_after = "3s"\n'
+        _code, first = check(tmp_path, server, 'lock_name = "nightly"', budget + state)
+        assert first["state"] == "held", first
+        seen = time.monotonic()
+        reused, _port = holding_connection(server, "nightly")
+        before.kill()
+        server.restart()
+        while connection_id(server) < reused - 1:
+            pass
+        time.sleep(max(0.0, seen + 4 - time.monotonic()))  # the first sighting past the budget
+        after = client(server, clients)
+        after.run("SELECT GET_LOCK('nightly', 0);")
+        assert holding_connection(server, "nightly")[0] == reused  # the old session's id
+        code, finding = check(tmp_path, server, 'lock_name = "nightly"', budget + state)
+    finally:
+        server.stop()
+    assert (code, finding["state"]) == (0, "held"), finding
+    assert [each["pid"] for each in finding["holders"]] == [after.pid]
+    assert finding["held"]["seconds"] < 3, finding
 
 
 def test_wrong_password_is_unknown_and_not_printed(server: Mariadb, tmp_path: Path) -> None:

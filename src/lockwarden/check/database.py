@@ -145,9 +145,10 @@ def _blank(name: str, path: str, format_name: str) -> Finding:
 
 def _session_identity(backend: Backend) -> str:
     """A new session is a new incident. MySQL records no session start: the connection id,
-    which the server never reuses while it runs, stands alone."""
+    which the server never reuses while it runs, with the server's start (after a restart its
+    ids count from 1 again, and a new session with an old one's id is not the same hold)."""
     if backend.server == "MySQL":
-        return f"mysql-connection:{backend.pid}"
+        return f"mysql-connection:{backend.pid}:{_stamp(backend.server_start)}"
     return f"pg-backend:{backend.pid}:{_stamp(backend.backend_start)}"
 
 

@@ -35,6 +35,7 @@ class Backend:
     kind: str = "backend"  # what the server calls a session: "backend", "connection"
     client_note: str | None = None  # why the client address is not there, when it is not
     server_port: int | None = None  # the TCP port the server listens on (MySQL's @@port)
+    server_start: datetime | None = None  # MySQL: its connection ids start again with it
 
     def describe(self) -> str:
         """`backend 9911 (user app, application_name 'prisma', client 127.0.0.1:40112,

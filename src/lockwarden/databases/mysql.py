@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -82,9 +84,9 @@ def observe(watch: DatabaseWatch, environ: Mapping[str, str]) -> Observation:
     try:
         session = connect(watch, environ)
         try:
-            database, port = _server_facts(session)
-            holds = _holds(session, watch, database, port)
-            return Observation(target, holds=holds, sessions=_sessions(session, holds, port))
+            database, server = _server_facts(session)
+            holds = _holds(session, watch, database, server)
+            return Observation(target, holds=holds, sessions=_sessions(session, holds, server))
         finally:
             session.close()
     except CheckProblem as problem:
@@ -120,14 +122,24 @@ def _rows(session: Any, query: str, params: Sequence[Any] = ()) -> list[tuple[An
         return list(cursor.fetchall())
 
 
-def _server_facts(session: Any) -> tuple[str | None, int | None]:
-    """The connection's database and the server's TCP port, once the server is known to
-    record metadata locks: an instrument that is off leaves metadata_locks empty, which must
-    not read as free. One round trip."""
-    enabled, instrument, database, port = _rows(
+@dataclass(frozen=True)
+class Server:
+    """What each of a server's sessions carries of it."""
+
+    port: int | None  # the TCP port it listens on: where a TCP client's connection leads
+    started: datetime | None  # when it started: connection ids count from 1 again after it
+
+
+def _server_facts(session: Any) -> tuple[str | None, Server]:
+    """The connection's database and its server, once the server is known to record metadata
+    locks: an instrument that is off leaves metadata_locks empty, which must not read as free.
+    The start is UNIX_TIMESTAMP() less Uptime, both counted from the statement's start, so it
+    is the same second at every look. One round trip."""
+    enabled, instrument, database, port, started = _rows(
         session,
         "SELECT @@performance_schema, (SELECT ENABLED FROM performance_schema.setup_instruments"
-        " WHERE NAME = %s), DATABASE(), @@port",
+        " WHERE NAME = %s), DATABASE(), @@port, UNIX_TIMESTAMP() - (SELECT VARIABLE_VALUE"
+        " FROM performance_schema.global_status WHERE VARIABLE_NAME = 'Uptime')",
         (MDL_INSTRUMENT,),
     )[0]
     if not enabled or instrument != "YES":
@@ -135,17 +147,21 @@ def _server_facts(session: Any) -> tuple[str | None, int | None]:
             "the server does not record metadata locks: start it with performance_schema=ON "
             f"and performance-schema-instrument='{MDL_INSTRUMENT}=ON' (MariaDB's default is off)"
         )
-    return (str(database) if database is not None else None), (int(port) if port else None)
+    server = Server(
+        int(port) if port else None,
+        None if started is None else datetime.fromtimestamp(int(started), UTC),
+    )
+    return (str(database) if database is not None else None), server
 
 
 def _holds(
-    session: Any, watch: DatabaseWatch, database: str | None, port: int | None
+    session: Any, watch: DatabaseWatch, database: str | None, server: Server
 ) -> tuple[Hold, ...]:
     tools = mysql_lock_names(database)
     if watch.watch == "advisory_key":
         _check_preset(str(watch.target), database)
-    holders, waiters, other_flyway = _listed(session, watch, tools, port)
-    _add_unlisted_holders(session, _watched_names(watch, tools), holders, port)
+    holders, waiters, other_flyway = _listed(session, watch, tools, server)
+    _add_unlisted_holders(session, _watched_names(watch, tools), holders, server)
     if watch.watch == "advisory_key" and watch.target == "flyway" and not holders and other_flyway:
         # Another database's migration, or this one's with a renamed history table: no
         # guess either way (free would let a second migration start beside it).
@@ -171,7 +187,7 @@ Sessions = dict[str, list[Backend]]
 
 
 def _listed(
-    session: Any, watch: DatabaseWatch, tools: Mapping[str, str], port: int | None
+    session: Any, watch: DatabaseWatch, tools: Mapping[str, str], server: Server
 ) -> tuple[Sessions, Sessions, set[str]]:
     """What metadata_locks lists: the watched names' holders and waiters, and the other
     Flyway locks granted on the server."""
@@ -184,7 +200,7 @@ def _listed(
         if wanted:
             granted = status == "GRANTED"
             (holders if granted else waiters).setdefault(name, []).append(
-                _backend(session_row, port)
+                _backend(session_row, server)
             )
         elif name.startswith("Flyway-") and status == "GRANTED":
             other_flyway.add(name)
@@ -199,7 +215,7 @@ def _watched_names(watch: DatabaseWatch, tools: Mapping[str, str]) -> list[str]:
 
 
 def _add_unlisted_holders(
-    session: Any, names: Sequence[str], holders: Sessions, port: int | None
+    session: Any, names: Sequence[str], holders: Sessions, server: Server
 ) -> None:
     """Ask the server's lock registry who holds each name (IS_USED_LOCK, the connection id):
     metadata_locks leaves out what it did not record (taken while the global_instrumentation
@@ -219,15 +235,15 @@ def _add_unlisted_holders(
                 f"the server says connection {owner} holds user lock {name!r}, but this role "
                 "cannot see that connection: grant it PROCESS"
             )
-        holders.setdefault(name, []).append(_backend(found[0], port))
+        holders.setdefault(name, []).append(_backend(found[0], server))
 
 
-def _sessions(session: Any, holds: tuple[Hold, ...], port: int | None) -> tuple[Backend, ...]:
+def _sessions(session: Any, holds: tuple[Hold, ...], server: Server) -> tuple[Backend, ...]:
     """The server's other client connections, read when something is held."""
     if not holds:
         return ()
     holders = tuple(hold.holder.pid for hold in holds)
-    return tuple(_backend(row, port) for row in _rows(session, SESSIONS, (holders,)))
+    return tuple(_backend(row, server) for row in _rows(session, SESSIONS, (holders,)))
 
 
 def _check_preset(tool: str, database: str | None) -> None:
@@ -242,10 +258,9 @@ def _check_preset(tool: str, database: str | None) -> None:
         )
 
 
-def _backend(row: Sequence[Any], server_port: int | None) -> Backend:
+def _backend(row: Sequence[Any], server: Server) -> Backend:
     """PROCESSLIST's ID, USER, HOST (`host:port`, or `localhost` on the unix socket), COMMAND,
-    TIME (seconds in that command or idle) and INFO; `server_port`, where a TCP client's
-    connection leads."""
+    TIME (seconds in that command or idle) and INFO, of a session of `server`."""
     connection_id, user, host, command, seconds, query = row
     address, port, note = _client(host or "")
     return Backend(
@@ -259,7 +274,8 @@ def _backend(row: Sequence[Any], server_port: int | None) -> Backend:
         server="MySQL",
         kind="connection",
         client_note=note,
-        server_port=server_port,
+        server_port=server.port,
+        server_start=server.started,
     )
 
 
