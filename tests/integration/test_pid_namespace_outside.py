@@ -9,8 +9,10 @@ test starts real holders in a random arrangement (seeded; the seed is in the tes
 own namespace, runs `lockwarden --once --json` as PID 1 of a new one beneath it, and compares
 each lock with the holder it started.
 
-Not covered, because it is not seen (docs/design.md): a flock(2) held from outside reads
-`free`; flock has no question the kernel answers without taking the lock.
+A flock(2) held from outside is not seen at all (flock has no question the kernel answers
+without taking the lock), so a lock that may be one (the `kernel` format's) is never read free
+there: held from outside or not, it is `unknown` unless the namespace is declared to hold every
+taker (LOCKWARDEN_PID_NAMESPACE=complete). It once read `free` while a flock was held outside.
 """
 
 from __future__ import annotations
@@ -83,13 +85,16 @@ elif style == "posix_range":  # one byte far into the file, as a database locks 
     fcntl.lockf(handle, fcntl.LOCK_EX, 1, 4096)
 elif style == "ofd":
     fcntl.fcntl(handle, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+elif style == "flock":
+    fcntl.flock(handle, fcntl.LOCK_EX)
 print("ready", flush=True)
 time.sleep(120)
 """
 
 # What lockwarden must say of each arrangement: (state, unknown cause).
 EXPECTED = {
-    "free": ("free", None),
+    "free": ("unknown", OUTSIDE),  # a flock held outside would look the same: not proven free
+    "flock": ("unknown", OUTSIDE),
     "posix_write": ("unknown", OUTSIDE),
     "posix_read": ("unknown", OUTSIDE),  # any kernel lock on a plain lock file blocks writers
     "posix_range": ("unknown", OUTSIDE),
@@ -99,7 +104,7 @@ EXPECTED = {
     "sqlite_wal_writer": ("unknown", OUTSIDE),
     "sqlite_wal_reader": ("free", None),
 }
-KERNEL_CASES = ("free", "posix_write", "posix_read", "posix_range", "ofd")
+KERNEL_CASES = ("free", "flock", "posix_write", "posix_read", "posix_range", "ofd")
 
 
 def locked_inodes() -> set[tuple[int, int, int]]:
@@ -172,7 +177,7 @@ def arrange(children: Children, directory: Path, seed: int) -> tuple[str, dict[s
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_posix_lock_held_from_outside_the_namespace_is_never_read_free(
+def test_a_lock_held_from_outside_the_namespace_is_never_read_free(
     seed: int, tmp_path: Path, children: Children
 ) -> None:
     config, cases = arrange(children, tmp_path, seed)
@@ -191,6 +196,40 @@ def test_a_posix_lock_held_from_outside_the_namespace_is_never_read_free(
         if EXPECTED[case][1] == OUTSIDE:  # never a name it cannot prove, never OK
             assert findings[name]["holders"] == [], findings[name]
             assert findings[name]["severity"] != "ok", findings[name]
+
+
+def test_a_namespace_declared_to_hold_every_taker_reads_a_free_lock_free(
+    tmp_path: Path, children: Children
+) -> None:
+    """The operator's declaration that only this namespace's processes take its locks makes a
+    kernel lock no process here holds free again; one held here is still named."""
+    free, held = tmp_path / "free.lock", tmp_path / "held.lock"
+    free.write_bytes(b"")
+    held.write_bytes(b"")
+    config = write_config(
+        tmp_path,
+        "".join(
+            f'\n[[lock]]\nname = "{path.stem}"\npath = "{path}"\nformat = "kernel"\n'
+            for path in (free, held)
+        ),
+    )
+    script = (
+        f"{require_tool('flock')} {held} sleep 60 & sleep 0.5; "
+        f"{sys.executable} -m lockwarden --once --json --config {config}; kill $!"
+    )
+    declared = {**container_env(), "LOCKWARDEN_PID_NAMESPACE": "complete"}
+    inside = children.start(
+        [*pid_namespace_command(), require_tool("sh"), "-c", script], env=declared
+    )
+    try:
+        output, errors = inside.communicate(timeout=120)
+    finally:
+        inside.kill()
+    assert output.strip(), errors
+    found = {lock["name"]: lock for lock in json.loads(output)["locks"]}
+    assert found["free"]["state"] == "free", found["free"]["reason"]
+    assert found["held"]["state"] == "held", found["held"]["reason"]
+    assert found["held"]["holders"][0]["name"] == "flock"
 
 
 PROBE = """

@@ -51,6 +51,12 @@ WAIT_S = 40  # a 10-second timer, a run that may take a few seconds on a busy ho
 RESULT_DROP_IN = """[Service]
 ExecStopPost=/bin/sh -c 'echo "lockwarden-test-result $SERVICE_RESULT $EXIT_STATUS"'
 """
+# Every process that takes the watched locks runs in this container, as the documented
+# declaration says (docs/design.md): else a flock nobody here holds reads unknown, since one
+# taken outside the container's PID namespace would show nowhere in it.
+NAMESPACE_DROP_IN = """[Service]
+Environment=LOCKWARDEN_PID_NAMESPACE=complete
+"""
 TIMER_DROP_IN = """[Timer]
 OnCalendar=
 OnCalendar=*:*:0/10
@@ -312,6 +318,7 @@ def prepare(system: System) -> None:
         "/etc/credstore/lockwarden-notify-urls", f"json://127.0.0.1:{PORT}/system\n", 0o600
     )
     machine.write("/etc/systemd/system/lockwarden.service.d/test-result.conf", RESULT_DROP_IN)
+    machine.write("/etc/systemd/system/lockwarden.service.d/namespace.conf", NAMESPACE_DROP_IN)
     machine.write("/etc/systemd/system/lockwarden.timer.d/test-schedule.conf", TIMER_DROP_IN)
     system.systemctl("daemon-reload")
     system.systemctl("enable", "--now", "lockwarden.timer")

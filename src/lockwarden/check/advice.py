@@ -18,7 +18,7 @@ from __future__ import annotations
 import shlex
 
 from lockwarden.formats.base import STOP_HOLDER, HolderAction, SafeAction
-from lockwarden.model import Container, Descendant, Holder, State
+from lockwarden.model import Claim, Container, Descendant, Holder, State
 
 # Process names (the kernel's 15-character comm) of package managers and their front ends.
 PACKAGE_MANAGERS = frozenset(
@@ -97,6 +97,14 @@ def declared_action(lock_format: str) -> SafeAction:
     if lock_format not in FORMATS:
         return STOP_HOLDER
     return FORMATS[lock_format].holder_action
+
+
+def may_be_flocked(claim: Claim) -> bool:
+    """The claim's lock may be a flock(2): its format says so (Format.flock), and so may a
+    lock of no registered format."""
+    from lockwarden.formats import FORMATS  # the lock's own format: already loaded by now
+
+    return claim.format not in FORMATS or FORMATS[claim.format].flock
 
 
 def safe_action(holder: Holder, lock_format: str) -> SafeAction:

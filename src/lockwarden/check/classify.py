@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lockwarden.check.advice import advise_holder, call_to_act, needs_action
+from lockwarden.check.advice import advise_holder, call_to_act, may_be_flocked, needs_action
 from lockwarden.check.identify import Evidence, holder_from_process, missing_right, processes
 from lockwarden.model import (
     Bound,
@@ -194,8 +194,26 @@ def judge(claim: Claim, evidence: Evidence, policy: Policy, now: datetime) -> Ve
     if claim.problem:
         return Verdict(State.UNKNOWN, claim.problem, cause=UnknownCause.UNREADABLE_RECORD)
     if not claim.existence_is_lock:
+        unseen = _flock_unseen(claim, evidence)
+        if unseen is not None:
+            return unseen
         return Verdict(State.FREE, _free_reason(claim, evidence), readers=evidence.readers)
     return _existence_verdict(claim, evidence, policy, now)
+
+
+def _flock_unseen(claim: Claim, evidence: Evidence) -> Verdict | None:
+    """Free is not proven in a container's PID namespace for a lock that may be a flock(2):
+    one taken outside it shows in neither /proc/locks nor a descriptor here, and the kernel
+    answers no question about it that takes no lock (a POSIX lock it does answer for,
+    formats/hidden.py). What a process here holds (a reader) is seen as anywhere."""
+    if not evidence.nested_pid_namespace or evidence.readers or not may_be_flocked(claim):
+        return None
+    return Verdict(
+        State.UNKNOWN,
+        "no kernel lock shows on it here, but lockwarden runs in a container's PID namespace, "
+        f"where a flock(2) taken outside it shows nowhere{DECLARE}",
+        cause=UnknownCause.OTHER_PID_NAMESPACE,
+    )
 
 
 def _kernel_verdict(claim: Claim, evidence: Evidence) -> Verdict:

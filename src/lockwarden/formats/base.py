@@ -48,11 +48,15 @@ class Format(Protocol):
       working directory, a PostgreSQL data directory, a git work tree), tried before
       STORE/LOCK;
     * `never_removed`: why `remove_stale` may never remove its lock (None: a dead holder's
-      leftover may be removed, with every guard of remove/removal.py).
+      leftover may be removed, with every guard of remove/removal.py);
+    * `flock`: its lock may be a flock(2) on its file, which nothing shows from inside a PID
+      namespace when its taker lives outside (a POSIX lock the kernel is asked about,
+      formats/hidden.py; an existence lock is judged by its record).
     """
 
     name: str
     summary: str
+    flock: bool
     holder_action: SafeAction
     layout: bool
     directory: bool

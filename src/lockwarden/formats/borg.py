@@ -40,6 +40,7 @@ class BorgHolder:
 
 class BorgRepository:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "a borg 1.x repository: lock.exclusive/HOSTID.PID-THREAD and lock.roster"
     layout = True

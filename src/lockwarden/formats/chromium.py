@@ -45,6 +45,7 @@ CHROMIUM_EXECUTABLES = (
 
 class ChromiumProfile:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "a Chromium/Chrome user-data-dir: SingletonLock -> HOST-PID"
     layout = True

@@ -35,6 +35,7 @@ NEVER_REMOVE = (
 
 class DpkgLock:
     name = NAME
+    flock = False
     holder_action = SafeAction(
         HolderAction.WAIT,
         "never kill a package manager mid-transaction (it leaves the package database "

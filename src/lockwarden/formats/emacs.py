@@ -36,6 +36,7 @@ MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT: what a PID can be on any host
 
 class EmacsLock:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "an Emacs file lock: .#FILE -> USER@HOST.PID[:BOOT]"
     layout = True

@@ -192,6 +192,7 @@ def _owner_from_candidates(host: str, candidates: tuple[int, ...], layout: str) 
 
 class SoftLockFile:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "py-filelock SoftFileLock, or lockfile's LinkLockFile / MkdirLockFile / PIDLockFile"
     layout = False

@@ -50,6 +50,7 @@ FIREFOX_EXECUTABLES = (
 
 class FirefoxProfile:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "a Firefox/Thunderbird profile: lock -> IP:+PID and an fcntl-locked .parentlock"
     layout = True

@@ -194,6 +194,7 @@ def _linked_work_trees(git_directory: str) -> list[str]:
 
 class GitLock:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "a git *.lock file (held while a git process works in the repository)"
     layout = False

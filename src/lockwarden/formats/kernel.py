@@ -25,6 +25,7 @@ NAME = "kernel"
 
 class KernelLockFile:
     name = NAME
+    flock = True
     holder_action = STOP_HOLDER
     summary = "a file held with flock, fcntl/lockf or OFD locks; its content is ignored"
     layout = False

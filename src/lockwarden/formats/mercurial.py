@@ -31,6 +31,7 @@ LOCK_FILES = ("wlock", os.path.join("store", "lock"))
 
 class Mercurial:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "a Mercurial repository: .hg/wlock and .hg/store/lock -> HOST[/PIDNS]:PID"
     layout = True

@@ -30,6 +30,7 @@ PREFERRED_RECORDS = ("owner.json", "owner", "record.json", "info", "info.json", 
 
 class OwnerRecord:
     name = NAME
+    flock = True
     holder_action = STOP_HOLDER
     summary = "a LOCK directory (mkdir) or file holding JSON, key=value lines or a bare PID"
     layout = False

@@ -31,6 +31,7 @@ UPGRADERS = Workers(("/",), ("pacman-db-upgr*",))
 
 class PacmanLock:
     name = NAME
+    flock = False
     holder_action = SafeAction(
         HolderAction.WAIT,
         "never kill a package manager mid-transaction (it leaves the package database "

@@ -20,6 +20,7 @@ NAME = "pidfile"
 
 class Pidfile:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "a file holding the holder's PID, removed by the holder when it exits"
     layout = False

@@ -41,6 +41,7 @@ def pid_file_for(path: str) -> str:
 
 class PostgresPidFile:
     name = NAME
+    flock = False
     holder_action = SafeAction(
         HolderAction.SHUTDOWN,
         "pg_ctl stop -m fast; never kill -9 a database server (it skips its checkpoint)",

@@ -130,6 +130,7 @@ def uses_wal(head: bytes, shm: InodeKey | None) -> bool:
 
 class SqliteDatabase:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "an SQLite database (rollback journal or WAL): writers and readers by byte locks"
     layout = False

@@ -53,6 +53,7 @@ def state_path_for(path: str) -> str:
 
 class TerraformState:
     name = NAME
+    flock = False
     holder_action = STOP_HOLDER
     summary = "Terraform's local state lock (fcntl on terraform.tfstate + .lock.info JSON)"
     layout = False
