@@ -298,3 +298,66 @@ def test_lockwarden_run_from_the_holding_shell_is_not_in_its_action(tmp_path: Pa
     assert late["state"] == "held_too_long", json.dumps(late, indent=1)
     assert [below["pid"] for below in late["holders"][0]["below"]] == [worker]
     assert late["action"]["argv"] == ["kill", "-HUP", str(shell_pid), str(worker)]
+
+
+PREINST = """#!/bin/sh
+echo "$PPID $$" > "$(dirname "$0")/../../running"
+read line < "$(dirname "$0")/../../gate"
+"""
+
+
+def _deb_waiting_in_its_preinst(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A package whose preinst tells the PIDs of dpkg and itself, then waits at a gate; the
+    private database it is installed into (it has no files: nothing lands on the host)."""
+    package = tmp_path / "package"
+    (package / "DEBIAN").mkdir(parents=True)
+    (package / "DEBIAN/control").write_text(
+        "Package: lockwarden-below-test\nVersion: 1.0\nArchitecture: all\n"
+        "Maintainer: Nobody <nobody@example.org>\nDescription: waits in its preinst\n"
+    )
+    (package / "DEBIAN/preinst").write_text(PREINST)
+    (package / "DEBIAN/preinst").chmod(0o755)
+    deb = tmp_path / "waits.deb"
+    subprocess.run(
+        [require_tool("dpkg-deb"), "-b", package, deb], check=True, capture_output=True, timeout=60
+    )
+    admin = tmp_path / "admin"
+    for directory in ("updates", "info"):
+        (admin / directory).mkdir(parents=True)
+    (admin / "status").write_text("")
+    # The preinst runs as <admin>/tmp.ci/preinst: its ../../ is the admin directory's parent.
+    os.mkfifo(tmp_path / "gate")
+    return deb, admin, tmp_path / "running"
+
+
+@pytest.mark.parametrize("leads", ["group", "neither"])
+def test_a_package_manager_below_the_holder_is_let_finish(
+    leads: str, tmp_path: Path, children: Children
+) -> None:
+    """A deploy script holding its pidfile runs dpkg, which is in its preinst: the action waits
+    for dpkg. Its group's kill (the script leads one) cut dpkg off mid-transaction and left the
+    package half-installed; the holder's kill with the preinst's (it leads none) failed it."""
+    deb, admin, running = _deb_waiting_in_its_preinst(tmp_path)
+    lock = tmp_path / "deploy.pid"
+    script = 'echo $$ > "$1"; dpkg --admindir="$2" --force-not-root -i "$3"; echo "dpkg: $?"'
+    argv = [require_tool("bash"), "-c", script, "deploy", str(lock), str(admin), str(deb)]
+    if leads == "neither":  # a step of a script: the session's leader is the script's shell
+        argv = [require_tool("sh"), "-c", '"$@"; :', "sh", *argv]
+    job = children.start(argv, start_new_session=True)
+    assert wait_until(lambda: running.exists() and running.read_text().endswith("\n"), 30)
+    dpkg, preinst = (children.track(int(pid)) for pid in running.read_text().split())
+    holder = int(lock.read_text())
+
+    late = inspect(lock, "pidfile", tmp_path, "--now", _hours_from_now(2))
+
+    try:
+        assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+        assert late["reason"].endswith("let it finish"), late["reason"]
+        assert late["action"]["line"].startswith(
+            f"wait for PID {dpkg} (dpkg), below PID {holder} (bash), to finish"
+        ), (preinst, late["action"])
+    finally:
+        with open(tmp_path / "gate", "w") as gate:
+            gate.write("go\n")
+    assert job.wait(timeout=60) == 0  # the transaction, let finish, completed
+    assert "Status: install ok installed" in (admin / "status").read_text()

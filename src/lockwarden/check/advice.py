@@ -112,13 +112,27 @@ def safe_action(holder: Holder, lock_format: str) -> SafeAction:
     declared = declared_action(lock_format)
     if declared.kind is HolderAction.WAIT:
         return declared
-    if program_of(holder) in PACKAGE_MANAGERS:
+    if program_of(holder) in PACKAGE_MANAGERS or _package_manager_below(holder):
         return PACKAGE_MANAGER_WAIT
     if declared.kind is HolderAction.SHUTDOWN:
         return declared
     if program_of(holder) in DATABASE_SERVERS:
         return DATABASE_SHUTDOWN
     return declared
+
+
+def _package_manager_below(holder: Holder) -> Descendant | None:
+    """A package manager running below the holder (a deploy script's `apt-get install`): its
+    group's kill would cut it off mid-transaction, and killing the holder alone leaves it
+    working under the lock the holder's record claims."""
+    return next((below for below in holder.below if below.name in PACKAGE_MANAGERS), None)
+
+
+def _waited_for(holder: Holder) -> str:
+    manager = None if program_of(holder) in PACKAGE_MANAGERS else _package_manager_below(holder)
+    if manager is None:
+        return holder.describe()
+    return f"PID {manager.pid} ({manager.name}), below {holder.describe()},"
 
 
 def call_to_act(holder: Holder, lock_format: str) -> str:
@@ -133,7 +147,7 @@ def advise_holder(holder: Holder, sharers: tuple[Holder, ...], lock_format: str)
     """The action for a live holder past its budget."""
     safe = safe_action(holder, lock_format)
     if safe.kind is HolderAction.WAIT:
-        return f"wait for {holder.describe()} to finish; {safe.why}"
+        return f"wait for {_waited_for(holder)} to finish; {safe.why}"
     if holder.container is not None and safe.kind is not HolderAction.SHUTDOWN:
         return advise_in_container(holder, holder.container, sharers)
     if holder.unit and holder.container is None:
@@ -154,7 +168,8 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     """`kill` for each process by its PID; for one that leads its process group, the whole
     group (`-PID`); and what runs below each that its group's kill would not reach: a tool
     that runs its work in a child, killed alone, leaves the child working, and the lock with
-    it. A package manager or database server below is left to finish (NEVER_SIGNALLED). A
+    it. A package manager below the holder makes its action a wait (safe_action); one below
+    a sharer, and a database server below any, is not signalled by PID (NEVER_SIGNALLED). A
     shell (a person's debug shell at its prompt) gets SIGHUP, which it does not ignore."""
     parties = [party for party in (holder, *sharers) if party.pid is not None]
     targets = []

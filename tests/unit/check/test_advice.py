@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from lockwarden.check.advice import advise_holder, is_command, needs_action, why_no_action
+from lockwarden.check.advice import (
+    advise_holder,
+    call_to_act,
+    is_command,
+    needs_action,
+    why_no_action,
+)
 from lockwarden.model import Descendant, Holder, State
 
 
@@ -66,7 +72,6 @@ ANOTHER_GROUP = Descendant(4252, 4100, "pg_dump")  # its group is the holder's p
         (False, (IN_ITS_GROUP, ANOTHER_GROUP), "kill 4242 4250 4252"),
         (True, (IN_ITS_GROUP,), "kill -TERM -- -4242"),  # its group's kill reaches it: once
         (True, (IN_ITS_GROUP, OWN_GROUP), "kill -TERM -- -4242 4251"),
-        (False, (Descendant(4253, 4100, "dpkg"),), "kill 4242"),  # never mid-transaction
         (True, (Descendant(4254, 4254, "postgres"), OWN_GROUP), "kill -TERM -- -4242 4251"),
     ],
 )
@@ -77,6 +82,15 @@ def test_what_runs_below_a_holder_is_stopped_with_it(
     (and is not sent twice)."""
     who = holder("python3", leads_group=leads, below=below)
     assert advise_holder(who, (), "owner-record") == advised
+
+
+@pytest.mark.parametrize("leads", [False, True])
+def test_a_package_manager_below_a_holder_is_waited_for(leads: bool) -> None:
+    """Its group's kill would cut it off mid-transaction; the holder's alone leaves it working
+    under the lock."""
+    who = holder("bash", leads_group=leads, below=(Descendant(4253, 4100, "dpkg"), OWN_GROUP))
+    assert advise_holder(who, (), "owner-record").startswith("wait for PID 4253 (dpkg), below ")
+    assert call_to_act(who, "owner-record") == " — let it finish"
 
 
 @pytest.mark.parametrize(
