@@ -297,7 +297,7 @@ def test_lockwarden_run_from_the_holding_shell_is_not_in_its_action(tmp_path: Pa
     [late] = json.loads("\n".join(report))["locks"]
     assert late["state"] == "held_too_long", json.dumps(late, indent=1)
     assert [below["pid"] for below in late["holders"][0]["below"]] == [worker]
-    assert late["action"]["argv"] == ["kill", "-HUP", str(shell_pid), str(worker)]
+    assert late["action"]["line"] == f"kill -HUP {shell_pid}; kill {worker}"
 
 
 PREINST = """#!/bin/sh
@@ -361,3 +361,34 @@ def test_a_package_manager_below_the_holder_is_let_finish(
             gate.write("go\n")
     assert job.wait(timeout=60) == 0  # the transaction, let finish, completed
     assert "Status: install ok installed" in (admin / "status").read_text()
+
+
+@pytest.mark.parametrize("leads", ["session", "neither"])
+def test_a_shells_work_that_ignores_a_hangup_is_stopped_with_it(
+    leads: str, tmp_path: Path, children: Children
+) -> None:
+    """A script holding its pidfile started its work with `nohup` (in a session of its own,
+    out of the script's group, when the script leads one): the shell's SIGHUP must not be all
+    the work gets. `kill -HUP SHELL WORKER` ended the shell and left the worker running, and
+    the lock read stale beside it."""
+    lock = tmp_path / "job.pid"
+    start = "setsid nohup sleep 120" if leads == "session" else "nohup sleep 120"
+    script = f'echo $$ > "$1"; {start} >/dev/null 2>&1 & echo $!; wait'
+    argv = [require_tool("bash"), "-c", script, "job", str(lock)]
+    if leads == "neither":  # a step of a script: the session's leader is the script's shell
+        argv = [require_tool("sh"), "-c", '"$@"; :', "sh", *argv]
+    job = children.start(argv, start_new_session=True)
+    assert job.stdout is not None
+    worker = children.track(int(job.stdout.readline()))
+    holder = children.track(int(lock.read_text()))
+
+    late = inspect(lock, "pidfile", tmp_path, "--now", _hours_from_now(2))
+    assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+    assert [below["pid"] for below in late["holders"][0]["below"]] == [worker]
+    line = late["action"]["line"]
+
+    subprocess.run([require_tool("bash"), "-c", line], check=True, timeout=10)
+    assert wait_until(lambda: not _runs(holder) and not _runs(worker), timeout=10), (
+        f"{line} left {[pid for pid in (holder, worker) if _runs(pid)]} running"
+    )
+    assert inspect(lock, "pidfile", tmp_path)["state"] == "stale"

@@ -66,15 +66,16 @@ def is_command(action: str) -> bool:
 
 def shell_argv(action: str) -> list[str] | None:
     """The action as the argv of one shell command, or None when it is not one: advice in
-    words, SQL for a server, or a command followed by a note in parentheses
-    (`systemctl stop deploy.service (else, on the server: ...)`)."""
+    words, SQL for a server, a command followed by a note in parentheses
+    (`systemctl stop deploy.service (else, on the server: ...)`), or two commands
+    (`kill -HUP 4242; kill 4250`)."""
     if not is_command(action):
         return None
     try:
         argv = shlex.split(action)
     except ValueError:
         return None
-    if not argv or any(word.startswith("(") for word in argv):
+    if not argv or any(word.startswith("(") or word.endswith(";") for word in argv):
         return None
     return argv
 
@@ -170,14 +171,24 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     that runs its work in a child, killed alone, leaves the child working, and the lock with
     it. A package manager below the holder makes its action a wait (safe_action); one below
     a sharer, and a database server below any, is not signalled by PID (NEVER_SIGNALLED). A
-    shell (a person's debug shell at its prompt) gets SIGHUP, which it does not ignore."""
+    shell (a person's debug shell at its prompt) gets SIGHUP, which it does not ignore; what
+    runs below it gets SIGTERM in a second `kill`, unless it is a shell too: a program may
+    reload on SIGHUP, or ignore it (`nohup`), and run on."""
     parties = [party for party in (holder, *sharers) if party.pid is not None]
-    targets = []
+    hangup = all(program_of(party) in SHELLS for party in parties)  # a daemon may reload on HUP
+    targets: list[str] = []
+    terminated: list[str] = []
     for party in parties:
         targets.append(f"-{party.pid}" if party.leads_group else str(party.pid))
-        targets.extend(str(below.pid) for below in _left_by_its_kill(party))
-    hangup = all(program_of(party) in SHELLS for party in parties)  # a daemon may reload on HUP
-    signal = "-HUP " if hangup else ""
+        for below in _left_by_its_kill(party):
+            hung_up = not hangup or below.name in SHELLS
+            (targets if hung_up else terminated).append(str(below.pid))
+    line = _kill_line("-HUP " if hangup else "", targets)
+    rest = [target for target in terminated if target not in targets]
+    return f"{line}; {_kill_line('', rest)}" if rest else line
+
+
+def _kill_line(signal: str, targets: list[str]) -> str:
     if any(target.startswith("-") for target in targets):
         # procps's kill reads `kill -- -6` as signal 6 with no PID; with the signal named it
         # reads every `-PID` after `--` as a group (bash's builtin reads both forms alike).
