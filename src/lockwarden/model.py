@@ -313,6 +313,8 @@ class Process:
     """What runs below it (its children, theirs, ...; at most 64, live ones), read only for a
     process that may be named a holder: the work a tool runs in a child, which a holder
     stopped alone leaves running."""
+    more_below: bool = False
+    """More runs below it than `below` lists."""
 
     @property
     def alive(self) -> bool:
@@ -369,6 +371,7 @@ class Party:
     the group too, and stopping the group stops the work with it."""
     below: tuple[Descendant, ...] = ()
     """What runs below it (Process.below): stopped with it, or the work goes on."""
+    more_below: bool = False
 
     def describe(self) -> str:
         """`PID 64969 (maintenance-job, wa-resync.service)`; in a container, `PID 13678 (flock,

@@ -392,3 +392,31 @@ def test_a_shells_work_that_ignores_a_hangup_is_stopped_with_it(
         f"{line} left {[pid for pid in (holder, worker) if _runs(pid)]} running"
     )
     assert inspect(lock, "pidfile", tmp_path)["state"] == "stale"
+
+
+CROWD = """
+import os, subprocess, sys, time
+open(sys.argv[1], "w").write(f"{os.getpid()}\\n")
+workers = [subprocess.Popen(["sleep", "120"]).pid for _ in range(int(sys.argv[2]))]
+print(" ".join(map(str, workers)), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_holder_with_more_below_it_than_one_command_names_gets_advice_in_words(
+    tmp_path: Path, children: Children
+) -> None:
+    """A build that holds its lock while 70 compilers run below it: a `kill` of the 64
+    listed would leave the rest working, and the lock with them."""
+    lock = tmp_path / "build.pid"
+    holder = children.start([sys.executable, "-c", textwrap.dedent(CROWD), str(lock), "70"])
+    assert holder.stdout is not None
+    workers = {children.track(int(pid)) for pid in holder.stdout.readline().split()}
+    late = inspect(lock, "pidfile", tmp_path, "--now", _hours_from_now(2))
+    assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+    [named] = late["holders"]
+    assert named["more_below"] is True and len(named["below"]) == 64
+    assert {below["pid"] for below in named["below"]} < workers
+    assert late["action"]["argv"] is None, late["action"]  # no one command frees it
+    assert late["action"]["line"].startswith(f"stop PID {holder.pid} (python"), late["action"]
+    assert "more than 64 processes" in late["action"]["line"]

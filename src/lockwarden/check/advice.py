@@ -56,7 +56,7 @@ DATABASE_SHUTDOWN = SafeAction(
 # An SQL statement to run on a database server, not a shell command.
 SQL_ADVICE = "on the server: "
 # Advice in words rather than a command to copy starts with one of these.
-PROSE_ADVICE = ("wait for ", "shut ", SQL_ADVICE)
+PROSE_ADVICE = ("wait for ", "shut ", "stop ", SQL_ADVICE)
 
 
 def is_command(action: str) -> bool:
@@ -175,6 +175,12 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     runs below it gets SIGTERM in a second `kill`, unless it is a shell too: a program may
     reload on SIGHUP, or ignore it (`nohup`), and run on."""
     parties = [party for party in (holder, *sharers) if party.pid is not None]
+    crowded = next((party for party in parties if party.more_below), None)
+    if crowded is not None:
+        return (
+            f"stop {crowded.describe()} with everything that runs below it: more than "
+            f"{len(crowded.below)} processes, too many to name in one command"
+        )
     hangup = all(program_of(party) in SHELLS for party in parties)  # a daemon may reload on HUP
     targets: list[str] = []
     terminated: list[str] = []

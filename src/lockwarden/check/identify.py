@@ -88,6 +88,7 @@ def holder_from_process(
         container=process.container,
         leads_group=process.group == process.pid,
         below=process.below,
+        more_below=process.more_below,
     )
 
 

@@ -78,6 +78,7 @@ def process_document(process: Holder | Waiter) -> dict[str, Any]:
         "via": "kernel lock" if kernel else (process.lock_kind or "record"),
         "container": container_document(process.container),
         "below": [{"pid": below.pid, "name": below.name} for below in process.below],
+        "more_below": process.more_below,
     }
 
 
@@ -305,7 +306,8 @@ def _holder_rows(
     if holder.below:
         shown = [f"PID {each.pid} ({each.name})" for each in holder.below[:SHOWN_BELOW]]
         more = len(holder.below) - SHOWN_BELOW
-        rows.append(("below", ", ".join(shown) + (f" and {more} more" if more > 0 else "")))
+        said = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+        rows.append(("below", said + (" (and more not listed)" if holder.more_below else "")))
     return rows
 
 

@@ -80,6 +80,8 @@ from lockwarden.support.bounded import BoundedRun
 from lockwarden.support.namespaces import namespace_id, proc_locks_may_omit, sees_every_holder
 
 PF_KTHREAD = 0x00200000
+BELOW_LIMIT = 64
+"""What runs below a process that may be named a holder, listed at most (Process.below)."""
 """The flag a kernel thread carries in /proc/PID/stat (include/linux/sched.h)."""
 
 Clock = Callable[[], datetime]
@@ -697,11 +699,12 @@ class HostReader:
         for pid in sorted(holders):
             process = found.get(pid)
             if process is not None and process.alive:
-                below = self.below(pid)
+                below = self.below(pid, BELOW_LIMIT + 1)
                 if any(each.pid == os.getpid() for each in below):
                     ours = self._line_below(pid)
                     below = tuple(each for each in below if each.pid not in ours)
-                found[pid] = replace(process, below=below)
+                more = len(below) > BELOW_LIMIT
+                found[pid] = replace(process, below=below[:BELOW_LIMIT], more_below=more)
         return found
 
     def _line_below(self, ancestor: int) -> set[int]:
