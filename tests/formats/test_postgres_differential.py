@@ -1,9 +1,10 @@
 """A randomized differential for PostgreSQL advisory locks: real psql sessions in random
-arrangements (the watched lock held over TCP or the unix socket, or not at all; sessions queued
-for it; bystanders holding other keys, another database's Rails key, or the same key in another
-database of the server), judged by the real `lockwarden --once` against what the test knows:
-the holder's client process, every waiter, and `free` when nothing holds this database's lock.
-The seed is in the test id: a failure replays with `-k SEED`.
+arrangements (the watched lock held over TCP or the unix socket, by a prepared transaction that
+no session holds, or not at all; sessions queued for it; bystanders holding other keys, another
+database's Rails key, or the same key in another database of the server), judged by the real
+`lockwarden --once` against what the test knows: the holder's client process (a prepared
+transaction by its gid, with an action that frees it), every waiter, and `free` when nothing
+holds this database's lock. The seed is in the test id: a failure replays with `-k SEED`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import random
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_postgres_locks import (
@@ -19,14 +21,17 @@ from test_postgres_locks import (
     check,
     lock_text,
     password_file,
+    prepare,
+    prepared,
     psql,
+    run_advised_rollback,
     server,
     sessions,
 )
 
 from conftest import wait_until
 
-__all__ = ["server", "sessions"]  # the fixtures, shared with test_postgres_locks
+__all__ = ["prepared", "server", "sessions"]  # the fixtures, shared with test_postgres_locks
 
 RAILS = 2053462845
 WATCHES = {
@@ -60,7 +65,7 @@ def waiting_for(server: Server, key: int) -> int:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_advisory_locks_name_exactly_their_holder_and_waiters(
-    seed: int, server: Server, sessions: list[Psql], tmp_path: Path
+    seed: int, server: Server, sessions: list[Psql], prepared: list[str], tmp_path: Path
 ) -> None:
     rng = random.Random(seed)
     name = rng.choice(sorted(WATCHES))
@@ -73,10 +78,15 @@ def test_advisory_locks_name_exactly_their_holder_and_waiters(
             other = key + 1 if kind == "other-key" else RAILS * zlib.crc32(b"blog_production")
             psql(server, sessions, tcp=rng.random() < 0.5).run(f"SELECT pg_advisory_lock({other});")
     holder = None
+    gid = None  # the prepared transaction that holds it, when one does
     waiters: list[Psql] = []
     if rng.random() < 0.75:
-        holder = psql(server, sessions, tcp=rng.random() < 0.5)
-        holder.run(f"SELECT pg_advisory_lock({key});")
+        if rng.random() < 0.3:
+            gid = f"deploy-{seed}"
+            prepare(server, prepared, gid, f"SELECT pg_advisory_xact_lock({key})")
+        else:
+            holder = psql(server, sessions, tcp=rng.random() < 0.5)
+            holder.run(f"SELECT pg_advisory_lock({key});")
         for number in range(rng.randint(0, 2)):
             waiter = psql(server, sessions, tcp=rng.random() < 0.5)
             waiter.run(f"SELECT pg_advisory_lock({key});", wait=False)
@@ -84,17 +94,34 @@ def test_advisory_locks_name_exactly_their_holder_and_waiters(
             assert wait_until(lambda n=number + 1: waiting_for(server, key) == n, timeout=10)
 
     lock = lock_text(server, watch, tcp=True, extra=password_file(tmp_path))
-    _code, finding = check(tmp_path, lock)
+    # An hour on: a prepared transaction's hold is known from when it was prepared
+    _code, finding = check(tmp_path, lock, minutes=60 if gid else 0)
 
-    scenario = (
-        f"{name}, bystanders {bystanders}, holder {holder is not None}, {len(waiters)} waiting"
-    )
+    scenario = f"{name}, bystanders {bystanders}, holder {holder or gid}, {len(waiters)} waiting"
+    assert sorted(each["pid"] for each in finding["waiters"]) == sorted(w.pid for w in waiters)
+    if gid is not None:
+        assert_prepared_holds(server, finding, gid, waiters, scenario)
+        return
     if holder is None:
         assert finding["state"] == "free", f"{scenario}: {finding['reason']}"
         return
     assert finding["state"] == "held", f"{scenario}: {finding['reason']}"
     assert [each["pid"] for each in finding["holders"]] == [holder.pid], scenario
-    assert sorted(each["pid"] for each in finding["waiters"]) == sorted(w.pid for w in waiters)
+
+
+def assert_prepared_holds(
+    server: Server, finding: dict[str, Any], gid: str, waiters: list[Psql], scenario: str
+) -> None:
+    """Held by the prepared transaction, by its gid, at least since it was prepared; no
+    session is named or ended, and the action advised frees the lock for the waiters."""
+    assert finding["state"] == "held_too_long", f"{scenario}: {finding['reason']}"
+    assert finding["held"]["bound"] == "at_least", scenario
+    [holder] = finding["holders"]
+    assert holder["pid"] is None and f"prepared transaction '{gid}'" in holder["role"], holder
+    action = finding["action"]["line"]
+    assert "pg_terminate_backend" not in action and "kill" not in action, action
+    run_advised_rollback(server, action)
+    assert wait_until(lambda: blocked_sessions(server) == max(len(waiters) - 1, 0), timeout=10)
 
 
 def blocked_sessions(server: Server) -> int:
@@ -105,20 +132,25 @@ def blocked_sessions(server: Server) -> int:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_table_locks_name_the_root_of_the_wait_graph_and_every_queued_writer(
-    seed: int, server: Server, sessions: list[Psql], tmp_path: Path
+    seed: int, server: Server, sessions: list[Psql], prepared: list[str], tmp_path: Path
 ) -> None:
-    """An idle transaction that read the table; then, in a random order, a migration's ALTER
-    TABLE (which waits for it), INSERTs (which wait behind the ALTER once it queues, or go
-    through before it) and SELECTs (readers, never listed as blocked writers). The holder is
-    always the idle session; the waiters are exactly the writers that are blocked."""
+    """An idle transaction that read the table (or a prepared one, which no session holds);
+    then, in a random order, a migration's ALTER TABLE (which waits for it), INSERTs (which
+    wait behind the ALTER once it queues, or go through before it) and SELECTs (readers, never
+    listed as blocked writers). The holder is always the idle session (the prepared
+    transaction, by its gid); the waiters are exactly the writers that are blocked."""
     rng = random.Random(seed)
     table = f"ledger_{seed}"
     with server.admin() as connection:
         connection.execute(f"CREATE TABLE IF NOT EXISTS {table} (id int)")
         connection.execute(f"GRANT ALL ON {table} TO app")
         connection.execute(f"ALTER TABLE {table} OWNER TO app")
-    idle = psql(server, sessions, tcp=rng.random() < 0.5)
-    idle.run(f"BEGIN; SELECT count(*) FROM {table};")
+    gid = f"report-{seed}" if rng.random() < 0.4 else None
+    if gid is not None:
+        prepare(server, prepared, gid, f"SELECT count(*) FROM {table}")
+    else:
+        idle = psql(server, sessions, tcp=rng.random() < 0.5)
+        idle.run(f"BEGIN; SELECT count(*) FROM {table};")
     steps = ["alter", *["insert"] * rng.randint(1, 3), *["select"] * rng.randint(0, 2)]
     rng.shuffle(steps)
     blocked: list[Psql] = []  # the writers that wait, in the order they queued
@@ -141,8 +173,17 @@ def test_table_locks_name_the_root_of_the_wait_graph_and_every_queued_writer(
             blocked.append(session)
         assert wait_until(lambda count=queued: blocked_sessions(server) >= count, timeout=10)
     lock = lock_text(server, f'table = "public.{table}"', tcp=True, extra=password_file(tmp_path))
-    _code, finding = check(tmp_path, lock)
+    _code, finding = check(tmp_path, lock, minutes=60 if gid else 0)
 
+    assert [each["pid"] for each in finding["waiters"]] == [w.pid for w in blocked], steps
+    if gid is not None:
+        assert finding["state"] == "held_too_long", finding["reason"]
+        [holder] = finding["holders"]
+        assert holder["pid"] is None and f"prepared transaction '{gid}'" in holder["role"]
+        action = finding["action"]["line"]
+        assert "pg_terminate_backend" not in action and "kill" not in action, action
+        run_advised_rollback(server, action)
+        assert wait_until(lambda: blocked_sessions(server) == 0, timeout=10), steps
+        return
     assert finding["state"] == "held", finding["reason"]
     assert [each["pid"] for each in finding["holders"]] == [idle.pid], finding["reason"]
-    assert [each["pid"] for each in finding["waiters"]] == [w.pid for w in blocked], steps

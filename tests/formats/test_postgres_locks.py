@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -65,6 +66,7 @@ class Server:
         )
         argv = [postgres_program("postgres"), "-D", str(self.data), "-k", str(self.base)]
         argv += ["-c", "listen_addresses=127.0.0.1", "-p", str(self.port), "-c", "fsync=off"]
+        argv += ["-c", "max_prepared_transactions=8"]  # PREPARE TRANSACTION, for its locks
         self.process = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **server_user()
         )
@@ -165,6 +167,41 @@ def sessions() -> Iterator[list[Psql]]:
     finally:
         for session in started:
             session.kill()
+
+
+@pytest.fixture
+def prepared(server: Server) -> Iterator[list[str]]:
+    """The gids of the prepared transactions a test makes: rolled back at its end (they outlive
+    every session and would hold their locks into the next test)."""
+    made: list[str] = []
+    try:
+        yield made
+    finally:
+        with server.admin() as connection:
+            for gid in made:
+                exists = connection.execute(
+                    "SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,)
+                ).fetchone()
+                if exists:
+                    connection.execute(f"ROLLBACK PREPARED '{gid}'")
+
+
+def prepare(server: Server, made: list[str], gid: str, statements: str) -> None:
+    """Run `statements` in a transaction and PREPARE it as `gid`: its locks are then held by no
+    session, as a two-phase commit's transaction manager leaves them until it decides."""
+    with server.admin() as connection:
+        connection.execute("BEGIN")
+        connection.execute(statements)
+        connection.execute(f"PREPARE TRANSACTION '{gid}'")
+    made.append(gid)
+
+
+def run_advised_rollback(server: Server, action: str) -> None:
+    """Run the ROLLBACK PREPARED an action advises, as its reader would."""
+    found = re.search(r"ROLLBACK PREPARED '(?:[^']|'')*'", action)
+    assert found, action
+    with server.admin() as connection:
+        connection.execute(found.group())
 
 
 def psql(server: Server, sessions: list[Psql], tcp: bool = True) -> Psql:

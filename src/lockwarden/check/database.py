@@ -5,7 +5,8 @@ States as for every lock: `free`, `held` within budget, `held_too_long`, `stale`
 Liquibase's row, and only with proof), `unknown` with the reason. The action stops the client
 first (its unit, else its PID), and only otherwise ends the session on the server with
 `pg_terminate_backend` (never `pg_cancel_backend`, which cancels a query and keeps a session's
-locks).
+locks). A prepared transaction holds its locks with no session: its action is ROLLBACK (or
+COMMIT) PREPARED.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from datetime import datetime
 
 from lockwarden.check.advice import SQL_ADVICE, advise_holder, needs_action
 from lockwarden.check.classify import Policy, budget_words, grade, projected
-from lockwarden.check.observation import Backend, Client, Hold, LiquibaseRow, Observation, Tree
+from lockwarden.check.observation import (
+    Backend,
+    Client,
+    Hold,
+    LiquibaseRow,
+    Observation,
+    Prepared,
+    Tree,
+    sql_literal,
+)
 from lockwarden.model import (
     NOT_HELD,
     Bound,
@@ -44,8 +54,11 @@ def hold_bound(hold: Hold, now: datetime, first_seen: datetime | None = None) ->
     the budget is measured against). Any other lock was taken at or after backend_start: an
     upper bound only, so a session's lock is known to be held at least since a run first saw
     it (`first_seen`, the sighting memory), or, on MySQL, since an idle session's last command
-    ended (a lock is taken by a command, so before that)."""
+    ended (a lock is taken by a command, so before that). A prepared transaction took its
+    locks before it was prepared: held at least since then."""
     backend = hold.holder
+    if backend.prepared is not None and backend.prepared.prepared_at is not None:
+        return Held.began(backend.prepared.prepared_at, Bound.AT_LEAST, now), "PREPARE TRANSACTION"
     if hold.transaction_scoped and backend.xact_start is not None:
         # the server's clock may run ahead of ours: then it is just taken
         return Held.began(backend.xact_start, Bound.AT_MOST, now), "xact_start"
@@ -149,6 +162,8 @@ def _session_identity(backend: Backend) -> str:
     ids count from 1 again, and a new session with an old one's id is not the same hold)."""
     if backend.server == "MySQL":
         return f"mysql-connection:{backend.pid}:{_stamp(backend.server_start)}"
+    if backend.prepared is not None:
+        return f"pg-prepared:{backend.prepared.gid}:{_stamp(backend.prepared.prepared_at)}"
     return f"pg-backend:{backend.pid}:{_stamp(backend.backend_start)}"
 
 
@@ -207,10 +222,13 @@ def _longest(hold: Hold, held: Held, now: datetime) -> float | None:
 
 def _backend_holder(backend: Backend) -> Holder:
     """The session itself, when its client is not a process of this host."""
+    role = f"{backend.server} {backend.kind} {backend.pid}"
+    if backend.prepared is not None:
+        role = f"{backend.server} {backend.prepared_text()}"
     return Holder(
         pid=None,
         alive=True,
-        role=f"{backend.server} {backend.kind} {backend.pid}",
+        role=role,
         host=backend.client_addr,
         user=backend.user,
         cmdline=tuple(text for text in (backend.query_text(),) if text),
@@ -235,6 +253,8 @@ def backend_action(backend: Backend, client: Client, tree: Tree | None = None) -
     change) are ended on the server before anything else: a statement runs on after its
     client is gone, and once the holder's session ends the next migrator would start the same
     change beside it."""
+    if backend.prepared is not None:
+        return _resolve_prepared(backend.prepared)
     tree = tree or Tree()
     terminate = _terminate([backend])
     if client.holder is None or client.holder.pid is None:
@@ -243,6 +263,23 @@ def backend_action(backend: Backend, client: Client, tree: Tree | None = None) -
     if not tree.sessions:
         return stop
     return f"{SQL_ADVICE}{_terminate(list(tree.sessions))}; then {stop}"
+
+
+def _resolve_prepared(prepared: Prepared) -> str:
+    """A prepared transaction ends only by COMMIT or ROLLBACK PREPARED, run in its database:
+    which of the two is its transaction manager's decision (rolled back, its work is lost)."""
+    if prepared.gid is None:
+        return (
+            f"{SQL_ADVICE}SELECT gid, prepared, owner, database FROM pg_prepared_xacts; "
+            "then ROLLBACK PREPARED (or COMMIT PREPARED) the one its transaction manager "
+            "abandoned"
+        )
+    gid = sql_literal(prepared.gid)
+    where = f", connected to database {prepared.database}" if prepared.database else ""
+    return (
+        f"{SQL_ADVICE}ROLLBACK PREPARED {gid}{where} (or COMMIT PREPARED {gid}, as its "
+        "transaction manager decided)"
+    )
 
 
 def _terminate(backends: list[Backend]) -> str:
@@ -255,6 +292,8 @@ def _terminate(backends: list[Backend]) -> str:
 
 
 def _session_note(backend: Backend, client: Client, tree: Tree | None = None) -> str:
+    if backend.prepared is not None:
+        return _prepared_note(backend.prepared)
     facts = [f"backend_start {_stamp(backend.backend_start)}"] if backend.backend_start else []
     tree = tree or Tree()
     if tree.processes or tree.sessions:
@@ -269,6 +308,15 @@ def _session_note(backend: Backend, client: Client, tree: Tree | None = None) ->
         facts.append(f"query {backend.query_text()!r}")
     if client.why_not:
         facts.append(f"client not named: {client.why_not}")
+    return "; ".join(facts)
+
+
+def _prepared_note(prepared: Prepared) -> str:
+    facts = [f"prepared {_stamp(prepared.prepared_at)}"] if prepared.prepared_at else []
+    facts.append(
+        "a prepared transaction keeps its locks with no session, through every session's end "
+        "and a server restart: ending a backend or a client does not free it"
+    )
     return "; ".join(facts)
 
 

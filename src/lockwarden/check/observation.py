@@ -17,6 +17,16 @@ session at the root of each chain: not a config key."""
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """A prepared transaction (PREPARE TRANSACTION): it keeps its locks with no session, through
+    every session's end and a server restart, until COMMIT PREPARED or ROLLBACK PREPARED."""
+
+    gid: str | None  # None: a blocker pg_blocking_pids counts (as 0) that was not found again
+    prepared_at: datetime | None = None  # its locks were all taken before it
+    database: str | None = None  # where COMMIT or ROLLBACK PREPARED must run
+
+
+@dataclass(frozen=True)
 class Backend:
     """One server session as pg_stat_activity (or MySQL's processlist) shows it."""
 
@@ -36,10 +46,13 @@ class Backend:
     client_note: str | None = None  # why the client address is not there, when it is not
     server_port: int | None = None  # the TCP port the server listens on (MySQL's @@port)
     server_start: datetime | None = None  # MySQL: its connection ids start again with it
+    prepared: Prepared | None = None  # a prepared transaction, which no session holds
 
     def describe(self) -> str:
         """`backend 9911 (user app, application_name 'prisma', client 127.0.0.1:40112,
         idle in transaction)`."""
+        if self.prepared is not None:
+            return self.prepared_text()
         facts = [f"user {self.user}" if self.user else ""]
         if self.application_name:
             facts.append(f"application_name {self.application_name!r}")
@@ -48,6 +61,13 @@ class Backend:
             facts.append(self.state.upper() if self.state == IDLE_IN_TRANSACTION else self.state)
         details = ", ".join(fact for fact in facts if fact)
         return f"{self.kind} {self.pid} ({details})"
+
+    def prepared_text(self) -> str:
+        """`prepared transaction 'deploy-42' (owner app, no session)`."""
+        gid = self.prepared.gid if self.prepared is not None else None
+        name = f"prepared transaction {sql_literal(gid)}" if gid else "a prepared transaction"
+        owner = f"owner {self.user}, " if self.user else ""
+        return f"{name} ({owner}no session)"
 
     def client_text(self) -> str:
         if self.client_addr is None:
@@ -63,6 +83,11 @@ class Backend:
             return None
         flat = " ".join(self.query.split())
         return flat if len(flat) <= QUERY_LIMIT else flat[: QUERY_LIMIT - 1] + "…"
+
+
+def sql_literal(text: str) -> str:
+    """`text` as an SQL string literal: a gid is any text its transaction manager chose."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 @dataclass(frozen=True)

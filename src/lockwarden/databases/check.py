@@ -24,7 +24,7 @@ from lockwarden.check.database import (
     names_this_host,
 )
 from lockwarden.check.identify import holder_from_process
-from lockwarden.check.observation import WAITS, Backend, Client, Observation, Tree
+from lockwarden.check.observation import WAITS, Backend, Client, Observation, Prepared, Tree
 from lockwarden.check.source import Claimed
 from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.peers import client_question, find_clients
@@ -134,8 +134,11 @@ class ServerClaim:
         return True  # no inode: the server named its sessions itself
 
 
-def _holders(observation: Observation) -> list[tuple[str, int, datetime | None]]:
-    return [(hold.what, hold.holder.pid, hold.holder.backend_start) for hold in observation.holds]
+def _holders(observation: Observation) -> list[tuple[str, int, datetime | None, Prepared | None]]:
+    return [
+        (hold.what, hold.holder.pid, hold.holder.backend_start, hold.holder.prepared)
+        for hold in observation.holds
+    ]
 
 
 def ask_server(lock: LockConfig, hostname: str, silent: Unanswered | None = None) -> ServerClaim:

@@ -92,7 +92,8 @@ def _candidates(session: Any, probe: DatabaseWatch) -> list[DatabaseCandidate]:
             "advisory_key",
             target,
             tool or f"advisory-{_key_label(key)}",
-            f"advisory lock {how} now by backend {row[4]}",
+            f"advisory lock {how} now by "
+            + (f"prepared transaction {row[14]!r}" if row[14] else f"backend {row[4]}"),
         )
     for tool, table in TOOL_TABLES.items():
         if _table_exists(session, table):

@@ -123,6 +123,8 @@ def hidden_note(snapshot: Snapshot) -> str:
 
 def _client_socket(backend: Backend, snapshot: Snapshot) -> int | str:
     """The inode of the client's socket on this host, or why there is none."""
+    if backend.prepared is not None:
+        return "a prepared transaction has no session, so no client"
     end = _endpoint(backend)
     if isinstance(end, str):
         return end

@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lockwarden.check.observation import WAITS, Backend, Hold, LiquibaseRow, Observation
+from lockwarden.check.observation import (
+    WAITS,
+    Backend,
+    Hold,
+    LiquibaseRow,
+    Observation,
+    Prepared,
+)
 from lockwarden.config import DatabaseWatch
 from lockwarden.databases.keys import (
     ComputedKeys,
@@ -45,6 +52,17 @@ READER_MODES = ("AccessShareLock", "RowShareLock")
 
 ACTIVITY = """a.pid, a.usename, a.application_name, host(a.client_addr), a.client_port,
     a.backend_start, a.xact_start, a.state, left(a.query, 400)"""
+
+# A prepared transaction (PREPARE TRANSACTION) keeps its locks with no session: pg_locks lists
+# them with no pid (pg_blocking_pids counts it as 0), and no session's end frees them. Its
+# gid is found through its transaction ID's lock, which shares their virtual transaction.
+PREPARED_OF = """LEFT JOIN LATERAL (
+        SELECT p.gid, p.prepared, p.owner, p.database FROM pg_locks x
+        JOIN pg_prepared_xacts p ON p.transaction = x.transactionid
+        WHERE {locks}.pid IS NULL AND x.pid IS NULL AND x.locktype = 'transactionid'
+          AND x.virtualtransaction = {locks}.virtualtransaction
+    ) p ON true"""
+PREPARED = "p.gid, p.prepared, p.owner, p.database"
 
 
 def conninfo(connection: str) -> str:
@@ -154,8 +172,10 @@ def _waitstart(version: int, alias: str) -> str:
 
 
 def _backend(row: Sequence[Any]) -> Backend:
-    """ACTIVITY's nine columns, then the wait's start."""
+    """ACTIVITY's nine columns, then the wait's start (and PREPARED's four, when there)."""
     pid, user, application, address, port, started, xact, state, query, waiting = row[:10]
+    if len(row) > 10 and row[10] is not None:
+        return _prepared(*row[10:14])
     return Backend(
         pid=pid,
         user=user,
@@ -170,15 +190,24 @@ def _backend(row: Sequence[Any]) -> Backend:
     )
 
 
+def _prepared(gid: str, prepared: datetime, owner: str, database: str) -> Backend:
+    return Backend(
+        0, user=owner, kind="prepared transaction", prepared=Prepared(gid, prepared, database)
+    )
+
+
 def advisory_locks(connection: psycopg.Connection[Any], version: int) -> list[tuple[Any, ...]]:
     """Every advisory lock of the connected database, granted or awaited, with its session
-    (`l.pid` stands in when the role may not see the session's details)."""
+    (`l.pid` stands in when the role may not see the session's details), or the prepared
+    transaction that holds it (the last four columns)."""
     return _all(
         connection,
         f"""SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.granted,
             l.pid, a.usename, a.application_name, host(a.client_addr), a.client_port,
-            a.backend_start, a.xact_start, a.state, left(a.query, 400), {_waitstart(version, "l")}
+            a.backend_start, a.xact_start, a.state, left(a.query, 400), {_waitstart(version, "l")},
+            {PREPARED}
         FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+        {PREPARED_OF.format(locks="l")}
         WHERE l.locktype = 'advisory'
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
         ORDER BY l.granted DESC, l.pid""",
@@ -291,7 +320,8 @@ def _holds_behind(
     connection: psycopg.Connection[Any], version: int, blocked: list[tuple[int, str, Any]]
 ) -> tuple[Hold, ...]:
     """One Hold per session at the root of the waiters' chains (wait_roots)."""
-    blockers_of = _wait_graph(connection, {pid: list(blockers) for pid, _w, blockers in blocked})
+    graph = _wait_graph(connection, {pid: list(blockers) for pid, _w, blockers in blocked})
+    blockers_of, prepared = _prepared_blockers(connection, graph)
     pids = sorted(blockers_of.keys() | {pid for found in blockers_of.values() for pid in found})
     sessions = {
         row[0]: _backend(row)
@@ -304,7 +334,7 @@ def _holds_behind(
             (pids,),
         )
     }
-    return _group_by_blocker(blocked, blockers_of, sessions)
+    return _group_by_blocker(blocked, blockers_of, {**sessions, **prepared})
 
 
 WAIT_GRAPH_ROUNDS = 8
@@ -326,6 +356,78 @@ def _wait_graph(
         )
         graph.update((pid, list(found)) for pid, found in rows)
     return graph
+
+
+# Which lock modes conflict with which (PostgreSQL's table, the same for every kind of lock).
+CONFLICTS = {
+    "AccessShareLock": {"AccessExclusiveLock"},
+    "RowShareLock": {"ExclusiveLock", "AccessExclusiveLock"},
+    "RowExclusiveLock": {
+        "ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock",
+    },
+    "ShareUpdateExclusiveLock": {
+        "ShareUpdateExclusiveLock", "ShareLock", "ShareRowExclusiveLock", "ExclusiveLock",
+        "AccessExclusiveLock",
+    },
+    "ShareLock": {
+        "RowExclusiveLock", "ShareUpdateExclusiveLock", "ShareRowExclusiveLock", "ExclusiveLock",
+        "AccessExclusiveLock",
+    },
+    "ShareRowExclusiveLock": {
+        "RowExclusiveLock", "ShareUpdateExclusiveLock", "ShareLock", "ShareRowExclusiveLock",
+        "ExclusiveLock", "AccessExclusiveLock",
+    },
+    "ExclusiveLock": {
+        "RowShareLock", "RowExclusiveLock", "ShareUpdateExclusiveLock", "ShareLock",
+        "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock",
+    },
+}  # fmt: skip
+EVERY_MODE = frozenset({*CONFLICTS, "AccessExclusiveLock"})
+
+
+def conflicts(wanted: str, held: str) -> bool:
+    return held in CONFLICTS.get(wanted, EVERY_MODE)
+
+
+def _prepared_blockers(
+    connection: psycopg.Connection[Any], graph: dict[int, list[int]]
+) -> tuple[dict[int, list[int]], dict[int, Backend]]:
+    """The wait graph with each prepared transaction in it (pg_blocking_pids counts one as 0)
+    by a key of its own below 0: those that hold a lock conflicting with what the session
+    waits for. A 0 none is found for again stays, an unnamed prepared transaction."""
+    waiting = sorted(pid for pid, blockers in graph.items() if 0 in blockers)
+    if not waiting:
+        return graph, {}
+    rows = _all(
+        connection,
+        f"""SELECT w.pid, w.mode, h.mode, {PREPARED}
+        FROM pg_locks w JOIN pg_locks h ON h.pid IS NULL AND h.granted
+          AND (h.locktype, h.database, h.relation, h.page, h.tuple, h.virtualxid,
+               h.transactionid, h.classid, h.objid, h.objsubid)
+          IS NOT DISTINCT FROM (w.locktype, w.database, w.relation, w.page, w.tuple,
+               w.virtualxid, w.transactionid, w.classid, w.objid, w.objsubid)
+        {PREPARED_OF.format(locks="h")}
+        WHERE NOT w.granted AND w.pid = ANY(%s) AND p.gid IS NOT NULL
+        ORDER BY p.prepared, p.gid""",
+        (waiting,),
+    )
+    keys: dict[str, int] = {}
+    backends = {0: Backend(0, kind="prepared transaction", prepared=Prepared(None))}
+    found: dict[int, list[int]] = {}
+    for pid, wanted, held, *prepared in rows:
+        if conflicts(wanted, held):
+            key = keys.setdefault(prepared[0], -1 - len(keys))
+            backends[key] = _prepared(*prepared)
+            found.setdefault(pid, []).append(key)
+    return {pid: _named(blockers, found.get(pid, [])) for pid, blockers in graph.items()}, backends
+
+
+def _named(blockers: list[int], prepared: list[int]) -> list[int]:
+    """A session's blockers with the 0 pg_blocking_pids gives replaced by the prepared
+    transactions found, when any were."""
+    if 0 not in blockers or not prepared:
+        return blockers
+    return [blocker for blocker in blockers if blocker != 0] + prepared
 
 
 def wait_roots(pid: int, blockers_of: Mapping[int, Sequence[int]]) -> list[int]:
