@@ -319,6 +319,47 @@ def test_two_int_key_held_over_the_unix_socket_names_the_local_psql(
     assert "unix socket" in finding["reason"]
 
 
+def test_a_unix_session_whose_backend_made_a_unix_connection_of_its_own_names_its_own_client(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    """The holder's backend has a dblink connection of its own over the server's unix socket,
+    on a lower descriptor than its session's: the peer of that one is another backend, which is
+    no client of the session. The session's client is the peer of the socket the server
+    accepted."""
+    holder = psql(server, sessions, tcp=False)
+    holder.run("CREATE EXTENSION IF NOT EXISTS dblink; SELECT pg_advisory_lock(5150);")
+    backend = session_holding(server, 5150)
+    # Every backend closes its relation files, freeing descriptors below its session's socket
+    with server.admin() as connection:
+        connection.execute("CREATE DATABASE scratch_fds")
+        connection.execute("DROP DATABASE scratch_fds")
+    before = socket_fds(backend)
+    holder.run(f"SELECT dblink_connect('loop', '{server.socket_dsn()}');")
+    [dblink] = socket_fds(backend) - before
+    assert dblink < min(before), "the dblink socket is not below the session's (the setup)"
+
+    _code, finding = check(tmp_path, lock_text(server, "advisory_key = 5150"))
+    assert finding["state"] == "held", finding
+    assert [each["pid"] for each in finding["holders"]] == [holder.pid], finding["reason"]
+
+
+def session_holding(server: Server, key: int) -> int:
+    with server.admin() as connection:
+        row = connection.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = %s",
+            (key,),
+        ).fetchone()
+    return int(row[0])
+
+
+def socket_fds(pid: int) -> set[int]:
+    """The descriptors of a process that are sockets."""
+    directory = Path(f"/proc/{pid}/fd")
+    return {
+        int(entry.name) for entry in directory.iterdir() if os.readlink(entry).startswith("socket:")
+    }
+
+
 def test_idle_in_transaction_table_lock_with_a_blocked_writer(
     server: Server, sessions: list[Psql], tmp_path: Path
 ) -> None:

@@ -174,9 +174,11 @@ def _unix_client_socket(backend: Backend, snapshot: Snapshot) -> int | str:
             "process of this host (the server runs in a container or another PID namespace)"
         )
     sockets = snapshot.sockets()
-    for inode in sockets.backend_sockets.get(backend.pid, ()):
-        peer = sockets.unix_peers.get(inode)
-        if peer:
-            return peer
+    owned = sockets.backend_sockets.get(backend.pid, ())
+    peers = {sockets.unix_peers[inode] for inode in owned if inode in sockets.unix_peers}
+    if len(peers) == 1:
+        return peers.pop()
+    if peers:  # which one its session came in on, nothing here tells
+        return f"backend {backend.pid} has {len(peers)} unix connections its server accepted"
     hidden = hidden_note(snapshot)
     return f"backend {backend.pid}'s unix socket and its peer could not be read{hidden}"

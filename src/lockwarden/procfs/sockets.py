@@ -10,8 +10,11 @@ local port, so there may be several such lines: each is kept with its remote end
 judging to tell the server's connection from the others (databases/peers.py). A unix socket
 has no address: the backend's own sockets are found in its fd table (the backend is a process
 here when the server runs here), and the kernel's unix diagnostics (NETLINK_SOCK_DIAG, as
-`ss -x` reads them) give each one's peer, the client's end. /proc/net/tcp shows this network
-namespace only.
+`ss -x` reads them) give the peer, the client's end, of each one the server accepted: a stream
+socket that carries the name of the listening socket it came from. A backend's other unix
+connections (a dblink or postgres_fdw connection it made, a syslog socket it inherited) have no
+name of their own, and their peers are no client of its session. /proc/net/tcp shows this
+network namespace only.
 
 Every read here is of /proc's own tables and links (never of a file through a mount, never of
 a process's memory), so none can hang on a dead mount; a command line is read by the capture
@@ -36,7 +39,8 @@ SOCK_DIAG_BY_FAMILY = 20
 NETLINK_SOCK_DIAG = 4
 NLM_F_REQUEST_DUMP = 0x1 | 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-UDIAG_SHOW_PEER, UNIX_DIAG_PEER = 0x4, 2
+UDIAG_SHOW_NAME, UDIAG_SHOW_PEER = 0x1, 0x4
+UNIX_DIAG_NAME, UNIX_DIAG_PEER = 0, 2
 
 
 class SessionEnds(NamedTuple):
@@ -92,7 +96,7 @@ class ClientSockets(NamedTuple):
     backend_sockets: Mapping[int, tuple[int, ...]]
     """Each asked backend's socket inodes (empty: not a process here, or unreadable)."""
     unix_peers: Mapping[int, int]
-    """Socket inode -> its peer's inode, for the backends' sockets."""
+    """Socket inode -> its peer's inode, for the backends' sockets a server accepted."""
     owners: Mapping[int, tuple[int, ...]]
     """Socket inode -> the processes that have it open (the found client ends only)."""
 
@@ -114,7 +118,7 @@ def read_client_sockets(proc: str, ends: SessionEnds, entries: Iterable[str]) ->
         tcp = {end: tuple(every[end]) for end in ends.endpoints if end in every}
     backend_sockets = {pid: socket_inodes(proc, pid) for pid in sorted(ends.backends)}
     mine = {inode for inodes in backend_sockets.values() for inode in inodes}
-    peers = unix_peers() if ends.backends else {}
+    peers = accepted_unix_peers() if ends.backends else {}
     unix = {inode: peer for inode, peer in peers.items() if inode in mine and peer}
     wanted = {each.inode for found in tcp.values() for each in found} | set(unix.values())
     owners = socket_owners(proc, entries, wanted) if wanted else {}
@@ -192,10 +196,12 @@ def parse_endpoint(text: str) -> Endpoint:
     return address, int(port_hex, 16)
 
 
-def unix_peers() -> dict[int, int]:
-    """Every unix socket's peer, from the kernel's sock_diag (what `ss -x` shows)."""
+def accepted_unix_peers() -> dict[int, int]:
+    """The peer of every unix connection a listening socket accepted (a stream socket with its
+    listener's name), from the kernel's sock_diag (what `ss -x` shows)."""
+    show = UDIAG_SHOW_NAME | UDIAG_SHOW_PEER
     request = binary.pack(
-        "=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, UDIAG_SHOW_PEER, 0xFFFFFFFF, 0xFFFFFFFF
+        "=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, show, 0xFFFFFFFF, 0xFFFFFFFF
     )
     header = binary.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST_DUMP, 1, 0)
     peers: dict[int, int] = {}
@@ -218,14 +224,25 @@ def _read_peers(data: bytes, peers: dict[int, int]) -> bool:
         if kind in (NLMSG_DONE, NLMSG_ERROR) or length < 16:
             return False
         message = data[offset + 16 : offset + length]
-        inode = binary.unpack_from("=I", message, 4)[0]
-        position = 16
-        while position + 4 <= len(message):
-            attribute_length, attribute = binary.unpack_from("=HH", message, position)
-            if attribute_length < 4:
-                break
-            if attribute == UNIX_DIAG_PEER and attribute_length >= 8:
-                peers[inode] = binary.unpack_from("=I", message, position + 4)[0]
-            position += (attribute_length + 3) & ~3
+        kind, inode = message[1], binary.unpack_from("=I", message, 4)[0]
+        named, peer = _attributes(message)
+        if kind == socket.SOCK_STREAM and named and peer:
+            peers[inode] = peer
         offset += (length + 3) & ~3
     return True
+
+
+def _attributes(message: bytes) -> tuple[bool, int]:
+    """Whether a unix_diag message's socket has a name, and its peer's inode (0: none)."""
+    named, peer = False, 0
+    position = 16
+    while position + 4 <= len(message):
+        attribute_length, attribute = binary.unpack_from("=HH", message, position)
+        if attribute_length < 4:
+            break
+        if attribute == UNIX_DIAG_NAME and attribute_length > 4:
+            named = True
+        elif attribute == UNIX_DIAG_PEER and attribute_length >= 8:
+            peer = binary.unpack_from("=I", message, position + 4)[0]
+        position += (attribute_length + 3) & ~3
+    return named, peer
