@@ -29,6 +29,8 @@ from test_postgres import postgres_program, server_user
 from buildenv import build_environment
 from conftest import Children, cli_env, require_tool, run_cli, wait_until, write_config
 from factories import CaptureAfter
+from lockwarden.config import DatabaseWatch
+from lockwarden.databases import postgres
 from lockwarden.support.durations import format_time
 
 psycopg = (
@@ -1243,3 +1245,21 @@ def test_why_with_a_database_connection_says_when_the_server_does_not_answer(
     assert everyone.returncode == 3 and "could not be asked" in everyone.stderr, everyone.stderr
     secret = run_cli("why", "--database", "host=127.0.0.1 user=app password=hunter2")
     assert secret.returncode == 64 and "hunter2" not in secret.stderr + secret.stdout
+
+
+def test_every_session_carries_the_port_its_server_listens_on(
+    server: Server, sessions: list[Psql]
+) -> None:
+    """A session's TCP client is the connection here from its client end to the server's
+    port (databases/peers.py): Linux lets another program's connection to elsewhere leave
+    from the same end, which is then no candidate. The server says its port."""
+    holder = psql(server, sessions, tcp=True)
+    holder.run("SELECT pg_advisory_lock(4747);")
+    other = psql(server, sessions, tcp=True)
+    other.run("SELECT 1;")
+    watch = DatabaseWatch("postgresql", server.socket_dsn(), "advisory_key", 4747)
+    observation = postgres.observe(watch, {})
+    assert observation.problem is None, observation.problem
+    [hold] = observation.holds
+    assert hold.holder.server_port == server.port
+    assert observation.sessions and {s.server_port for s in observation.sessions} == {server.port}

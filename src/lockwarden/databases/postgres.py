@@ -10,6 +10,7 @@ an advisory lock, never calls pg_try_advisory_lock, never writes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -126,7 +127,10 @@ def connect(watch: DatabaseWatch, environ: Mapping[str, str]) -> psycopg.Connect
 
 
 def _read(connection: psycopg.Connection[Any], watch: DatabaseWatch, target: str) -> Observation:
-    version = int(_one(connection, "SHOW server_version_num")[0])
+    version, port = _one(
+        connection,
+        "SELECT current_setting('server_version_num')::int, current_setting('port')::int",
+    )
     if watch.watch in ("advisory_key", "table", WAITS):
         if watch.watch == "advisory_key":
             holds = _advisory_holds(connection, watch, version)
@@ -135,9 +139,24 @@ def _read(connection: psycopg.Connection[Any], watch: DatabaseWatch, target: str
         else:
             holds = _table_holds(connection, str(watch.target), version)
         others = _other_sessions(connection, holds) if holds else ()
-        return Observation(target, holds=holds, sessions=others)
+        return _on_port(Observation(target, holds=holds, sessions=others), port)
     row = _liquibase_row(connection, str(watch.target))
     return Observation(target, liquibase=row)
+
+
+def _on_port(observation: Observation, port: int) -> Observation:
+    """Each session with the TCP port its server listens on: its client is the connection here
+    from its client end to that port, not another program's from the same end to elsewhere
+    (databases/peers.py)."""
+
+    def on_port(backend: Backend) -> Backend:
+        return replace(backend, server_port=port)
+
+    holds = tuple(
+        replace(hold, holder=on_port(hold.holder), waiters=tuple(map(on_port, hold.waiters)))
+        for hold in observation.holds
+    )
+    return replace(observation, holds=holds, sessions=tuple(map(on_port, observation.sessions)))
 
 
 def _other_sessions(
