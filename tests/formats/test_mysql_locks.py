@@ -371,14 +371,18 @@ def test_a_restarted_servers_session_with_an_old_ones_id_is_a_new_hold(
             pass
         time.sleep(max(0.0, seen + 4 - time.monotonic()))  # the first sighting past the budget
         after = client(server, clients)
+        taken = time.monotonic()
         after.run("SELECT GET_LOCK('nightly', 0);")
         assert holding_connection(server, "nightly")[0] == reused  # the old session's id
-        code, finding = check(tmp_path, server, 'lock_name = "nightly"', budget + state)
+        _code, finding = check(tmp_path, server, 'lock_name = "nightly"', budget + state)
+        checked = time.monotonic()
     finally:
         server.stop()
-    assert (code, finding["state"]) == (0, "held"), finding
     assert [each["pid"] for each in finding["holders"]] == [after.pid]
-    assert finding["held"]["seconds"] < 3, finding
+    # Dated from the new session (its last command), never from the first sighting, which is
+    # at least 4 s older than the lock. On a loaded host the check itself may take past the 3 s
+    # budget, so the state is not asserted, only that the hold is no older than the lock.
+    assert finding["held"]["seconds"] <= checked - taken + 1, finding
 
 
 def test_wrong_password_is_unknown_and_not_printed(server: Mariadb, tmp_path: Path) -> None:
