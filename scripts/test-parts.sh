@@ -33,6 +33,7 @@ host=(
     tests/integration/test_descriptor_names.py
     tests/integration/test_kernel_thread_records.py
     tests/integration/test_retaken_locks.py
+    tests/integration/test_host_proc_in_namespace.py
 )
 fleet=(tests/alerts tests/integration)
 for path in "${host[@]}" "${fleet[@]}"; do

@@ -205,8 +205,11 @@ def _flock_unseen(claim: Claim, evidence: Evidence) -> Verdict | None:
     """Free is not proven in a container's PID namespace for a lock that may be a flock(2):
     one taken outside it shows in neither /proc/locks nor a descriptor here, and the kernel
     answers no question about it that takes no lock (a POSIX lock it does answer for,
-    formats/hidden.py). What a process here holds (a reader) is seen as anywhere."""
-    if not evidence.nested_pid_namespace or evidence.readers or not may_be_flocked(claim):
+    formats/hidden.py). What a process here holds (a reader) is seen as anywhere, and a /proc
+    of the host's namespace read from a nested one lists every flock in its /proc/locks."""
+    if not evidence.nested_pid_namespace or evidence.hosts_proc or evidence.readers:
+        return None
+    if not may_be_flocked(claim):
         return None
     return Verdict(
         State.UNKNOWN,

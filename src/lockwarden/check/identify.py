@@ -56,6 +56,8 @@ class Evidence:
     namespace_twins: tuple[int, ...] = ()
     survivors: tuple[Holder, ...] = ()
     """What the recorded PID, gone, left running in its process group or session."""
+    hosts_proc: bool = False
+    """The /proc read is the host's: its /proc/locks lists every flock (Snapshot.hosts_proc)."""
     takers: dict[int, Process | None] = field(default_factory=dict)
     """The processes /proc/locks names as having taken the granted writer locks (PID > 0): the
     holder when it took the lock itself, else a parent that passed it on (maybe dead)."""
@@ -229,6 +231,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         captured_at=snapshot.captured_at,
         pid_namespace=snapshot.pid_namespace,
         nested_pid_namespace=snapshot.nested_pid_namespace,
+        hosts_proc=snapshot.hosts_proc,
         granted=writing,
         kernel_holders=writers,
         waiters=waiters,

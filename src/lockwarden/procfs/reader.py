@@ -77,12 +77,16 @@ from lockwarden.procfs.sockets import (
     read_client_sockets,
 )
 from lockwarden.support.bounded import BoundedRun
-from lockwarden.support.namespaces import namespace_id, proc_locks_may_omit, sees_every_holder
+from lockwarden.support.namespaces import (
+    PF_KTHREAD,
+    namespace_id,
+    proc_is_hosts,
+    proc_locks_may_omit,
+    sees_every_holder,
+)
 
-PF_KTHREAD = 0x00200000
 BELOW_LIMIT = 64
 """What runs below a process that may be named a holder, listed at most (Process.below)."""
-"""The flag a kernel thread carries in /proc/PID/stat (include/linux/sched.h)."""
 
 Clock = Callable[[], datetime]
 """The wall clock a capture is dated by; the caller passes it (tests step it)."""
@@ -248,6 +252,7 @@ class _Base:
     pid_namespace: int | None
     nested_pid_namespace: bool
     proc_locks_may_omit: bool
+    hosts_proc: bool
     euid: int
     ptrace_capable: bool
 
@@ -343,6 +348,7 @@ class HostReader:
             pid_max=self.pid_max,
             pid_namespace=base.pid_namespace,
             nested_pid_namespace=base.nested_pid_namespace,
+            hosts_proc=base.hosts_proc,
             lock_lines=_frozen({inode: tuple(lines) for inode, lines in index.items()}),
             euid=base.euid,
             ptrace_capable=base.ptrace_capable,
@@ -386,6 +392,7 @@ class HostReader:
             pid_namespace=namespace_id(f"{proc}/self/ns/pid"),
             nested_pid_namespace=not sees_every_holder(proc),
             proc_locks_may_omit=proc_locks_may_omit(proc),
+            hosts_proc=proc_is_hosts(proc),
             euid=os.geteuid(),
             ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),
         )

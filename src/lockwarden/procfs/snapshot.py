@@ -260,6 +260,9 @@ class Snapshot:
     pid_max: int
     pid_namespace: int | None
     nested_pid_namespace: bool
+    hosts_proc: bool = False
+    """The /proc read is the host's (support/namespaces.proc_is_hosts), even from a nested
+    namespace: its /proc/locks lists every flock, wherever its taker runs."""
     lock_lines: Mapping[int, Sequence[str]] = field(default_factory=_frozen, repr=False)
     """The raw /proc/locks lines by inode number (see index_proc_locks)."""
     euid: int = 0

@@ -16,6 +16,12 @@ COMPLETE_VARIABLE = "LOCKWARDEN_PID_NAMESPACE"
 process that may take the locks it watches (inside the only container that writes its stores):
 a PID a record names is then this namespace's, and its absence here is proof."""
 
+PF_KTHREAD = 0x00200000
+"""The flag a kernel thread carries in /proc/PID/stat (include/linux/sched.h)."""
+
+KTHREADD_PID = 2
+"""kthreadd, the kernel thread every other one is forked from: PID 2 of the host's namespace."""
+
 PROC_PID_INIT_INO = 0xEFFFFFFC
 """The inode number of the host's (initial) PID namespace, fixed by the kernel
 (include/linux/proc_ns.h)."""
@@ -37,6 +43,23 @@ def proc_locks_may_omit(proc: str = "/proc") -> bool:
     its own. (A process that entered a PID namespace without mounting a /proc still reads the
     host's, which leaves nothing out; this errs on the side of looking further.)"""
     return namespace_id(f"{proc}/self/ns/pid") != PROC_PID_INIT_INO
+
+
+def proc_is_hosts(proc: str = "/proc") -> bool:
+    """Whether the /proc read was mounted for the host's PID namespace, whichever namespace
+    this process runs in (one entered without a /proc of its own: `unshare --pid --fork`,
+    `nsenter --pid`). Such a /proc shows kthreadd, a kernel thread, which no other namespace
+    holds; its /proc/locks lists every namespace's locks, flock(2)s taken outside this one too.
+    Where it cannot be told (a /proc that hides root's processes, hidepid) this says no."""
+    if not proc_locks_may_omit(proc):
+        return True
+    try:
+        with open(f"{proc}/{KTHREADD_PID}/stat", encoding="utf-8", errors="replace") as stat:
+            text = stat.read()
+    except OSError:
+        return False
+    flags = text[text.rfind(")") + 2 :].split()[6:7]
+    return bool(flags) and flags[0].isdigit() and bool(int(flags[0]) & PF_KTHREAD)
 
 
 def sees_every_holder(proc: str = "/proc") -> bool:
