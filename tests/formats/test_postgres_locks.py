@@ -1263,3 +1263,30 @@ def test_every_session_carries_the_port_its_server_listens_on(
     [hold] = observation.holds
     assert hold.holder.server_port == server.port
     assert observation.sessions and {s.server_port for s in observation.sessions} == {server.port}
+
+
+def test_every_session_sharing_a_lock_a_writer_waits_for_is_in_the_action(
+    server: Server, sessions: list[Psql], tmp_path: Path
+) -> None:
+    """Two sessions hold an advisory lock shared and a migration waits for it exclusively: it
+    gets the lock only once both are gone, so the action stops both (it stopped the one with
+    the longest queue, and the waiter stayed blocked behind the other)."""
+    sharers = [psql(server, sessions, tcp=True) for _ in range(2)]
+    for sharer in sharers:
+        sharer.run("SELECT pg_advisory_lock_shared(5151);")
+    waiter = psql(server, sessions, tcp=True)
+    waiter.run("SELECT pg_advisory_lock(5151);", wait=False)
+    assert wait_until(lambda: _waiting(server) == 1, timeout=20)
+    lock = lock_text(server, "advisory_key = 5151", tcp=True, extra=password_file(tmp_path))
+    _code, first = check(tmp_path, lock)
+    assert first["state"] == "held", first
+    check(tmp_path, lock, minutes=120)  # a sighting a minute before, as in the test above
+    budget = lock.replace(
+        'warn_after = "30m"\ncritical_after = "1h"', 'warn_after = "1m"\ncritical_after = "1m"'
+    )
+    _code, late = check(tmp_path, budget, minutes=121)
+    assert late["state"] == "held_too_long", late["reason"]
+    line = late["action"]["line"]
+    for sharer in sharers:
+        assert f"kill {sharer.pid} " in line, line
+    assert f"{waiter.pid}" not in line, line  # the waiter is never stopped

@@ -124,7 +124,9 @@ def judge_holds(
             *tree.processes,
             *(_backend_holder(other.holder) for other in observation.holds if other is not hold),
         ),
-        action=backend_action(hold.holder, client, tree) if needs_action(state) else None,
+        action=_stop_every_holder(hold, observation.holds, clients, trees)
+        if needs_action(state)
+        else None,
         identity=identity,
         note=_session_note(hold.holder, client, tree),
     )
@@ -263,6 +265,26 @@ def backend_action(backend: Backend, client: Client, tree: Tree | None = None) -
     if not tree.sessions:
         return stop
     return f"{SQL_ADVICE}{_terminate(list(tree.sessions))}; then {stop}"
+
+
+def _stop_every_holder(
+    chosen: Hold,
+    holds: tuple[Hold, ...],
+    clients: Mapping[int, Client],
+    trees: Mapping[int, Tree] | None,
+) -> str:
+    """Each hold's action, the chosen one's first: a writer waits until every holder is gone
+    (sessions sharing a lock, several blockers of one table), so stopping one frees nothing."""
+    ordered = [chosen, *(each for each in holds if each is not chosen)]
+    actions = [
+        backend_action(
+            each.holder,
+            clients.get(each.holder.pid, Client(None)),
+            (trees or {}).get(each.holder.pid),
+        )
+        for each in ordered
+    ]
+    return "; and ".join(dict.fromkeys(actions))
 
 
 def _resolve_prepared(prepared: Prepared) -> str:
