@@ -422,3 +422,30 @@ def test_a_pidfile_naming_a_process_of_another_namespace_is_never_stale_there(
         ], findings
         assert pidfile.exists(), "a live process's pidfile was removed"
     assert holder.poll() is None
+
+
+def test_why_inside_says_the_waiters_behind_a_lock_held_outside_are_not_listed(
+    tmp_path: Path, children: Children
+) -> None:
+    """A writer inside the namespace blocks on a flock held outside it: /proc/locks there
+    drops the holder's line and the waiter's with it, so `why` finds no waiter to list. It
+    says so, instead of leaving 'no process waits' as the whole truth; `why PID` still follows
+    that writer."""
+    lock = tmp_path / "store.lock"
+    lock.write_bytes(b"")
+    children.start([require_tool("flock"), str(lock), "sleep", "60"])
+    assert wait_until(lambda: locked(lock), timeout=10)
+    lockwarden = f"{sys.executable} -m lockwarden"
+    script = (
+        f"{require_tool('flock')} {lock} true & sleep 1; {lockwarden} why; "
+        f'echo "== $!"; {lockwarden} why $!; kill $!'
+    )
+    inside = children.start([*pid_namespace_command(), "sh", "-c", script], env=container_env())
+    try:
+        output, errors = inside.communicate(timeout=120)
+    finally:
+        inside.kill()
+    listed, _, asked = output.partition("== ")
+    assert listed == "no process waits on a kernel lock here\n", output
+    assert "leaves out every lock held from outside it" in errors, errors
+    assert "waits in flock for a lock on" in asked and str(lock) in asked, asked

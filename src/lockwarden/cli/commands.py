@@ -914,6 +914,9 @@ def command_why(arguments: argparse.Namespace) -> int:
         looked = databases() if databases is not None else []
         silent = why.unanswered(looked)
         pids = sorted({*why.waiting_pids(), *why.database_waiting_pids(looked)})
+        hidden = why.hidden_waiters()
+        if hidden is not None:
+            log.warning("%s", hidden)
     walk = why.Walk(inspect, databases=databases)  # one per `why`: each lock judged once
     answers = [why.answer(pid, walk) for pid in pids]
     if arguments.json:

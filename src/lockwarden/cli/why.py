@@ -53,6 +53,7 @@ from lockwarden.procfs.snapshot import (
     read_within,
 )
 from lockwarden.support.durations import format_time
+from lockwarden.support.namespaces import proc_is_hosts, proc_locks_may_omit
 
 MAX_CHAIN = 8
 """How many holders-that-wait a chain is followed through."""
@@ -335,6 +336,19 @@ def waiting_pids(proc: str = "/proc") -> list[int]:
         if lock is not None and lock.waiting and lock.pid > 0
     }
     return sorted(pids)
+
+
+def hidden_waiters(proc: str = "/proc") -> str | None:
+    """Why the list of waiting processes may be short, when it may: in a PID namespace with a
+    /proc of its own, /proc/locks leaves out a lock whose holder lives outside it (or whose
+    taker has exited), and with it every process waiting behind that lock."""
+    if not proc_locks_may_omit(proc) or proc_is_hosts(proc):
+        return None
+    return (
+        "this PID namespace's /proc/locks leaves out every lock held from outside it (or whose "
+        "taker has exited), and the processes waiting behind it: only the waits it shows are "
+        "listed; ask about a process that seems stuck with `lockwarden why PID`"
+    )
 
 
 def render_text(answers: Sequence[Answer]) -> str:
