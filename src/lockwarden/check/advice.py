@@ -182,9 +182,12 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
             f"{len(crowded.below)} processes, too many to name in one command"
         )
     hangup = all(program_of(party) in SHELLS for party in parties)  # a daemon may reload on HUP
+    in_groups = _in_killed_groups(parties)
     targets: list[str] = []
     terminated: list[str] = []
     for party in parties:
+        if party.pid in in_groups:
+            continue  # a sharer its holder's group kill reaches: signalled once
         targets.append(f"-{party.pid}" if party.leads_group else str(party.pid))
         for below in _left_by_its_kill(party):
             hung_up = not hangup or below.name in SHELLS
@@ -192,6 +195,20 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     line = _kill_line("-HUP " if hangup else "", targets)
     rest = [target for target in terminated if target not in targets]
     return f"{line}; {_kill_line('', rest)}" if rest else line
+
+
+def _in_killed_groups(parties: list[Holder]) -> set[int]:
+    """The processes a group kill of one of `parties` reaches, as far as the capture saw them
+    (what runs below a group leader, still in its group): `flock FILE cmd`'s cmd shares the
+    lock, and listed by PID too it got the signal twice, which some programs take as 'quit
+    now, without cleaning up'."""
+    return {
+        below.pid
+        for party in parties
+        if party.leads_group
+        for below in party.below
+        if below.group == party.pid and below.pid != party.pid
+    }
 
 
 def _kill_line(signal: str, targets: list[str]) -> str:

@@ -66,6 +66,15 @@ OWN_GROUP = Descendant(4251, 4251, "sleep")  # setsid: out of the holder's group
 ANOTHER_GROUP = Descendant(4252, 4100, "pg_dump")  # its group is the holder's parent's
 
 
+def test_a_sharer_its_holders_group_kill_reaches_is_signalled_once() -> None:
+    """`flock FILE cmd`: cmd shares the lock and is in flock's group, below it."""
+    flock = holder("flock", leads_group=True, below=(IN_ITS_GROUP, OWN_GROUP))
+    child = holder("sleep", pid=IN_ITS_GROUP.pid)
+    outside = holder("sleep", pid=OWN_GROUP.pid)
+    assert advise_holder(flock, (child,), "kernel") == "kill -TERM -- -4242 4251"
+    assert advise_holder(flock, (outside,), "kernel") == "kill -TERM -- -4242 4251"
+
+
 @pytest.mark.parametrize(
     ("leads", "below", "advised"),
     [
