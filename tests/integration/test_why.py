@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ def test_a_writer_blocked_on_a_kernel_lock_is_followed_to_its_holder(
     lock = tmp_path / "store.lock"
     lock.touch()
     holder = children.python(HOLDERS[style], str(lock))
+    started = time.monotonic()
     waiter = children.python(WAITER, str(lock), style)
     assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10)
 
@@ -92,7 +94,13 @@ def test_a_writer_blocked_on_a_kernel_lock_is_followed_to_its_holder(
     # what would free it now: the action it would get past its budget
     assert wait["lock"]["action"] is None and wait["to_free_it"] == f"kill {holder.pid}", wait
     within = run_cli("why", str(waiter.pid)).stdout
-    assert f"to free it now: kill {holder.pid} (within its budget" in within, within
+    assert f"to free it now: kill {holder.pid} (no action is due yet" in within, within
+    # Held up to longer than a budget it is not known to be past: no action is due, and it is
+    # not said to be within the budget either (a new user was told so of a 16 s hold and 5 s).
+    time.sleep(max(0.0, 1.2 - (time.monotonic() - started)))
+    unsure = run_cli("why", str(waiter.pid), "--warn-after", "1s", "--critical-after", "1h")
+    assert unsure.returncode == 0, unsure.stdout
+    assert "within its" not in unsure.stdout and "no action is due yet" in unsure.stdout
 
     text = run_cli("why", str(waiter.pid), "--warn-after", "0s", "--critical-after", "0s")
     assert text.returncode == 2, text.stdout  # a budget of 0: any hold is past it

@@ -401,7 +401,7 @@ def _what(wait: Wait) -> str:
         return "a lock on a file lockwarden cannot name"
     action = f" — {finding.action}" if finding.action else ""
     if not action and (early := to_free_it(wait)):
-        action = f" — to free it now: {early} (within its budget: it may end by itself)"
+        action = f" — to free it now: {early} (no action is due yet: it may end by itself)"
     if not wait.blockers:
         return f"a lock on {wait.path}: {finding.reason}"
     names = ", ".join(holder.describe() for holder in wait.blockers)
