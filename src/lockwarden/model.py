@@ -278,11 +278,13 @@ class Container:
 
 class Descendant(NamedTuple):
     """A process below another, with its process group (stopping an ancestor's group stops it
-    only while it is still in that group) and its name (stat's comm)."""
+    only while it is still in that group), its name (stat's comm) and the signals it ignores
+    (Process.ignored)."""
 
     pid: int
     group: int
     name: str
+    ignored: int = 0
 
 
 @dataclass(frozen=True)
@@ -315,6 +317,9 @@ class Process:
     stopped alone leaves running."""
     more_below: bool = False
     """More runs below it than `below` lists."""
+    ignored: int = 0
+    """The signals it ignores, 1..31 as bits 0..30 (stat's sigignore): SIGTERM ignored, only
+    SIGKILL ends it."""
 
     @property
     def alive(self) -> bool:
@@ -372,6 +377,8 @@ class Party:
     below: tuple[Descendant, ...] = ()
     """What runs below it (Process.below): stopped with it, or the work goes on."""
     more_below: bool = False
+    ignored: int = 0
+    """The signals it ignores (Process.ignored)."""
 
     def describe(self) -> str:
         """`PID 64969 (maintenance-job, wa-resync.service)`; in a container, `PID 13678 (flock,

@@ -420,3 +420,38 @@ def test_a_holder_with_more_below_it_than_one_command_names_gets_advice_in_words
     assert late["action"]["argv"] is None, late["action"]  # no one command frees it
     assert late["action"]["line"].startswith(f"stop PID {holder.pid} (python"), late["action"]
     assert "more than 64 processes" in late["action"]["line"]
+
+
+# argv: PIDFILE. A job that ignores SIGTERM, as it was written to, leading its group (run
+# as a service's main process is), with a worker in that group that ignores it too: prints
+# the worker's PID.
+STUBBORN = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the worker: ignored there too
+with open(sys.argv[1], "w") as handle:
+    handle.write(f"{os.getpid()}\\n")
+print(subprocess.Popen(["sleep", "120"]).pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_holder_that_ignores_sigterm_is_given_an_action_that_ends_it(
+    tmp_path: Path, children: Children
+) -> None:
+    """Told 'kill -TERM -- -PID' run after run, a job that ignores SIGTERM ran on, and the
+    lock with it (a new-user trial): what ignores the signal it would get gets SIGKILL."""
+    lock = tmp_path / "job.pid"
+    job = children.start(
+        [sys.executable, "-c", textwrap.dedent(STUBBORN), str(lock)], start_new_session=True
+    )
+    assert job.stdout is not None
+    worker = children.track(int(job.stdout.readline()))
+    assert wait_until(lambda: lock.exists() and lock.read_text().strip() == str(job.pid))
+    late = inspect(lock, "pidfile", tmp_path, "--now", _hours_from_now(2))
+    assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+    line = late["action"]["line"]
+    assert "-KILL" in line, line
+    subprocess.run([require_tool("bash"), "-c", line], check=True, timeout=10)
+    job.wait(timeout=10)
+    assert wait_until(lambda: not _runs(worker), timeout=10), f"{line} left {worker} running"
+    assert inspect(lock, "pidfile", tmp_path)["state"] == "stale"

@@ -173,7 +173,9 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     a sharer, and a database server below any, is not signalled by PID (NEVER_SIGNALLED). A
     shell (a person's debug shell at its prompt) gets SIGHUP, which it does not ignore; what
     runs below it gets SIGTERM in a second `kill`, unless it is a shell too: a program may
-    reload on SIGHUP, or ignore it (`nohup`), and run on."""
+    reload on SIGHUP, or ignore it (`nohup`), and run on. A process that ignores the signal it
+    would get (`trap '' TERM`; stat's sigignore) gets SIGKILL, by its PID, in a last `kill`:
+    sent SIGTERM again and again, it ran on, and the lock with it."""
     parties = [party for party in (holder, *sharers) if party.pid is not None]
     crowded = next((party for party in parties if party.more_below), None)
     if crowded is not None:
@@ -182,19 +184,42 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
             f"{len(crowded.below)} processes, too many to name in one command"
         )
     hangup = all(program_of(party) in SHELLS for party in parties)  # a daemon may reload on HUP
+    first = "-HUP " if hangup else ""
     in_groups = _in_killed_groups(parties)
-    targets: list[str] = []
-    terminated: list[str] = []
+    lines: dict[str, list[str]] = {first: [], "": [], KILL: []}
     for party in parties:
         if party.pid in in_groups:
             continue  # a sharer its holder's group kill reaches: signalled once
-        targets.append(f"-{party.pid}" if party.leads_group else str(party.pid))
-        for below in _left_by_its_kill(party):
-            hung_up = not hangup or below.name in SHELLS
-            (targets if hung_up else terminated).append(str(below.pid))
-    line = _kill_line("-HUP " if hangup else "", targets)
-    rest = [target for target in terminated if target not in targets]
-    return f"{line}; {_kill_line('', rest)}" if rest else line
+        if party.leads_group or not _ignores(party.ignored, first):
+            lines[first].append(f"-{party.pid}" if party.leads_group else str(party.pid))
+        for below in party.below:
+            signal = first if (not hangup or below.name in SHELLS) else ""
+            reached = party.leads_group and below.group == party.pid
+            if below.name in NEVER_SIGNALLED or (reached and not _ignores(below.ignored, first)):
+                continue
+            lines[KILL if _ignores(below.ignored, signal) else signal].append(str(below.pid))
+        if _ignores(party.ignored, first):
+            lines[KILL].append(str(party.pid))
+    said: set[str] = set()
+    commands = []
+    for signal, targets in lines.items():
+        fresh = [target for target in dict.fromkeys(targets) if target not in said]
+        said.update(fresh)
+        if fresh:
+            commands.append(_kill_line(signal, fresh))
+    return "; ".join(commands)
+
+
+KILL = "-KILL "
+"""What a process that ignores the signal it would get is sent: the one no process can
+ignore (it skips its cleanup, which a process that ignores SIGTERM has chosen to skip)."""
+_SIGNAL_NUMBERS = {"-HUP ": 1, "": 15}
+
+
+def _ignores(ignored: int, signal: str) -> bool:
+    """Whether a process ignoring `ignored` (Process.ignored) ignores `signal`."""
+    number = _SIGNAL_NUMBERS.get(signal)
+    return number is not None and bool(ignored & (1 << (number - 1)))
 
 
 def _in_killed_groups(parties: list[Holder]) -> set[int]:
@@ -217,17 +242,6 @@ def _kill_line(signal: str, targets: list[str]) -> str:
         # reads every `-PID` after `--` as a group (bash's builtin reads both forms alike).
         signal = f"{signal or '-TERM '}-- "
     return "kill " + signal + " ".join(dict.fromkeys(targets))
-
-
-def _left_by_its_kill(party: Holder) -> list[Descendant]:
-    """What runs below `party` that killing it (its group, when it leads one) leaves running,
-    but never a package manager or a database server mid-work."""
-    return [
-        below
-        for below in party.below
-        if not (party.leads_group and below.group == party.pid)
-        and below.name not in NEVER_SIGNALLED
-    ]
 
 
 CONTAINER_STOP = {

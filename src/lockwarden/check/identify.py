@@ -91,6 +91,7 @@ def holder_from_process(
         leads_group=process.group == process.pid,
         below=process.below,
         more_below=process.more_below,
+        ignored=process.ignored,
     )
 
 

@@ -741,7 +741,7 @@ class HostReader:
             fields = text[text.rfind(")") + 2 :].split()
             if fields[0] not in ("Z", "X"):
                 name = text[text.find("(") + 1 : text.rfind(")")]
-                found.append(Descendant(child, int(fields[2]), name))
+                found.append(Descendant(child, int(fields[2]), name, _ignored(fields)))
         return tuple(found)
 
     def descendants(self, pid: int, limit: int = 64) -> tuple[int, ...]:
@@ -804,6 +804,7 @@ class HostReader:
             started_at=booted_at + timedelta(seconds=start_ticks / self.clock_ticks),
             container=container,
             kernel_thread=bool(int(fields[6]) & PF_KTHREAD),
+            ignored=_ignored(fields),
             group=int(fields[2]),
             session=int(fields[3]),
         )
@@ -874,6 +875,12 @@ def _pids_to_read(
     elif any(look.unmatched or look.waiting for look in looks):
         wanted.update(hidden[:SOME_HIDDEN])
     return wanted
+
+
+def _ignored(fields: list[str]) -> int:
+    """Stat's sigignore (its 33rd field; `fields` start at the 3rd): the signals 1..31 a
+    process ignores, one bit each. 0 where a kernel leaves it out."""
+    return int(fields[30]) if len(fields) > 30 and fields[30].isdigit() else 0
 
 
 def _holder_pids(looks: list[_Look]) -> set[int]:

@@ -66,6 +66,32 @@ OWN_GROUP = Descendant(4251, 4251, "sleep")  # setsid: out of the holder's group
 ANOTHER_GROUP = Descendant(4252, 4100, "pg_dump")  # its group is the holder's parent's
 
 
+TERM_IGNORED = 1 << 14
+HUP_IGNORED = 1 << 0
+
+
+@pytest.mark.parametrize(
+    ("who", "advised"),
+    [
+        (holder("python3", ignored=TERM_IGNORED), "kill -KILL 4242"),
+        (  # its group still gets SIGTERM; the leader, ignoring it, SIGKILL
+            holder("python3", leads_group=True, ignored=TERM_IGNORED),
+            "kill -TERM -- -4242; kill -KILL 4242",
+        ),
+        (  # a child in its group that ignores SIGTERM: the group's kill does not end it
+            holder(
+                "python3", leads_group=True, below=(IN_ITS_GROUP._replace(ignored=TERM_IGNORED),)
+            ),
+            "kill -TERM -- -4242; kill -KILL 4250",
+        ),
+        (holder("bash", ignored=TERM_IGNORED), "kill -HUP 4242"),  # a shell: HUP, not ignored
+        (holder("bash", ignored=HUP_IGNORED), "kill -KILL 4242"),  # nohup bash
+    ],
+)
+def test_a_process_that_ignores_its_signal_gets_sigkill(who: Holder, advised: str) -> None:
+    assert advise_holder(who, (), "kernel") == advised
+
+
 def test_a_sharer_its_holders_group_kill_reaches_is_signalled_once() -> None:
     """`flock FILE cmd`: cmd shares the lock and is in flock's group, below it."""
     flock = holder("flock", leads_group=True, below=(IN_ITS_GROUP, OWN_GROUP))
