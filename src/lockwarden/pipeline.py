@@ -595,9 +595,10 @@ def inspect_lock(
     clock: Clock = wall_clock,
     what_if: bool = False,
     notes: tuple[str, ...] = (),
+    remembered: Memory | None = None,
 ) -> RunResult:
     """One lock as configured (its format, budgets, host aliases): `inspect` of a lock the
-    config lists judges it as the timer's runs do."""
-    inspection = inspect([lock], HostReader(clock, proc), now, what_if=what_if)
+    config lists judges it as the timer's runs do, with what they remember (`remembered`)."""
+    inspection = inspect([lock], HostReader(clock, proc), now, remembered, what_if=what_if)
     snapshot = inspection.snapshot
     return RunResult(snapshot.hostname, snapshot.boot_id, now, inspection.findings, notes)

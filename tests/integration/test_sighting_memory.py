@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,33 @@ def _calls_on(traces: list[list[str]], opened: str, flag: str) -> list[list[str]
                 if named.group(1) == "close":
                     descriptor = None
     return found
+
+
+def test_inspect_of_a_configured_lock_knows_what_its_runs_have_seen(
+    tmp_path: Path, children: Children
+) -> None:
+    """A run saw the lock held, and a later one, past the budget, pages; `inspect` of that
+    lock with the same config, a moment later, said it was 'not yet known to be past its
+    budget', exit 0 (a new-user trial), since it read no memory. It reads the runs' sighting
+    memory (never writes it) and says what their next run says."""
+    lock = tmp_path / "store.lock"
+    children.python(FLOCK_HOLDER, str(lock))
+    path = write_config(
+        tmp_path / "config.toml",
+        '[defaults]\nwarn_after = "1s"\ncritical_after = "1h"\n\n'
+        f'[[lock]]\nname = "store"\npath = "{lock}"\nformat = "kernel"\n\n'
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n',
+    )
+    code, document = run_json("--once", "--config", path)
+    assert document["locks"][0]["state"] == "held", document
+    seen = (tmp_path / "state" / SEEN_NAME).read_bytes()
+    time.sleep(1.5)  # past the budget since that run saw it
+    code, document = run_json("--once", "--dry-run", "--config", path)
+    [paged] = document["locks"]
+    assert (code, paged["state"]) == (1, "held_too_long"), paged
+    code, document = run_json("inspect", str(lock), "--config", path)
+    [inspected] = document["locks"]
+    assert (code, inspected["state"]) == (1, "held_too_long"), inspected
+    same = ("bound", "since")
+    assert [inspected["held"][key] for key in same] == [paged["held"][key] for key in same]
+    assert (tmp_path / "state" / SEEN_NAME).read_bytes() == seen  # read, never written

@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden import __version__
 from lockwarden import config as config_module
+from lockwarden.check import sightings
+from lockwarden.check.sightings import Memory
 from lockwarden.formats import LOCKED_FILE, format_names
 from lockwarden.model import Finding, Severity, State
 from lockwarden.output.report import render_blocks, render_json, report_blocks
 from lockwarden.pipeline import RunResult, inspect_lock, inspect_path
+from lockwarden.state.journal import SeenFile, StateError
 from lockwarden.support import abandon, logs
 from lockwarden.support.checkpoints import Checkpoint, skip
 from lockwarden.support.durations import DurationError, format_config_duration, parse_duration
@@ -794,10 +797,10 @@ def command_init(arguments: argparse.Namespace) -> int:
 
 def _configured_lock(
     path: str, config_path: str | None
-) -> tuple[config_module.LockConfig, str] | None:
+) -> tuple[config_module.LockConfig, str, str] | None:
     """The [[lock]] of this path in the config given, or in the default config when there is
-    one, with that config's path. A default config that cannot be loaded is said, not fatal:
-    `inspect` needs no config."""
+    one, with that config's path and state directory. A default config that cannot be loaded
+    is said, not fatal: `inspect` needs no config."""
     if config_path is None and not os.path.exists(config_module.DEFAULT_PATH):
         return None
     try:
@@ -809,8 +812,26 @@ def _configured_lock(
         return None
     for lock in config.locks:
         if lock.database is None and _same_lock(lock.path, path):
-            return lock, config.source or config_module.DEFAULT_PATH
+            return lock, config.source or config_module.DEFAULT_PATH, config.state.directory
     return None
+
+
+def _runs_sightings(
+    configured: tuple[config_module.LockConfig, str, str], path: str, now: datetime
+) -> Memory:
+    """What the config's runs have seen of the lock (their sighting memory, read, never
+    written), under the name `inspect` gives it: a hold they have seen for a while is as old to
+    `inspect` as to their next run, which pages on it. A memory that cannot be read is said,
+    not fatal: the lock is judged without it, as a first run."""
+    lock, _source, directory = configured
+    try:
+        record = SeenFile(directory).load()
+    except StateError as error:
+        log.warning("not using the runs' sighting memory: %s", error)
+        return {}
+    latest = sightings.last_seen([record]) if record is not None else None
+    remembered = sightings.memory(latest, now, {lock.name: sightings.longest_gap(lock.warn_after)})
+    return {path: remembered[lock.name]} if lock.name in remembered else {}
 
 
 def _same_lock(configured: str, path: str) -> bool:
@@ -826,7 +847,7 @@ def _same_lock(configured: str, path: str) -> bool:
 def _inspected_lock(
     path: str,
     arguments: argparse.Namespace,
-    configured: tuple[config_module.LockConfig, str] | None,
+    configured: tuple[config_module.LockConfig, str, str] | None,
 ) -> tuple[config_module.LockConfig, tuple[str, ...]]:
     """The lock `inspect` judges: the configured one (budgets given on the command line still
     win), else one of the path with the budgets given or the defaults."""
@@ -840,7 +861,7 @@ def _inspected_lock(
             critical_after=critical_after,
         )
         return lock, ()
-    lock, source = configured
+    lock, source, _directory = configured
     warn_after, critical_after = _budgets(arguments, lock.warn_after, lock.critical_after)
     lock = replace(
         lock,
@@ -884,10 +905,11 @@ def command_inspect(arguments: argparse.Namespace) -> int:
     path = os.path.abspath(arguments.path)
     configured = _configured_lock(path, arguments.config)
     lock, notes = _inspected_lock(path, arguments, configured)
+    seen = _runs_sightings(configured, path, now_of(arguments)) if configured else None
 
     def look() -> RunResult:
         # inspect journals nothing: a later --now asks what a run would say
-        return inspect_lock(lock, now_of(arguments), what_if=True, notes=notes)
+        return inspect_lock(lock, now_of(arguments), what_if=True, notes=notes, remembered=seen)
 
     result = look()
     if arguments.wait_ms and _blocking(result):
