@@ -24,7 +24,8 @@ import tomli_w
 
 from lockwarden import config as config_module
 from lockwarden.formats import STORE_LOCK_NAMES, choose_format, layout_formats
-from lockwarden.formats.owner_record import PREFERRED_RECORDS
+from lockwarden.formats.owner_record import NAME as OWNER_RECORD
+from lockwarden.formats.owner_record import PREFERRED_RECORDS, holds_a_record
 from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.model import Finding, InodeKey
 from lockwarden.pipeline import inspect
@@ -237,13 +238,17 @@ def _first_word(path: str) -> str:
 
 
 def _kernel_path_format(path: str) -> str:
-    """A layout format if the path is one; a locked directory is a kernel lock, not a store."""
+    """A layout format if the path is one; a locked directory is a kernel lock, not a store, and
+    so is a locked file that holds no owner record (it read 'unknown: not valid UTF-8' as one)."""
     layout = choose_format(path, layout_formats())
     if layout is not None:
         return layout
     if os.path.isdir(path):
         return "kernel"
-    return choose_format(path) or "kernel"
+    chosen = choose_format(path) or "kernel"
+    if chosen == OWNER_RECORD and holds_a_record(path) is not True:
+        return "kernel"  # a database's own file (MariaDB's ibdata1): its kernel lock counts
+    return chosen
 
 
 @dataclass(frozen=True)

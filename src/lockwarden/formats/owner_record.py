@@ -42,12 +42,8 @@ class OwnerRecord:
             return True
         if not stat.S_ISREG(status.st_mode) or status.st_size == 0:
             return False
-        try:
-            data, _ = read_record(path)
-            record = parse_record(data, 2**31)
-        except (OSError, UnsafeRecord, RecordProblem):
-            return True  # it has content; the owner-record reader will explain what is wrong
-        return record.pid is not None or record.style in ("json", "key-value")
+        found = holds_a_record(path)
+        return found is None or found  # content it cannot read: the reader will say what is wrong
 
     def read(self, path: str, pid_max: int) -> Claim:
         status = lstat_or_none(path)
@@ -118,3 +114,14 @@ def _pick_record(entries: list[os.DirEntry[str]]) -> os.DirEntry[str] | None:
         if name in by_name:
             return by_name[name]
     return files[0] if files else None
+
+
+def holds_a_record(path: str) -> bool | None:
+    """Whether the file holds an owner record (a PID, or a JSON or key=value record); None when
+    its content cannot be read as one at all (binary, too large, not safe to read)."""
+    try:
+        data, _ = read_record(path)
+        record = parse_record(data, 2**31)
+    except (OSError, UnsafeRecord, RecordProblem):
+        return None
+    return record.pid is not None or record.style in ("json", "key-value")

@@ -188,3 +188,34 @@ def test_discover_finds_a_stores_owner_record_and_judges_it(
     assert found[str(lock)]["format"] == "owner-record", found
     assert found[str(lock)]["state"] == "held"
     assert found[str(lock)]["holders"][0]["pid"] == holder.pid
+
+
+def test_a_locked_file_that_holds_no_record_is_configured_as_a_kernel_lock(
+    tmp_path: Path, children: Children
+) -> None:
+    """A database's own file under its flock (MariaDB's ibdata1) was written to the config as
+    an owner-record, which once free read 'unknown: the record is not valid UTF-8' at every
+    run (a new-user trial): its kernel lock is what counts. A key=value file a flock holds
+    (the flock-held owner-record style) stays an owner-record."""
+    binary, record = tmp_path / "data" / "ibdata1", tmp_path / "data" / "job.lock"
+    binary.parent.mkdir()
+    binary.write_bytes(bytes(range(256)) * 16)
+    record.write_text(f"pid={os.getpid()}\nacquired_at=2026-12-05T00:00:00Z\n")
+    flock = require_tool("flock")
+    holders = []
+    try:
+        for path in (binary, record):
+            holders.append(
+                children.start([flock, "-x", str(path), "sleep", "60"], start_new_session=True)
+            )
+            key = (os.stat(path).st_dev, os.stat(path).st_ino)
+            assert wait_until(lambda key=key: key in capture_host().locks, timeout=10)
+        completed = run_cli("discover", "--json", str(tmp_path))
+    finally:
+        for holder in holders:
+            kill_group(holder)  # and the sleep that inherited its lock
+    assert completed.returncode == 0, completed.stderr
+    found = {lock["path"]: lock for lock in json.loads(completed.stdout)["locks"]}
+    assert found[str(binary)]["format"] == "kernel", found[str(binary)]
+    assert found[str(binary)]["state"] == "held", found[str(binary)]
+    assert found[str(record)]["format"] == "owner-record", found[str(record)]
