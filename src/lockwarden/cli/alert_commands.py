@@ -263,7 +263,9 @@ def history(config: Config, lock: str | None, as_json: bool) -> Output:
         )
         hint = f" (no lock of that name is configured: {', '.join(names) or 'none'})"
         said = f" for {lock}{hint if unknown else ''}" if lock else ""
-        return Output(0, f"no incidents in {journal.path}{said}\n")
+        alerting = config.notify.configured or config.alertmanager.configured
+        why = "" if alerting else " (alerting is off: runs journal incidents only for alerts)"
+        return Output(0, f"no incidents in {journal.path}{said}{why}\n")
     return Output(0, "".join("\n".join(_incident_lines(i)) + "\n" for i in chosen))
 
 

@@ -449,3 +449,20 @@ def test_inspect_of_a_directory_is_not_judged_as_a_file_configured_in_it(tmp_pat
     assert "judged as [[lock]]" not in unrelated.stdout, unrelated.stdout
     store = run_cli("inspect", str(tmp_path / "store"), "--config", config)
     assert "judged as [[lock]] 'store'" in store.stdout, store.stdout
+
+
+def test_history_with_alerting_off_says_why_it_has_no_incidents(tmp_path: Path) -> None:
+    """Runs journal incidents only for alerts: with none configured, 'no incidents' after
+    critical runs read as if nothing had happened (a new-user trial)."""
+    config = write_config(
+        tmp_path / "config.toml",
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n'
+        f'[[lock]]\nname = "x"\npath = "{tmp_path / "x.lock"}"\nformat = "kernel"\n',
+    )
+    shown = run_cli("history", "--config", config)
+    assert shown.returncode == 0, shown.stderr
+    assert "alerting is off: runs journal incidents only for alerts" in shown.stdout
+    alerting = tmp_path / "alerting.toml"
+    alerting.write_text(Path(config).read_text() + '\n[notify]\nurls = ["json://127.0.0.1:9"]\n')
+    alerting.chmod(0o600)
+    assert "alerting is off" not in run_cli("history", "--config", str(alerting)).stdout
