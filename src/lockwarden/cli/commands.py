@@ -342,10 +342,14 @@ def _output(parser: argparse.ArgumentParser, prefix: str = "") -> None:
         default=None,
         metavar="RFC3339",
         help="pretend the current time is this, e.g. 2026-12-03T18:00:00Z (UTC when it has no "
-        "offset; for tests and what-ifs); --once also journals "
-        "it as the time of its sightings and alerts: add --dry-run for a what-if that writes "
-        "nothing",
+        "offset; for tests and what-ifs)" + (_ONCE_NOW if prefix == GLOBAL else ""),
     )
+
+
+_ONCE_NOW = (
+    "; --once also journals it as the time of its sightings and alerts: add --dry-run for a "
+    "what-if that writes nothing"
+)
 
 
 def merge_global_options(arguments: argparse.Namespace) -> None:

@@ -466,3 +466,12 @@ def test_history_with_alerting_off_says_why_it_has_no_incidents(tmp_path: Path) 
     alerting.write_text(Path(config).read_text() + '\n[notify]\nurls = ["json://127.0.0.1:9"]\n')
     alerting.chmod(0o600)
     assert "alerting is off" not in run_cli("history", "--config", str(alerting)).stdout
+
+
+def test_only_the_once_runs_help_says_now_is_journaled() -> None:
+    """`--now` is journaled by --once alone: inspect's, why's and discover's help said it
+    too, of commands that journal nothing (a new-user trial)."""
+    assert "--once also journals it" in " ".join(run_cli("--help").stdout.split())
+    for command in ("inspect", "why", "discover", "history"):
+        shown = " ".join(run_cli(command, "--help").stdout.split())
+        assert "--now RFC3339" in shown and "journals it" not in shown, command
