@@ -455,3 +455,23 @@ def test_a_holder_that_ignores_sigterm_is_given_an_action_that_ends_it(
     job.wait(timeout=10)
     assert wait_until(lambda: not _runs(worker), timeout=10), f"{line} left {worker} running"
     assert inspect(lock, "pidfile", tmp_path)["state"] == "stale"
+
+
+def test_a_shell_started_with_nohup_is_given_sigterm_not_sigkill(
+    tmp_path: Path, children: Children
+) -> None:
+    """A script started with `nohup` ignores SIGHUP, not SIGTERM: it was told
+    'kill -HUP -- -PID; kill -KILL PID', and SIGKILL skipped its EXIT trap (its cleanup),
+    which SIGTERM runs. It waits in a builtin (`read`), so nothing below it ends it first."""
+    lock, cleaned = tmp_path / "job.pid", tmp_path / "cleaned"
+    script = 'trap "echo done > \\"$2\\"" EXIT; echo $$ > "$1"; echo ready; read -r _'
+    argv = [require_tool("nohup"), require_tool("bash"), "-c", script, "job", str(lock)]
+    job = children.start([*argv, str(cleaned)], "ready", start_new_session=True,
+                         stdin=subprocess.PIPE)  # fmt: skip
+    late = inspect(lock, "pidfile", tmp_path, "--now", _hours_from_now(2))
+    assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+    line = late["action"]["line"]
+    assert "-KILL" not in line, line
+    subprocess.run([require_tool("bash"), "-c", line], check=True, timeout=10)
+    job.wait(timeout=10)
+    assert cleaned.read_text() == "done\n", f"{line} skipped the shell's EXIT trap"

@@ -174,8 +174,9 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     shell (a person's debug shell at its prompt) gets SIGHUP, which it does not ignore; what
     runs below it gets SIGTERM in a second `kill`, unless it is a shell too: a program may
     reload on SIGHUP, or ignore it (`nohup`), and run on. A process that ignores the signal it
-    would get (`trap '' TERM`; stat's sigignore) gets SIGKILL, by its PID, in a last `kill`:
-    sent SIGTERM again and again, it ran on, and the lock with it."""
+    would get (stat's sigignore) gets SIGTERM by its PID, a shell started with `nohup` among
+    them; one that ignores SIGTERM too (`trap '' TERM`) gets SIGKILL, by its PID, in a last
+    `kill`: sent SIGTERM again and again, it ran on, and the lock with it."""
     parties = [party for party in (holder, *sharers) if party.pid is not None]
     crowded = next((party for party in parties if party.more_below), None)
     if crowded is not None:
@@ -190,16 +191,17 @@ def kill(holder: Holder, sharers: tuple[Holder, ...]) -> str:
     for party in parties:
         if party.pid in in_groups:
             continue  # a sharer its holder's group kill reaches: signalled once
-        if party.leads_group or not _ignores(party.ignored, first):
+        heeded = _heeded(party.ignored, first)
+        if party.leads_group or heeded == first:
             lines[first].append(f"-{party.pid}" if party.leads_group else str(party.pid))
         for below in party.below:
             signal = first if (not hangup or below.name in SHELLS) else ""
             reached = party.leads_group and below.group == party.pid
             if below.name in NEVER_SIGNALLED or (reached and not _ignores(below.ignored, first)):
                 continue
-            lines[KILL if _ignores(below.ignored, signal) else signal].append(str(below.pid))
-        if _ignores(party.ignored, first):
-            lines[KILL].append(str(party.pid))
+            lines[_heeded(below.ignored, signal)].append(str(below.pid))
+        if heeded != first:
+            lines[heeded].append(str(party.pid))
     said: set[str] = set()
     commands = []
     for signal, targets in lines.items():
@@ -214,6 +216,16 @@ KILL = "-KILL "
 """What a process that ignores the signal it would get is sent: the one no process can
 ignore (it skips its cleanup, which a process that ignores SIGTERM has chosen to skip)."""
 _SIGNAL_NUMBERS = {"-HUP ": 1, "": 15}
+
+
+def _heeded(ignored: int, signal: str) -> str:
+    """The signal a process ignoring `ignored` is sent in place of `signal`: `signal` itself,
+    else SIGTERM (a shell started with `nohup` ignores SIGHUP, not SIGTERM, and SIGTERM lets it
+    run its EXIT trap), else SIGKILL."""
+    for heeded in dict.fromkeys((signal, "")):
+        if not _ignores(ignored, heeded):
+            return heeded
+    return KILL
 
 
 def _ignores(ignored: int, signal: str) -> bool:

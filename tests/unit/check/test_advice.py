@@ -85,7 +85,8 @@ HUP_IGNORED = 1 << 0
             "kill -TERM -- -4242; kill -KILL 4250",
         ),
         (holder("bash", ignored=TERM_IGNORED), "kill -HUP 4242"),  # a shell: HUP, not ignored
-        (holder("bash", ignored=HUP_IGNORED), "kill -KILL 4242"),  # nohup bash
+        (holder("bash", ignored=HUP_IGNORED), "kill 4242"),  # nohup bash: SIGTERM ends it
+        (holder("bash", ignored=HUP_IGNORED | TERM_IGNORED), "kill -KILL 4242"),
     ],
 )
 def test_a_process_that_ignores_its_signal_gets_sigkill(who: Holder, advised: str) -> None:
