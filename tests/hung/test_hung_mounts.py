@@ -396,3 +396,33 @@ def test_a_mount_that_stops_answering_mid_run_is_not_asked_again_by_a_later_look
     assert len(orphans.workers()) == 1, "a later look asked the hung mount again"
     assert elapsed < 2 * FS_TIMEOUT_S, f"{elapsed:.2f} s: more than one deadline"
     hanging.abort(mount)
+
+
+def test_inspect_of_a_configured_lock_judges_it_with_its_state_directory_on_a_hung_mount(
+    tmp_path: Path, children: Children, hanging: HangingMounts, orphans: Orphans
+) -> None:
+    """`inspect --config` reads the runs' sighting memory in the state directory: on a mount
+    that does not answer it must judge without it, as a run does, not wait on it forever."""
+    flock_file = tmp_path / "db.lock"
+    flocked = children.python(FLOCK_HOLDER, str(flock_file))
+    mount = hanging.mount("hang")
+    config = write_config(
+        tmp_path / "config.toml",
+        f"""
+[defaults]
+fs_timeout = "{FS_TIMEOUT_S:g}s"
+[state]
+path = "{mount / "state" / "journal.jsonl"}"
+[[lock]]
+name = "db"
+path = "{flock_file}"
+format = "kernel"
+""",
+    )
+    done = _lockwarden(hanging, "inspect", "--config", config, "--json", str(flock_file))
+    [lock] = json.loads(done.stdout)["locks"]
+    assert lock["state"] == "held", done.stdout
+    assert lock["holders"][0]["pid"] == flocked.pid
+    assert f"state directory {mount / 'state'}" in done.stderr, done.stderr  # the lost memory
+    hanging.abort(mount)
+    assert orphans.reap(orphans.workers()) == []

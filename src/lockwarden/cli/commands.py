@@ -22,7 +22,7 @@ from lockwarden.check.sightings import Memory
 from lockwarden.formats import LOCKED_FILE, format_names
 from lockwarden.model import Finding, Severity, State
 from lockwarden.output.report import render_blocks, render_json, report_blocks
-from lockwarden.pipeline import RunResult, inspect_lock, inspect_path
+from lockwarden.pipeline import FileReads, RunResult, inspect_lock, inspect_path
 from lockwarden.state.journal import SeenFile, StateError
 from lockwarden.support import abandon, logs
 from lockwarden.support.checkpoints import Checkpoint, skip
@@ -801,10 +801,10 @@ def command_init(arguments: argparse.Namespace) -> int:
 
 def _configured_lock(
     path: str, config_path: str | None
-) -> tuple[config_module.LockConfig, str, str] | None:
+) -> tuple[config_module.LockConfig, str, config_module.Config] | None:
     """The [[lock]] of this path in the config given, or in the default config when there is
-    one, with that config's path and state directory. A default config that cannot be loaded
-    is said, not fatal: `inspect` needs no config."""
+    one, with that config's path and the config (its state directory). A default config that
+    cannot be loaded is said, not fatal: `inspect` needs no config."""
     if config_path is None and not os.path.exists(config_module.DEFAULT_PATH):
         return None
     try:
@@ -816,20 +816,27 @@ def _configured_lock(
         return None
     for lock in config.locks:
         if lock.database is None and _same_lock(lock.path, path):
-            return lock, config.source or config_module.DEFAULT_PATH, config.state.directory
+            return lock, config.source or config_module.DEFAULT_PATH, config
     return None
 
 
 def _runs_sightings(
-    configured: tuple[config_module.LockConfig, str, str], path: str, now: datetime
+    configured: tuple[config_module.LockConfig, str, config_module.Config], path: str, now: datetime
 ) -> Memory:
     """What the config's runs have seen of the lock (their sighting memory, read, never
     written), under the name `inspect` gives it: a hold they have seen for a while is as old to
     `inspect` as to their next run, which pages on it. A memory that cannot be read is said,
-    not fatal: the lock is judged without it, as a first run."""
-    lock, _source, directory = configured
+    not fatal: the lock is judged without it, as a first run; so is one on a file system that
+    does not answer within fs_timeout, which would stall `inspect` where no deadline reaches."""
+    lock, _source, config = configured
+    directory = config.state.directory
+    probe = FileReads((), 0, directory, config.fs_timeout)  # no lock: the directory's probe only
     try:
-        record = SeenFile(directory).load()
+        unusable = probe.state_problem()
+    finally:
+        probe.close()
+    try:
+        record = SeenFile(directory, unusable).load()
     except StateError as error:
         log.warning("not using the runs' sighting memory: %s", error)
         return {}
@@ -851,7 +858,7 @@ def _same_lock(configured: str, path: str) -> bool:
 def _inspected_lock(
     path: str,
     arguments: argparse.Namespace,
-    configured: tuple[config_module.LockConfig, str, str] | None,
+    configured: tuple[config_module.LockConfig, str, config_module.Config] | None,
 ) -> tuple[config_module.LockConfig, tuple[str, ...]]:
     """The lock `inspect` judges: the configured one (budgets given on the command line still
     win), else one of the path with the budgets given or the defaults."""
@@ -865,7 +872,7 @@ def _inspected_lock(
             critical_after=critical_after,
         )
         return lock, ()
-    lock, source, _directory = configured
+    lock, source, _config = configured
     warn_after, critical_after = _budgets(arguments, lock.warn_after, lock.critical_after)
     lock = replace(
         lock,
