@@ -25,7 +25,7 @@ import tomli_w
 from lockwarden import config as config_module
 from lockwarden.formats import STORE_LOCK_NAMES, choose_format, layout_formats
 from lockwarden.formats.owner_record import NAME as OWNER_RECORD
-from lockwarden.formats.owner_record import PREFERRED_RECORDS, holds_a_record
+from lockwarden.formats.owner_record import PREFERRED_RECORDS
 from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.model import Finding, InodeKey
 from lockwarden.pipeline import inspect
@@ -190,7 +190,10 @@ def _named(key: InodeKey, targets: list[str], snapshot: Snapshot) -> Candidate |
             # the file's first word (a pidfile's PID) is read here, within fs_timeout; the
             # holders are judged by it once named (_daemon_lifetime)
             first_word = _first_word(target)
-            return Candidate(target, _kernel_path_format(target), found_by, first_word=first_word)
+            openers = {lock.pid for lock in snapshot.kernel_locks(key)}
+            openers.update(descriptor.pid for descriptor in snapshot.descriptors(key))
+            chosen = _kernel_path_format(target, openers)
+            return Candidate(target, chosen, found_by, first_word=first_word)
     return None
 
 
@@ -237,18 +240,30 @@ def _first_word(path: str) -> str:
     return words[0] if words else ""
 
 
-def _kernel_path_format(path: str) -> str:
+def _kernel_path_format(path: str, openers: set[int]) -> str:
     """A layout format if the path is one; a locked directory is a kernel lock, not a store, and
-    so is a locked file that holds no owner record (it read 'unknown: not valid UTF-8' as one)."""
+    so is a locked file whose record names none of the processes that lock it or have it open
+    (`openers`): MariaDB's ibdata1 read 'unknown: not valid UTF-8' as an owner record, and a
+    counter a flock guards (`41`) read 'stale: its holder PID 41 is gone', its action `rm`, once
+    free. A record its holder wrote (`flock -n 9; echo $$ >&9`) names one of them."""
     layout = choose_format(path, layout_formats())
     if layout is not None:
         return layout
     if os.path.isdir(path):
         return "kernel"
     chosen = choose_format(path) or "kernel"
-    if chosen == OWNER_RECORD and holds_a_record(path) is not True:
-        return "kernel"  # a database's own file (MariaDB's ibdata1): its kernel lock counts
+    if chosen == OWNER_RECORD and _record_pid(path) not in openers:
+        return "kernel"  # its kernel lock is what counts
     return chosen
+
+
+def _record_pid(path: str) -> int | None:
+    """The PID the file's owner record names; None when it names none or holds no record."""
+    try:
+        data, _ = read_record(path)
+        return parse_record(data, 2**31).pid
+    except (OSError, UnsafeRecord, RecordProblem):
+        return None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -195,27 +196,42 @@ def test_a_locked_file_that_holds_no_record_is_configured_as_a_kernel_lock(
 ) -> None:
     """A database's own file under its flock (MariaDB's ibdata1) was written to the config as
     an owner-record, which once free read 'unknown: the record is not valid UTF-8' at every
-    run (a new-user trial): its kernel lock is what counts. A key=value file a flock holds
-    (the flock-held owner-record style) stays an owner-record."""
-    binary, record = tmp_path / "data" / "ibdata1", tmp_path / "data" / "job.lock"
+    run (a new-user trial); so was a counter a flock guards (`flock counter` around its
+    increment), which once free read 'stale: its holder PID 41 is gone', its action `rm` (an
+    adversarial review): their kernel lock is what counts. A key=value record its holder wrote
+    under its flock (the flock-held owner-record style) stays an owner-record."""
+    binary, counter = tmp_path / "data" / "ibdata1", tmp_path / "data" / "counter"
+    record = tmp_path / "data" / "job.lock"
     binary.parent.mkdir()
     binary.write_bytes(bytes(range(256)) * 16)
-    record.write_text(f"pid={os.getpid()}\nacquired_at=2026-12-05T00:00:00Z\n")
+    counter.write_text("41\n")
     flock = require_tool("flock")
+    writes_its_record = (  # its own taker: a dead one's lock a PID namespace does not list
+        "import fcntl, os, sys, time\n"
+        "handle = open(sys.argv[1], 'w')\n"
+        "fcntl.flock(handle, fcntl.LOCK_EX)\n"
+        "handle.write(f'pid={os.getpid()}\\n'); handle.flush()\n"
+        "print('ready', flush=True); time.sleep(60)\n"
+    )
     holders = []
     try:
-        for path in (binary, record):
+        for path in (binary, counter):
             holders.append(
                 children.start([flock, "-x", str(path), "sleep", "60"], start_new_session=True)
             )
+        argv = [sys.executable, "-c", writes_its_record, str(record)]
+        holders.append(children.start(argv, "ready", start_new_session=True))
+        for path in (binary, counter, record):
             key = (os.stat(path).st_dev, os.stat(path).st_ino)
-            assert wait_until(lambda key=key: key in capture_host().locks, timeout=10)
+            assert wait_until(lambda key=key: key in capture_host().locks, timeout=10), path
         completed = run_cli("discover", "--json", str(tmp_path))
     finally:
         for holder in holders:
             kill_group(holder)  # and the sleep that inherited its lock
     assert completed.returncode == 0, completed.stderr
     found = {lock["path"]: lock for lock in json.loads(completed.stdout)["locks"]}
-    assert found[str(binary)]["format"] == "kernel", found[str(binary)]
-    assert found[str(binary)]["state"] == "held", found[str(binary)]
+    for path in (binary, counter):
+        assert found[str(path)]["format"] == "kernel", found[str(path)]
+        assert found[str(path)]["state"] == "held", found[str(path)]
     assert found[str(record)]["format"] == "owner-record", found[str(record)]
+    assert found[str(record)]["holders"][0]["pid"] == holders[2].pid, found[str(record)]
