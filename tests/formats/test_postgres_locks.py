@@ -1290,3 +1290,39 @@ def test_every_session_sharing_a_lock_a_writer_waits_for_is_in_the_action(
     for sharer in sharers:
         assert f"kill {sharer.pid} " in line, line
     assert f"{waiter.pid}" not in line, line  # the waiter is never stopped
+
+
+def test_a_group_leading_client_and_its_work_are_signalled_once(
+    server: Server, tmp_path: Path
+) -> None:
+    """A psql that leads its process group (a job started as a service's main process or with
+    setsid) holds the lock while a command it runs (`\\!`) works: its group's kill reaches
+    that command, which is not listed again by PID (it got SIGTERM twice)."""
+    argv = [require_tool("psql"), "-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p", str(server.port)]
+    argv += ["-U", "app", "-d", "postgres"]
+    env = {**os.environ, "PGPASSWORD": PASSWORD}
+    leader = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert leader.stdin is not None and leader.stdout is not None
+        leader.stdin.write("SELECT pg_advisory_lock(6161);\n\\echo ready\n\\! sleep 60\n")
+        leader.stdin.flush()
+        assert any(line.strip() == "ready" for line in leader.stdout), "psql did not lock"
+        assert wait_until(lambda: bool(psutil.Process(leader.pid).children()), timeout=10)
+        lock = lock_text(server, "advisory_key = 6161", tcp=True, extra=password_file(tmp_path))
+        check(tmp_path, lock)
+        check(tmp_path, lock, minutes=120)
+        budget = lock.replace(
+            'warn_after = "30m"\ncritical_after = "1h"', 'warn_after = "1m"\ncritical_after = "1m"'
+        )
+        _code, late = check(tmp_path, budget, minutes=121)
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait(timeout=10)
+        for stream in (leader.stdin, leader.stdout):
+            if stream:
+                stream.close()
+    assert late["state"] == "held_too_long", late["reason"]
+    assert late["action"]["line"].startswith(f"kill -TERM -- -{leader.pid} (else, on the"), late

@@ -261,7 +261,8 @@ def backend_action(backend: Backend, client: Client, tree: Tree | None = None) -
     terminate = _terminate([backend])
     if client.holder is None or client.holder.pid is None:
         return f"{SQL_ADVICE}{_terminate([*tree.sessions, backend])}"
-    stop = f"{advise_holder(client.holder, tree.processes, '')} (else, on the server: {terminate})"
+    client_with_work = replace(client.holder, below=tree.below)
+    stop = f"{advise_holder(client_with_work, (), '')} (else, on the server: {terminate})"
     if not tree.sessions:
         return stop
     return f"{SQL_ADVICE}{_terminate(list(tree.sessions))}; then {stop}"

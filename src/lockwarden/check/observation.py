@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from lockwarden.model import Holder
+from lockwarden.model import Descendant, Holder
 
 QUERY_LIMIT = 200
 IDLE_IN_TRANSACTION = "idle in transaction"
@@ -138,3 +138,6 @@ class Tree:
 
     processes: tuple[Holder, ...] = ()
     sessions: tuple[Backend, ...] = ()
+    below: tuple[Descendant, ...] = ()
+    """The same processes as the client's descendants (their groups, names and ignored
+    signals), which its kill (advice.kill) stops with it as any holder's."""

@@ -29,7 +29,7 @@ from lockwarden.check.source import Claimed
 from lockwarden.config import DatabaseWatch, LockConfig
 from lockwarden.databases.peers import client_question, find_clients
 from lockwarden.databases.session import answer_deadline_s, unanswered
-from lockwarden.model import Finding, Holder, InodeKey
+from lockwarden.model import Descendant, Finding, Holder, InodeKey
 from lockwarden.procfs.reader import HostReader, Request
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.procfs.sockets import ClientQuestion
@@ -259,10 +259,10 @@ def work_under(
     if client is None or client.pid is None:
         return Tree()
     below = snapshot.descendants(client.pid)
-    processes = tuple(
-        holder_from_process(found, "works under the lock")
-        for found in map(snapshot.process, below)
-        if found is not None and found.alive
+    alive = [found for found in map(snapshot.process, below) if found is not None and found.alive]
+    processes = tuple(holder_from_process(found, "works under the lock") for found in alive)
+    descendants = tuple(
+        Descendant(found.pid, found.group, found.name, found.ignored) for found in alive
     )
     # The descendants' sessions only: the client's own other connections may be a pool's
     # (pgbouncer, an application server), unrelated to the lock.
@@ -275,7 +275,7 @@ def work_under(
         and found.holder is not None
         and found.holder.pid in family
     )
-    return Tree(processes, sessions)
+    return Tree(processes, sessions, descendants)
 
 
 def liquibase_host(
