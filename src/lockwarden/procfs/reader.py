@@ -727,13 +727,10 @@ class HostReader:
         return line
 
     def below(self, pid: int, limit: int = 64) -> tuple[Descendant, ...]:
-        """The live processes below `pid`, nearest first, at most `limit`, each with its
+        """The live processes below `pid` (descendants), at most `limit`, each with its
         process group and name."""
-        pids = children_lists(self.proc, pid, limit)
-        if pids is None:
-            pids = list(self.descendants(pid, limit))
         found = []
-        for child in pids:
+        for child in self.descendants(pid, limit):
             try:
                 text = _read_text(f"{self.proc}/{child}/stat")
             except OSError:
@@ -746,12 +743,15 @@ class HostReader:
 
     def descendants(self, pid: int, limit: int = 64) -> tuple[int, ...]:
         """The processes below `pid` (its children, theirs, ...), read now, oldest first: the
-        work a migration tool runs in a child. At most `limit` of them."""
-        try:
-            found = psutil.Process(pid).children(recursive=True)
-        except psutil.Error:
-            return ()
-        return tuple(sorted(child.pid for child in found)[:limit])
+        work a migration tool runs in a child. At most `limit` of them, the nearest: from the
+        kernel's children lists (a few reads), else one walk of every process's parent."""
+        found = children_lists(self.proc, pid, limit)
+        if found is None:
+            try:
+                found = [child.pid for child in psutil.Process(pid).children(recursive=True)]
+            except psutil.Error:
+                return ()
+        return tuple(sorted(found)[:limit])
 
     def process(self, pid: int) -> Process | None:
         """Identity and details of a live (or zombie) process, None when there is none; read
