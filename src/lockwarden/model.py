@@ -278,13 +278,29 @@ class Container:
 
 class Descendant(NamedTuple):
     """A process below another, with its process group (stopping an ancestor's group stops it
-    only while it is still in that group), its name (stat's comm) and the signals it ignores
-    (Process.ignored)."""
+    only while it is still in that group), its name (stat's comm), the signals it ignores
+    (Process.ignored) and its start ticks (with the PID, which process it is: LeftWork)."""
 
     pid: int
     group: int
     name: str
     ignored: int = 0
+    start_ticks: int = 0
+
+
+class LeftWork(NamedTuple):
+    """What ran below a record-named holder when a run last saw it hold its lock (the
+    sighting memory, check/sightings.py). Its work may outlive it: a worker that left the
+    holder's group and session (`setsid`) is tied to it by nothing the kernel keeps once the
+    holder is gone (`kill -9`), and while one of these still runs, the record naming the gone
+    holder is not proof the lock was left behind."""
+
+    holder: int
+    """The holder's PID, as its record names it."""
+    boot_id: str
+    """The boot the processes ran in: PIDs and start ticks name a process only within it."""
+    work: tuple[tuple[int, int, str], ...]
+    """Each process below it: PID, start ticks, name (stat's comm)."""
 
 
 @dataclass(frozen=True)

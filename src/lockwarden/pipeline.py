@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from lockwarden.check import blocked
 from lockwarden.check.classify import Policy
 from lockwarden.check.sightings import Memory
-from lockwarden.check.source import Claimed, FileClaim, Judged, combined
+from lockwarden.check.source import Claimed, FileClaim, Judged, asking_after, combined
 from lockwarden.config import (
     DEFAULT_CRITICAL_AFTER,
     DEFAULT_FS_TIMEOUT,
@@ -224,10 +224,14 @@ def _look(
 ) -> tuple[list[Claimed], Snapshot, list[Finding]]:
     """One look at `locks`: their claims, one capture for all their questions, the verdicts."""
     claimed = _claims(locks, reads, host.hostname, silent)
-    snapshot = host.capture(replace(combined(each.question for each in claimed), waits=waits))
-    memory = remembered or {}
+    memory = remembered or Memory()
+    questions = (
+        asking_after(each.question, memory.below.get(lock.name))
+        for lock, each in zip(locks, claimed, strict=True)
+    )
+    snapshot = host.capture(replace(combined(questions), waits=waits))
     findings = [
-        _with_store(lock, _judge(lock, each, snapshot, now, memory.get(lock.name), what_if))
+        _with_store(lock, _judge(lock, each, snapshot, now, memory.series.get(lock.name), what_if))
         for lock, each in zip(locks, claimed, strict=True)
     ]
     return claimed, snapshot, findings
@@ -411,7 +415,7 @@ def _judge(
     claimed: Claimed,
     snapshot: Snapshot,
     now: datetime,
-    seen_since: dict[str, datetime] | None = None,
+    seen_since: Mapping[str, datetime] | None = None,
     what_if: bool = False,
 ) -> Finding:
     """Any lock, file or database, judged the one way: from its claim and the snapshot."""
@@ -528,7 +532,7 @@ def blocked_writers(
     for lock in inspect(locks, host, now).findings:
         if lock.key not in waited or not lock.waiters:
             continue  # the file was made anew, or the wait ended since the snapshot
-        series = (remembered or {}).get(blocked.PREFIX + lock.path, {})
+        series = (remembered or Memory()).of(blocked.PREFIX + lock.path)
         found = blocked.blocked_finding(
             lock, config.host, now, series.get(blocked.identity_of(lock))
         )

@@ -278,7 +278,7 @@ class SightingMemory:
         """Write this run's `seen` record in place of the last (a run holding no run lock takes
         it for this write; a busy one means another run records it)."""
         seen = (*result.findings, *result.watching)  # blocked writers within budget too
-        record = sightings.sightings_of(seen, self.memory, self.now, self.latest)
+        record = sightings.sightings_of(seen, self.memory, self.now, self.latest, result.boot_id)
         if self.problem is None and sightings.worth_writing(record, self.latest):
             # not fsynced unless it, or the one it replaces, names a database session
             durable = sightings.outlives_the_boot(record, self.latest)

@@ -4,8 +4,10 @@ to stop. Randomized over the record's format, how the holder leads (a session, a
 `setsid`; a process group, as a shell job), how deep and how many its workers are, and whether
 they outlive it; the test knows which processes it left running.
 
-What a holder that leads neither its group nor its session starts cannot be found once it is
-gone (docs/design.md): those scenarios are not drawn here.
+What a holder that leads neither its group nor its session starts, or a worker that left its
+session, cannot be found once the holder is gone, unless an earlier run saw it below the
+holder (the sighting memory, docs/design.md): those scenarios are drawn only where a run saw
+them first (test_work_seen_below_a_killed_holder_keeps_its_lock_until_it_ends).
 """
 
 from __future__ import annotations
@@ -475,3 +477,68 @@ def test_a_shell_started_with_nohup_is_given_sigterm_not_sigkill(
     subprocess.run([require_tool("bash"), "-c", line], check=True, timeout=10)
     job.wait(timeout=10)
     assert cleaned.read_text() == "done\n", f"{line} skipped the shell's EXIT trap"
+
+
+def _watched(lock: Path, lock_format: str, tmp_path: Path) -> Path:
+    """A config as the timer's runs have it: a state directory (the sighting memory), and the
+    lock removed once proven stale, so a wrong `stale` would delete a lock in use."""
+    return write_config(
+        tmp_path / "watched.toml",
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n\n'
+        f'[[lock]]\nname = "job"\npath = "{lock}"\nformat = "{lock_format}"\n'
+        'remove_stale = true\nstale_confirm = "1s"\n',
+    )
+
+
+# 319 and 331 draw a session leader whose only workers left its session
+@pytest.mark.parametrize("seed", [*range(300, 316), 319, 331])
+def test_work_seen_below_a_killed_holder_keeps_its_lock_until_it_ends(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    """A run saw the holder with its workers below it; the holder is then killed (`kill -9`).
+    A worker in a session of its own (`setsid`, as a daemon's), or one started by a holder
+    that leads nothing, is tied to it by nothing the kernel keeps once it is gone: only that
+    run's memory knows it was the holder's work. While any worker the run saw still runs, the
+    lock is unknown, naming it, and never removed; once they end, it is stale and removed.
+    Randomized over the format, how the holder leads, the workers' depths and which of them
+    the test ends before the second run; the test knows which still run."""
+    (tmp_path / "state").mkdir(mode=0o700)
+    job = start_job(seed, tmp_path, children, 1, ("session", "group", "neither"), ("1", "2", "3"))
+    _holder, holder_pid, workers, lock, lock_format, context = job
+    config = _watched(lock, lock_format, tmp_path)
+    _code, document = run_json("--once", "--config", config)
+    [seen] = document["locks"]
+    assert seen["state"] == "held", f"{context}: {json.dumps(seen, indent=1)}"
+    assert {below["pid"] for below in seen["holders"][0]["below"]} == workers, context
+
+    os.kill(holder_pid, signal.SIGKILL)
+    assert wait_until(lambda: not _runs(holder_pid), timeout=10), context
+    rng = random.Random(seed)
+    ended = {pid for pid in sorted(workers) if rng.random() < 0.4}
+    for pid in ended:
+        children.end(pid)
+    assert wait_until(lambda: not any(_runs(pid) for pid in ended), timeout=10), context
+    running = {pid for pid in workers if _runs(pid)}  # a shell ends with its sleep
+    context += f"; ended {sorted(ended)}, running {sorted(running)}"
+
+    for _run in range(2):  # a second run would remove a lock it found stale again
+        _code, document = run_json("--once", "--config", config)
+        [left] = document["locks"]
+        if not running:
+            break
+        assert left["state"] == "unknown", f"{context}: {json.dumps(left, indent=1)}"
+        assert f"PID {holder_pid} is gone" in left["reason"], context
+        assert all(f"PID {pid} " in left["reason"] for pid in running), context
+        assert not any(f"PID {pid} " in left["reason"] for pid in workers - running), context
+        assert (left["holders"], left["action"]) == ([], None), context
+        assert lock.exists(), f"{context}: removed while its work ran"
+    if running:
+        for pid in running:
+            children.end(pid)
+        assert wait_until(lambda: not any(_runs(pid) for pid in running), timeout=10), context
+        _code, document = run_json("--once", "--config", config)
+        [left] = document["locks"]
+    assert left["state"] == "stale", f"{context}: {json.dumps(left, indent=1)}"
+    time.sleep(1.1)  # stale_confirm: the next run removes it
+    run_json("--once", "--config", config)
+    assert not lock.exists(), f"{context}: a stale lock was kept"

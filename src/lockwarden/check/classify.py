@@ -309,6 +309,8 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
         proof = f"PID {pid} is {gone} and no process holds a kernel lock on {claim.path}"
         reason = f"stale: its holder PID {pid} is gone"
         stale = Verdict(State.STALE, reason, proof=proof, gone=(pid,))
+        if pid == claim.pid and evidence.work_left:
+            return _work_left(pid, evidence.work_left)
         if pid == claim.pid and evidence.survivors:
             return _left_running(pid, evidence.survivors)
         return _unless_workers_remain(claim, evidence, stale)
@@ -345,6 +347,23 @@ def _left_running(pid: int, survivors: tuple[Holder, ...]) -> Verdict:
         f"its recorded holder PID {pid} is gone, but processes of its process group or session "
         f"still run: {listed}{more}; they may be the work it started, still going on, or what "
         "a later process with its PID left; check them before removing the lock",
+        cause=UnknownCause.AMBIGUOUS,
+    )
+
+
+def _work_left(pid: int, work: tuple[Holder, ...]) -> Verdict:
+    """The recorded holder is gone, but what ran below it when an earlier run saw it hold the
+    lock still runs, the same processes (by PID and start ticks): a worker it started that
+    left its group and session (`setsid`), its parent since killed. The work may go on, so
+    the lock is not stale; it may also be a helper that outlives the job, so none of them is
+    named the holder either."""
+    listed = ", ".join(party.describe() for party in work[:5])
+    more = f" and {len(work) - 5} more" if len(work) > 5 else ""
+    return Verdict(
+        State.UNKNOWN,
+        f"its recorded holder PID {pid} is gone, but what ran below it while it held the lock "
+        f"still runs: {listed}{more}; that may be its work, still going on: stop it, or make "
+        "sure it no longer writes, before removing the lock",
         cause=UnknownCause.AMBIGUOUS,
     )
 

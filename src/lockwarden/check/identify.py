@@ -56,6 +56,9 @@ class Evidence:
     namespace_twins: tuple[int, ...] = ()
     survivors: tuple[Holder, ...] = ()
     """What the recorded PID, gone, left running in its process group or session."""
+    work_left: tuple[Holder, ...] = ()
+    """What ran below the recorded PID when a run last saw it hold the lock, still running
+    now that it is gone (the sighting memory's LeftWork)."""
     hosts_proc: bool = False
     """The /proc read is the host's: its /proc/locks lists every flock (Snapshot.hosts_proc)."""
     takers: dict[int, Process | None] = field(default_factory=dict)
@@ -248,6 +251,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         candidate_processes={pid: snapshot.process(pid) for pid in claim.pid_proof.candidates},
         namespace_twins=_namespace_twins(claim, snapshot, granted),
         survivors=_survivors(claim, snapshot, granted),
+        work_left=_work_left(claim, snapshot, granted),
         takers={lock.pid: snapshot.process(lock.pid) for lock in writing if lock.pid > 0},
         unattributed=_unattributed(claim, granted, descriptors, unnamed_waiters, snapshot),
         euid=snapshot.euid,
@@ -429,6 +433,18 @@ def _survivors(
     if recorded is not None and recorded.alive:
         return ()
     found = (snapshot.process(pid) for pid in snapshot.group_survivors(claim.pid))
+    return tuple(
+        holder_from_process(process) for process in found if process is not None and process.alive
+    )
+
+
+def _work_left(
+    claim: Claim, snapshot: Snapshot, granted: tuple[KernelLock, ...]
+) -> tuple[Holder, ...]:
+    """Asked as the survivors are; the capture read them only for a remembered holder gone."""
+    if claim.pid is None or granted or not (claim.present and claim.existence_is_lock):
+        return ()
+    found = (snapshot.process(pid) for pid in snapshot.left_running(claim.pid))
     return tuple(
         holder_from_process(process) for process in found if process is not None and process.alive
     )

@@ -24,6 +24,15 @@ the holder, and the gap is counted from LAST_SEEN, allowing for the one run that
 failed look then neither restarts the count of a lock held for hours (nor resolves its
 incident), and a series is never carried much further than a gap would be.
 
+The same record keeps what ran below each lock's record-named holder when a run saw it hold
+the lock (`below`: records.LeftWork, each process by PID and start ticks). A worker the holder
+started may have left its group and session (`setsid`); once the holder is gone (`kill -9`),
+nothing the kernel keeps ties the worker to it, and the record alone would read stale while
+the work goes on. While one of them still runs, the lock is unknown, not stale (classify).
+It is kept while the lock is held so, carried while the lock is unknown, and dropped once a
+run sees it free, stale, or held by another holder: a PID and its start ticks name one
+process for the whole boot, so no gap ends it.
+
 This memory is written whether or not alerting is on: a timer-driven agent with no [notify]
 service must still escalate a lock held continuously (its exit code, its report, the
 Prometheus textfile). Pure functions here; run.py reads and appends.
@@ -32,10 +41,11 @@ Prometheus textfile). Pure functions here; run.py reads and appends.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from lockwarden.model import Bound, Finding, State, UnknownCause
+from lockwarden.model import Bound, Finding, LeftWork, State, UnknownCause
 from lockwarden.state.records import JournalRecord, SeenEntry, SeenRecord
 
 _UNDATED = (Bound.AT_MOST, Bound.AT_LEAST, Bound.UNKNOWN)
@@ -46,8 +56,19 @@ _SESSION_IDENTITIES = ("pg-backend:", "mysql-connection:")
 # The shipped timer runs every minute with up to 10 s of random delay; a run takes seconds.
 RUN_INTERVAL_ALLOWANCE = 90.0
 
-Memory = dict[str, dict[str, datetime]]
-"""lock name -> holder identity -> first sighting of an unbroken series."""
+
+@dataclass(frozen=True)
+class Memory:
+    """What a run may count on from the runs before it."""
+
+    series: Mapping[str, Mapping[str, datetime]] = field(default_factory=dict)
+    """lock name -> holder identity -> first sighting of an unbroken series."""
+    below: Mapping[str, LeftWork] = field(default_factory=dict)
+    """lock name -> what ran below its record-named holder when last seen holding it."""
+
+    def of(self, name: str) -> Mapping[str, datetime]:
+        """One lock's series (holder identity -> first sighting)."""
+        return self.series.get(name, {})
 
 
 class Series(NamedTuple):
@@ -63,6 +84,7 @@ class LastSeen(NamedTuple):
 
     at: datetime
     locks: dict[str, Series]
+    below: Mapping[str, LeftWork] = {}
 
 
 def last_seen(records: Iterable[JournalRecord]) -> LastSeen | None:
@@ -76,7 +98,7 @@ def last_seen(records: Iterable[JournalRecord]) -> LastSeen | None:
                 name: Series(entry.identity, entry.since, entry.seen_at or record.at)
                 for name, entry in record.locks.items()
             }
-            latest = LastSeen(record.at, locks)
+            latest = LastSeen(record.at, locks, record.below)
     return latest
 
 
@@ -99,8 +121,8 @@ def memory(latest: LastSeen | None, now: datetime, gaps: Mapping[str, float]) ->
     holder was too long ago (`gaps`: the longest break, per lock, that still counts as
     continuous) or later."""
     if latest is None:
-        return {}
-    kept: Memory = {}
+        return Memory()
+    kept: dict[str, Mapping[str, datetime]] = {}
     for name, series in latest.locks.items():
         elapsed = (now - series.seen_at).total_seconds()
         allowed = gaps.get(name, 0.0)
@@ -108,7 +130,7 @@ def memory(latest: LastSeen | None, now: datetime, gaps: Mapping[str, float]) ->
             allowed = max(allowed, 2 * RUN_INTERVAL_ALLOWANCE)
         if 0 <= elapsed <= allowed:
             kept[name] = {series.identity: series.since}
-    return kept
+    return Memory(kept, dict(latest.below))
 
 
 def sightings_of(
@@ -116,20 +138,43 @@ def sightings_of(
     remembered: Memory,
     now: datetime,
     latest: LastSeen | None = None,
+    boot_id: str = "",
 ) -> SeenRecord:
     """This run's `seen` record: every lock held with no dated record, with its series start;
     and each series of a lock this run could not look at, carried on (`latest`: the record it
-    comes from, for when its holder was last seen)."""
+    comes from, for when its holder was last seen). With it, what runs below each lock's
+    record-named holder (`boot_id`: this boot's), or what was remembered of a lock this run
+    could not call free or stale."""
     locks: dict[str, SeenEntry] = {}
+    below: dict[str, LeftWork] = {}
     for finding in findings:
+        left = _below(finding, remembered, boot_id)
+        if left is not None:
+            below[finding.name] = left
         carried = _carried(finding, remembered, latest)
         if carried is not None:
             locks[finding.name] = carried
         if not _undated_hold(finding) or finding.identity is None:
             continue
-        since = remembered.get(finding.name, {}).get(finding.identity, now)
+        since = remembered.of(finding.name).get(finding.identity, now)
         locks[finding.name] = SeenEntry(finding.identity, since)
-    return SeenRecord(now, locks)
+    return SeenRecord(now, locks, below)
+
+
+def _below(finding: Finding, remembered: Memory, boot_id: str) -> LeftWork | None:
+    """What to remember of what runs below a lock's holder: the processes below a holder its
+    record names (a kernel lock's holder is not: a worker that goes on holds the lock itself,
+    or it is free), or, for a lock this run could not judge free or stale (unknown: its
+    recorded holder gone while that work runs, say), what was remembered."""
+    holder = finding.holder
+    if finding.state is State.UNKNOWN:
+        return remembered.below.get(finding.name)
+    if finding.state not in (State.HELD, State.HELD_TOO_LONG) or holder is None:
+        return None
+    if holder.pid is None or holder.lock_kind is not None or not holder.below or not boot_id:
+        return None
+    work = tuple((each.pid, each.start_ticks, each.name) for each in holder.below)
+    return LeftWork(holder.pid, boot_id, work)
 
 
 def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> SeenEntry | None:
@@ -142,14 +187,17 @@ def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> S
     if not finding.unseen or finding.unknown_cause is UnknownCause.UNPROVEN or latest is None:
         return None
     series = latest.locks.get(finding.name)
-    if series is None or series.identity not in remembered.get(finding.name, {}):
+    if series is None or series.identity not in remembered.of(finding.name):
         return None
     return SeenEntry(series.identity, series.since, series.seen_at)
 
 
 def worth_writing(record: SeenRecord, latest: LastSeen | None) -> bool:
-    """Write a record that sees something, or an empty one that ends a series; else nothing."""
-    return bool(record.locks) or bool(latest is not None and latest.locks)
+    """Write a record that sees something, or an empty one that ends a series; else nothing.
+    What runs below a holder is written when it changed."""
+    if record.locks or (latest is not None and latest.locks):
+        return True
+    return dict(record.below) != dict(latest.below if latest is not None else {})
 
 
 def outlives_the_boot(record: SeenRecord, replaced: LastSeen | None = None) -> bool:

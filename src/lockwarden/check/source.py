@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
 from lockwarden.check.classify import Policy, classify
 from lockwarden.check.identify import gather, question_for
-from lockwarden.model import Claim, Finding, InodeKey
+from lockwarden.model import Claim, Finding, InodeKey, LeftWork
 from lockwarden.procfs.reader import LockQuestion, Request
 from lockwarden.procfs.snapshot import Snapshot
 
@@ -155,6 +155,18 @@ def own_paths(claim: Claim) -> frozenset[str]:
     directory = os.path.dirname(claim.path.rstrip("/"))
     paths.update(os.path.join(directory, name) for _key, name in claim.key_names)
     return frozenset(os.path.normpath(path) for path in paths if path)
+
+
+def asking_after(question: Request, left: LeftWork | None) -> Request:
+    """A lock's question, also asking after what ran below its record's holder when a run last
+    saw it hold the lock (the sighting memory), should that holder be gone now."""
+    if left is None:
+        return question
+    locks = tuple(
+        lock._replace(left_work=left) if lock.twin_pid == left.holder else lock
+        for lock in question.locks
+    )
+    return replace(question, locks=locks)
 
 
 def combined(questions: Iterable[Request]) -> Request:

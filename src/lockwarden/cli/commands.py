@@ -839,10 +839,12 @@ def _runs_sightings(
         record = SeenFile(directory, unusable).load()
     except StateError as error:
         log.warning("not using the runs' sighting memory: %s", error)
-        return {}
+        return Memory()
     latest = sightings.last_seen([record]) if record is not None else None
     remembered = sightings.memory(latest, now, {lock.name: sightings.longest_gap(lock.warn_after)})
-    return {path: remembered[lock.name]} if lock.name in remembered else {}
+    series = remembered.series.get(lock.name)
+    below = remembered.below.get(lock.name)
+    return Memory({} if series is None else {path: series}, {} if below is None else {path: below})
 
 
 def _same_lock(configured: str, path: str) -> bool:

@@ -262,7 +262,8 @@ def work_under(
     alive = [found for found in map(snapshot.process, below) if found is not None and found.alive]
     processes = tuple(holder_from_process(found, "works under the lock") for found in alive)
     descendants = tuple(
-        Descendant(found.pid, found.group, found.name, found.ignored) for found in alive
+        Descendant(found.pid, found.group, found.name, found.ignored, found.start_ticks)
+        for found in alive
     )
     # The descendants' sessions only: the client's own other connections may be a pool's
     # (pgbouncer, an application server), unrelated to the lock.

@@ -31,7 +31,15 @@ from typing import NamedTuple, TypeVar
 
 import psutil
 
-from lockwarden.model import Container, Descendant, InodeKey, KernelLock, Process, Workers
+from lockwarden.model import (
+    Container,
+    Descendant,
+    InodeKey,
+    KernelLock,
+    LeftWork,
+    Process,
+    Workers,
+)
 from lockwarden.procfs.containers import ContainerNames, cgroup_path, container_of, runtime_of
 from lockwarden.procfs.snapshot import (
     CAP_SYS_PTRACE,
@@ -117,6 +125,9 @@ class LockQuestion(NamedTuple):
     names: tuple[tuple[InodeKey, str], ...] = ()
     """The one name of each of its inodes that has one (Claim.key_names): with every inode's,
     the descriptor walk passes over other files on their links alone (snapshot.Names)."""
+    left_work: LeftWork | None = None
+    """What ran below `twin_pid` when a run last saw it hold the lock (the sighting memory):
+    read, should `twin_pid` be gone, for what of it still runs (Snapshot.work_left)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -337,6 +348,8 @@ class HostReader:
         wanted.update(clients, *(found for found in commands.values() if found))
         survivors = self._survivors(looks)
         wanted.update(pid for found in survivors.values() for pid in found)
+        work_left = self._work_left(looks, base.boot_id)
+        wanted.update(pid for found in work_left.values() for pid in found)
         processes = {pid: self.process(pid) for pid in sorted(wanted)}
         processes = self._with_below(processes, _holder_pids(looks))
         return Snapshot(
@@ -362,6 +375,7 @@ class HostReader:
             blocked=_frozen(self._blocked(looks, waiters)),
             twins=_frozen(self._twins(looks)),
             survivors=_frozen(survivors),
+            work_left=_frozen(work_left),
             cwds=cwds,
             working_in=_frozen(working_in),
             hidden_workers=_frozen(hidden_workers),
@@ -558,6 +572,25 @@ class HostReader:
         found = _scan_groups(self.proc, self.pid_entries(), gone)
         return {pid: found.get(pid, ()) for pid in sorted(gone)}
 
+    def _work_left(self, looks: list[_Look], boot_id: str) -> dict[int, tuple[int, ...]]:
+        """Of what ran below a record's PID when a run last saw it hold the lock
+        (LockQuestion.left_work), what still runs, for each such PID now gone: each process
+        by its PID and start ticks, so a process that took the PID since is not counted."""
+        found: dict[int, tuple[int, ...]] = {}
+        for look in looks:
+            pid, left = look.question.twin_pid, look.question.left_work
+            if left is None or pid != left.holder or left.boot_id != boot_id or look.granted:
+                continue
+            if _alive(self.process(pid)):
+                continue
+            running = []
+            for worker, ticks, _name in left.work:
+                process = self.process(worker)
+                if process is not None and process.alive and process.start_ticks == ticks:
+                    running.append(worker)
+            found[pid] = (*found.get(pid, ()), *running)
+        return found
+
     def _working_directories(self, questions: Iterable[LockQuestion]) -> _WorkersFound:
         """Every process's working directory, read once and only when a lock asks; for each
         lock's directories, the processes working in them (by working directory, or pointed
@@ -738,7 +771,8 @@ class HostReader:
             fields = text[text.rfind(")") + 2 :].split()
             if fields[0] not in ("Z", "X"):
                 name = text[text.find("(") + 1 : text.rfind(")")]
-                found.append(Descendant(child, int(fields[2]), name, _ignored(fields)))
+                ticks = int(fields[19])  # stat's starttime, its 22nd field
+                found.append(Descendant(child, int(fields[2]), name, _ignored(fields), ticks))
         return tuple(found)
 
     def descendants(self, pid: int, limit: int = 64) -> tuple[int, ...]:

@@ -16,7 +16,9 @@ The kinds (one JSON object per line, its `type` the kind):
   proof}`` (the key names the finding's identity, the inode and a digest of the record);
 * ``removed``  a stale lock moved aside and deleted: ``{at, lock, key, path, quarantine,
   proof}``;
-* ``seen``     the sighting memory: ``{at, locks: {name: [identity, since(, seen_at)]}}``.
+* ``seen``     the sighting memory: ``{at, locks: {name: [identity, since(, seen_at)]}}``,
+  and what ran below record-named holders: ``below: {name: {holder, boot, work: [[pid,
+  start_ticks, comm], ...]}}`` (only when there is some).
 
 Records are passed along and written, never compared (`eq=False`, docs/development.md,
 "Records"): compare their JSON form.
@@ -31,8 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeGuard
 
+from lockwarden.model import LeftWork
 from lockwarden.support.durations import format_time, parse_time
 
 
@@ -154,6 +157,8 @@ class SeenRecord:
     KIND: ClassVar[str] = "seen"
     at: datetime
     locks: Mapping[str, SeenEntry] = field(default_factory=dict)
+    below: Mapping[str, LeftWork] = field(default_factory=dict)
+    """Each lock held by a record-named holder with processes below it: what they are."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -241,6 +246,8 @@ def to_json(record: JournalRecord) -> dict[str, Any]:
             body |= {"quarantine": record.quarantine, "proof": record.proof}
         case SeenRecord():
             body["locks"] = {name: _seen_entry(entry) for name, entry in record.locks.items()}
+            if record.below:
+                body["below"] = {name: _left_work(left) for name, left in record.below.items()}
     return body
 
 
@@ -276,6 +283,11 @@ def _time_or_none(moment: datetime | None) -> str | None:
 def _seen_entry(entry: SeenEntry) -> list[str]:
     moments = [entry.identity, format_time(entry.since)]
     return moments if entry.seen_at is None else [*moments, format_time(entry.seen_at)]
+
+
+def _left_work(left: LeftWork) -> dict[str, Any]:
+    work = [[pid, ticks, name] for pid, ticks, name in left.work]
+    return {"holder": left.holder, "boot": left.boot_id, "work": work}
 
 
 class _Fields:
@@ -420,7 +432,31 @@ def _seen(fields: _Fields) -> SeenRecord:
             raise _Malformed(f"locks.{name} is not [identity, since(, seen_at)]")
         since, *seen_at = (moment for moment in moments if moment is not None)
         locks[str(name)] = SeenEntry(value[0], since, seen_at[0] if seen_at else None)
-    return SeenRecord(fields.at, locks)
+    below = fields.table("below") if "below" in fields.value else {}
+    left = {str(name): _read_left(name, value) for name, value in below.items()}
+    return SeenRecord(fields.at, locks, left)
+
+
+def _read_left(name: str, value: object) -> LeftWork:
+    problem = _Malformed(f"below.{name} is not {{holder, boot, work: [[pid, ticks, name]]}}")
+    if not isinstance(value, dict):
+        raise problem
+    holder, boot, work = value.get("holder"), value.get("boot"), value.get("work")
+    if not (_is_int(holder) and isinstance(boot, str) and isinstance(work, list)):
+        raise problem
+    rows = []
+    for row in work:
+        if not (isinstance(row, list) and len(row) == 3):
+            raise problem
+        pid, ticks, comm = row
+        if not (_is_int(pid) and _is_int(ticks) and isinstance(comm, str)):
+            raise problem
+        rows.append((pid, ticks, comm))
+    return LeftWork(holder, boot, tuple(rows))
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return type(value) is int
 
 
 _READERS: dict[str, Callable[[_Fields], JournalRecord]] = {

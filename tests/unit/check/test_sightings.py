@@ -8,7 +8,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lockwarden.check import sightings
-from lockwarden.model import Bound, Finding, Held, Severity, State, UnknownCause
+from lockwarden.model import (
+    Bound,
+    Descendant,
+    Finding,
+    Held,
+    LeftWork,
+    Party,
+    Severity,
+    State,
+    UnknownCause,
+)
 from lockwarden.state.records import JournalRecord, SeenRecord, from_json, to_json
 from lockwarden.support.durations import format_time
 
@@ -57,7 +67,7 @@ def test_memory_counts_only_an_unbroken_recent_series(
     last_at: datetime, gap: float, remembered: dict[str, dict[str, datetime]]
 ) -> None:
     latest = sightings.last_seen([seen(last_at, store=(HOLDER, FIRST))])
-    assert sightings.memory(latest, NOW, {"store": gap}) == remembered
+    assert sightings.memory(latest, NOW, {"store": gap}).series == remembered
 
 
 def test_only_the_latest_seen_record_counts() -> None:
@@ -68,11 +78,11 @@ def test_only_the_latest_seen_record_counts() -> None:
     ]
     latest = sightings.last_seen(records)
     assert latest is not None and latest.locks == {}
-    assert sightings.memory(latest, NOW, {"store": 900.0}) == {}
+    assert sightings.memory(latest, NOW, {"store": 900.0}).series == {}
 
 
 def test_a_run_carries_the_series_start_for_the_same_holder_and_restarts_for_another() -> None:
-    remembered = {"store": {HOLDER: FIRST}}
+    remembered = sightings.Memory({"store": {HOLDER: FIRST}})
     same = sightings.sightings_of([finding()], remembered, NOW)
     other = sightings.sightings_of([finding(identity="pid:9:1:boot-a")], remembered, NOW)
     assert stored(same) == {"store": [HOLDER, format_time(FIRST)]}
@@ -91,7 +101,7 @@ def test_a_run_carries_the_series_start_for_the_same_holder_and_restarts_for_ano
     ],
 )
 def test_only_undated_holds_are_remembered(state: State, bound: Bound, recorded: bool) -> None:
-    record = sightings.sightings_of([finding(state, bound)], {}, NOW)
+    record = sightings.sightings_of([finding(state, bound)], sightings.Memory(), NOW)
     assert bool(stored(record)) is recorded
 
 
@@ -107,13 +117,15 @@ def test_a_run_that_could_not_look_carries_the_series_from_its_last_sighting() -
     assert stored(record) == {"store": [HOLDER, format_time(FIRST), format_time(before)]}
     carried = sightings.last_seen([record])
     later = NOW + timedelta(minutes=1)  # two minutes after the holder was last seen
-    assert sightings.memory(carried, later, {"store": 180.0}) == {"store": {HOLDER: FIRST}}
+    assert sightings.memory(carried, later, {"store": 180.0}).series == {"store": {HOLDER: FIRST}}
     # a budget under two minutes (gap 90 s) survives the one run that missed it too...
-    assert sightings.memory(carried, later, {"store": 90.0}) == {"store": {HOLDER: FIRST}}
+    assert sightings.memory(carried, later, {"store": 90.0}).series == {"store": {HOLDER: FIRST}}
     # ...but not a longer outage: four minutes since the holder was last seen
-    assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 90.0}) == {}
-    assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 600.0}) != {}
-    again = sightings.sightings_of([finding()], {"store": {HOLDER: FIRST}}, later, carried)
+    assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 90.0}).series == {}
+    assert sightings.memory(carried, NOW + timedelta(minutes=3), {"store": 600.0}).series != {}
+    again = sightings.sightings_of(
+        [finding()], sightings.Memory({"store": {HOLDER: FIRST}}), later, carried
+    )
     assert stored(again) == {"store": [HOLDER, format_time(FIRST)]}  # seen again: continued
 
 
@@ -148,7 +160,7 @@ def test_a_series_past_its_gap_is_not_carried() -> None:
 
 
 def test_a_quiet_run_writes_one_empty_record_to_end_a_series_and_then_nothing() -> None:
-    empty = sightings.sightings_of([], {}, NOW)
+    empty = sightings.sightings_of([], sightings.Memory(), NOW)
     assert sightings.worth_writing(empty, sightings.last_seen([seen(FIRST, store=(HOLDER, FIRST))]))
     assert not sightings.worth_writing(empty, sightings.last_seen([seen(FIRST)]))
     assert not sightings.worth_writing(empty, None)
@@ -176,22 +188,26 @@ def test_a_budget_shorter_than_the_runs_interval_still_lets_a_series_continue(
     before = NOW - timedelta(seconds=70)
     latest = sightings.LastSeen(before, {"store": sightings.Series("pid:1", before, before)})
     remembered = sightings.memory(latest, NOW, {"store": sightings.longest_gap(warn_after)})
-    assert remembered == {"store": {"pid:1": before}}
+    assert remembered.series == {"store": {"pid:1": before}}
 
 
 def test_only_a_record_naming_a_database_session_outlives_the_boot() -> None:
     """journal.py fsyncs a `seen` record only when a lock in it can outlive this host's crash."""
     at = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
-    kernel = sightings.sightings_of([finding(identity="pid:42:1234:boot", key=(1, 2))], {}, at)
+    kernel = sightings.sightings_of(
+        [finding(identity="pid:42:1234:boot", key=(1, 2))], sightings.Memory(), at
+    )
     session = sightings.sightings_of(
         [
             finding(identity="pg-backend:7:1"),
             finding(name="other", identity="pid:42:1234:boot", key=(1, 2)),
         ],
-        {},
+        sightings.Memory(),
         at,
     )
-    mysql = sightings.sightings_of([finding(identity="mysql-connection:9:2")], {}, at)
+    mysql = sightings.sightings_of(
+        [finding(identity="mysql-connection:9:2")], sightings.Memory(), at
+    )
     assert [bool(stored(record)) for record in (kernel, session, mysql)] == [True, True, True]
     assert [sightings.outlives_the_boot(r) for r in (kernel, session, mysql)] == [False, True, True]
     assert not sightings.outlives_the_boot(SeenRecord(NOW))
@@ -219,3 +235,45 @@ def test_the_sighting_file_counts_unless_the_journal_holds_a_later_record() -> N
     assert sightings.newest(in_file, None) is in_file
     assert sightings.newest(None, earlier) is earlier
     assert sightings.newest(None, None) is None
+
+
+JOB = Party(
+    pid=4242,
+    start_ticks=1000,
+    below=(
+        Descendant(4250, 4250, "sleep", start_ticks=1100),
+        Descendant(4251, 4242, "sh", 0, 1101),
+    ),
+)
+WORK = LeftWork(4242, "boot-a", ((4250, 1100, "sleep"), (4251, 1101, "sh")))
+
+
+@pytest.mark.parametrize(
+    ("looked", "remembered", "kept"),
+    [
+        # a record-named holder with work below it: remembered (held, or held too long)
+        (finding(State.HELD, Bound.EXACT, holder=JOB, key=None), None, WORK),
+        (finding(State.HELD_TOO_LONG, Bound.EXACT, holder=JOB, key=None), None, WORK),
+        # a kernel lock's holder is not: a worker that goes on holds the lock itself, or it is free
+        (finding(holder=replace(JOB, lock_kind="FLOCK WRITE")), None, None),
+        (finding(State.HELD, Bound.EXACT, holder=replace(JOB, below=()), key=None), WORK, None),
+        # the holder gone while its work runs (unknown): what was remembered is carried
+        (finding(State.UNKNOWN, Bound.UNKNOWN, identity=None, key=None), WORK, WORK),
+        # free or stale: dropped
+        (finding(State.FREE, Bound.UNKNOWN, identity=None, key=None), WORK, None),
+        (finding(State.STALE, Bound.EXACT, identity=None, key=None), WORK, None),
+    ],
+    ids=["held", "held-too-long", "kernel-lock", "nothing-below", "unknown", "free", "stale"],
+)
+def test_what_runs_below_a_record_named_holder_is_remembered_until_the_lock_is_judged(
+    looked: Finding, remembered: LeftWork | None, kept: LeftWork | None
+) -> None:
+    memory = sightings.Memory(below={} if remembered is None else {"store": remembered})
+    record = sightings.sightings_of([looked], memory, NOW, boot_id="boot-a")
+    assert dict(record.below) == ({} if kept is None else {"store": kept})
+    latest = sightings.last_seen([from_json(to_json(record))])
+    assert latest is not None and sightings.memory(latest, NOW, {}).below == record.below
+    # written when it changed, not at every run that sees the same work (a kernel lock's
+    # sighting is written at every run anyway)
+    before = sightings.LastSeen(NOW, {}, {} if remembered is None else {"store": remembered})
+    assert sightings.worth_writing(record, before) is (kept != remembered or bool(record.locks))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lockwarden.model import LeftWork
 from lockwarden.state.journal import encode, parse_lines
 from lockwarden.state.records import (
     CloseRecord,
@@ -46,6 +47,7 @@ EVERY_KIND: list[JournalRecord] = [
     RemovedRecord(AT, "pidfile", "id|ino|digest", "/run/x.pid", "/run/.x.q", "PID 9 gone"),
     SeenRecord(AT, {"k": SeenEntry("pid:1:2:b", EARLIER)}),
     SeenRecord(AT, {"k": SeenEntry("pg-backend:7:1", EARLIER, AT - timedelta(minutes=1))}),
+    SeenRecord(AT, {}, {"job": LeftWork(4242, "boot-a", ((4250, 1234, "sleep"),))}),
 ]
 
 
@@ -75,6 +77,10 @@ def test_the_stored_form_is_the_documented_one() -> None:
     assert to_json(EVERY_KIND[13])["locks"] == {
         "k": ["pg-backend:7:1", "2026-12-04T08:00:00Z", "2026-12-04T09:59:00Z"]
     }
+    assert to_json(EVERY_KIND[14])["below"] == {
+        "job": {"holder": 4242, "boot": "boot-a", "work": [[4250, 1234, "sleep"]]}
+    }
+    assert "below" not in to_json(EVERY_KIND[13])  # written only when there is some
     assert to_json(EVERY_KIND[5])["targets"] == ["s1"]
     assert to_json(EVERY_KIND[6])["targets"] is None  # not known yet: resolved when sent
 
@@ -123,6 +129,14 @@ def test_a_journal_written_before_a_field_existed_still_reads() -> None:
         ({"type": "seen", "at": "2026-12-04T10:00:00Z",
           "locks": {"k": ["id", "9999-12-31T23:59:59-01:00"]}},
          "locks.k is not [identity, since(, seen_at)]"),
+        ({"type": "seen", "at": "2026-12-04T10:00:00Z", "locks": {},
+          "below": {"job": {"holder": 7, "boot": "b", "work": [[8, "1234", "sleep"]]}}},
+         "below.job is not {holder, boot, work: [[pid, ticks, name]]}"),
+        ({"type": "seen", "at": "2026-12-04T10:00:00Z", "locks": {},
+          "below": {"job": {"holder": True, "boot": "b", "work": []}}},
+         "below.job is not {holder, boot, work: [[pid, ticks, name]]}"),
+        ({"type": "seen", "at": "2026-12-04T10:00:00Z", "locks": {}, "below": []},
+         "below is not a table"),
         ({"type": "future-kind", "at": "2026-12-04T10:00:00Z"},
          "a kind this version does not know ('future-kind')"),
     ],
