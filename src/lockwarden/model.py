@@ -398,8 +398,12 @@ class Party:
 
     def describe(self) -> str:
         """`PID 64969 (maintenance-job, wa-resync.service)`; in a container, `PID 13678 (flock,
-        podman container wa-sync)`."""
+        podman container wa-sync)`. One no process names is its role (a database session whose
+        client is not on this host: `postgresql backend 4242`; a prepared transaction)."""
         where = self.container.describe() if self.container is not None else None
+        if self.pid is None and self.role:
+            details = [part for part in (self.unit, where) if part]
+            return self.role + (f" ({', '.join(details)})" if details else "")
         details = [part for part in (self.role or self.name, self.unit, where) if part]
         suffix = f" ({', '.join(details)})" if details else ""
         return f"PID {self.pid}{suffix}" if self.pid is not None else f"an unnamed process{suffix}"

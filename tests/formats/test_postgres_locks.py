@@ -1326,3 +1326,21 @@ def test_a_group_leading_client_and_its_work_are_signalled_once(
                 stream.close()
     assert late["state"] == "held_too_long", late["reason"]
     assert late["action"]["line"].startswith(f"kill -TERM -- -{leader.pid} (else, on the"), late
+
+
+def test_why_names_a_prepared_transaction_that_a_client_waits_behind(
+    server: Server, sessions: list[Psql], prepared: list[str], tmp_path: Path
+) -> None:
+    """A psql waits on an advisory lock a prepared transaction holds: no session, no process.
+    `why PID` says what holds it by its gid (it said "an unnamed process"), and the SQL that
+    frees it."""
+    prepare(server, prepared, "deploy-why", "SELECT pg_advisory_xact_lock(4343);")
+    waiter = psql(server, sessions)
+    waiter.run("SELECT pg_advisory_lock(4343);", wait=False)
+    assert wait_until(lambda: _waiting(server) > 0, timeout=10)
+    config = why_config(tmp_path, server, "advisory_key = 4343")
+    past = ("--warn-after", "0s", "--critical-after", "0s")
+    text = run_cli("why", str(waiter.pid), "--config", config, *past, timeout=40).stdout
+    assert "prepared transaction 'deploy-why'" in text, text
+    assert "unnamed process" not in text, text
+    assert "ROLLBACK PREPARED 'deploy-why'" in text, text

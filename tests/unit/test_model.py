@@ -115,6 +115,12 @@ def test_only_a_write_kernel_lock_is_exclusive() -> None:
         ({"role": None, "name": "tool", "unit": None}, "PID 4242 (tool)"),
         ({"role": None, "name": None}, "PID 4242"),
         ({"pid": None, "role": None, "name": "flock"}, "an unnamed process (flock)"),
+        # a session no local process holds, a prepared transaction: named by what it is
+        ({"pid": None, "role": "postgres backend 4242"}, "postgres backend 4242"),
+        (
+            {"pid": None, "role": "postgres prepared transaction 'deploy-7'"},
+            "postgres prepared transaction 'deploy-7'",
+        ),
         (
             {"name": "flock", "container": Container("podman", "wa-sync")},
             "PID 4242 (flock, podman container wa-sync)",
