@@ -340,14 +340,11 @@ def _left_running(pid: int, survivors: tuple[Holder, ...]) -> Verdict:
     They may be what it started (a migration's worker: the work goes on, so the lock is not
     stale), or what a later process given the same PID left behind once the group was gone (a
     daemon's double fork): nothing tells the two apart, so neither is named nor killed."""
-    listed = ", ".join(party.describe() for party in survivors[:5])
-    more = f" and {len(survivors) - 5} more" if len(survivors) > 5 else ""
-    return Verdict(
-        State.UNKNOWN,
-        f"its recorded holder PID {pid} is gone, but processes of its process group or session "
-        f"still run: {listed}{more}; they may be the work it started, still going on, or what "
-        "a later process with its PID left; check them before removing the lock",
-        cause=UnknownCause.AMBIGUOUS,
+    return _gone_but(
+        pid,
+        f"processes of its process group or session still run: {_listed(survivors)}; they may "
+        "be the work it started, still going on, or what a later process with its PID left; "
+        "check them before removing the lock",
     )
 
 
@@ -357,15 +354,23 @@ def _work_left(pid: int, work: tuple[Holder, ...]) -> Verdict:
     left its group and session (`setsid`), its parent since killed. The work may go on, so
     the lock is not stale; it may also be a helper that outlives the job, so none of them is
     named the holder either."""
-    listed = ", ".join(party.describe() for party in work[:5])
-    more = f" and {len(work) - 5} more" if len(work) > 5 else ""
-    return Verdict(
-        State.UNKNOWN,
-        f"its recorded holder PID {pid} is gone, but what ran below it while it held the lock "
-        f"still runs: {listed}{more}; that may be its work, still going on: stop it, or make "
-        "sure it no longer writes, before removing the lock",
-        cause=UnknownCause.AMBIGUOUS,
+    return _gone_but(
+        pid,
+        f"what ran below it while it held the lock still runs: {_listed(work)}; that may be "
+        "its work, still going on: stop it, or make sure it no longer writes, before removing "
+        "the lock",
     )
+
+
+def _gone_but(pid: int, what_runs: str) -> Verdict:
+    reason = f"its recorded holder PID {pid} is gone, but {what_runs}"
+    return Verdict(State.UNKNOWN, reason, cause=UnknownCause.AMBIGUOUS)
+
+
+def _listed(parties: tuple[Holder, ...]) -> str:
+    """The first five, described, and how many more."""
+    listed = ", ".join(party.describe() for party in parties[:5])
+    return listed + (f" and {len(parties) - 5} more" if len(parties) > 5 else "")
 
 
 def _not_a_taker_reason(pid: int, process: Process) -> str | None:
