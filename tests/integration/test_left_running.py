@@ -479,6 +479,46 @@ def test_a_shell_started_with_nohup_is_given_sigterm_not_sigkill(
     assert cleaned.read_text() == "done\n", f"{line} skipped the shell's EXIT trap"
 
 
+# argv: PIDFILE UNSHARE. A job that runs its work in a PID namespace of its own (`unshare
+# --pid --fork`): the work is that namespace's init, which a signal from outside reaches only
+# if it handles it; prints the work's PID (as the job's namespace sees it).
+NAMESPACED = """
+import os, subprocess, sys, time
+with open(sys.argv[1], "w") as handle:
+    handle.write(f"{os.getpid()}\\n")
+unshare = subprocess.Popen([sys.argv[2], "--pid", "--fork", "sleep", "120"])
+for _ in range(500):
+    children = open(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read().split()
+    if children:
+        break
+    time.sleep(0.01)
+print(unshare.pid, children[0], flush=True)
+time.sleep(120)
+"""
+
+
+def test_work_in_a_pid_namespace_of_its_own_is_stopped_with_its_holder(
+    tmp_path: Path, children: Children
+) -> None:
+    """The init of a PID namespace ignores every signal it has no handler for, SIGKILL aside,
+    whatever its ignored set says: `kill -TERM` left a job's `unshare --pid --fork` work
+    running (and the lock with it, once a run saw it: a killed holder's work)."""
+    lock = tmp_path / "job.pid"
+    argv = [sys.executable, "-c", textwrap.dedent(NAMESPACED), str(lock), require_tool("unshare")]
+    job = children.start(argv, start_new_session=True)
+    assert job.stdout is not None
+    unshare, work = (children.track(int(pid)) for pid in job.stdout.readline().split())
+    late = inspect(lock, "pidfile", tmp_path, "--now", _hours_from_now(2))
+    assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+    assert {below["pid"] for below in late["holders"][0]["below"]} == {unshare, work}
+    line = late["action"]["line"]
+    assert f"-KILL {work}" in line, line
+    subprocess.run([require_tool("bash"), "-c", line], check=True, timeout=10)
+    job.wait(timeout=10)
+    assert wait_until(lambda: not _runs(work), timeout=10), f"{line} left {work} running"
+    assert inspect(lock, "pidfile", tmp_path)["state"] == "stale"
+
+
 def _watched(lock: Path, lock_format: str, tmp_path: Path) -> Path:
     """A config as the timer's runs have it: a state directory (the sighting memory), and the
     lock removed once proven stale, so a wrong `stale` would delete a lock in use."""

@@ -772,7 +772,9 @@ class HostReader:
             if fields[0] not in ("Z", "X"):
                 name = text[text.find("(") + 1 : text.rfind(")")]
                 ticks = int(fields[19])  # stat's starttime, its 22nd field
-                found.append(Descendant(child, int(fields[2]), name, _ignored(fields), ticks))
+                namespace = namespace_id(f"{self.proc}/{child}/ns/pid")
+                ignored = self._ignored(child, fields, namespace)
+                found.append(Descendant(child, int(fields[2]), name, ignored, ticks))
         return tuple(found)
 
     def descendants(self, pid: int, limit: int = 64) -> tuple[int, ...]:
@@ -823,6 +825,7 @@ class HostReader:
         unit, user_unit = unit_from_cgroup(cgroup)
         container = self._container(base, cgroup, facts.uid)
         booted_at = self._host().booted_at
+        namespace = namespace_id(f"{base}/ns/pid")
         return Process(
             pid=pid,
             start_ticks=start_ticks,
@@ -834,14 +837,27 @@ class HostReader:
             name=name,
             unit=unit,
             user_unit=user_unit,
-            pid_namespace=namespace_id(f"{base}/ns/pid"),
+            pid_namespace=namespace,
             started_at=booted_at + timedelta(seconds=start_ticks / self.clock_ticks),
             container=container,
             kernel_thread=bool(int(fields[6]) & PF_KTHREAD),
-            ignored=_ignored(fields),
+            ignored=self._ignored(pid, fields, namespace),
             group=int(fields[2]),
             session=int(fields[3]),
         )
+
+    def _ignored(self, pid: int, fields: list[str], namespace: int | None) -> int:
+        """The signals a process ignores as a signal sent from here finds it: its ignored set,
+        and for the init of a PID namespace below ours (`namespace`: its own; `unshare --pid
+        --fork`'s work, a container's PID 1), every signal it has no handler for, which the
+        kernel drops."""
+        ignored = _ignored(fields)
+        if namespace is None or namespace == self._host().pid_namespace:
+            return ignored
+        if not _namespace_init(self.proc, pid):
+            return ignored
+        caught = int(fields[31]) if len(fields) > 31 and fields[31].isdigit() else 0
+        return ignored | (~caught & ALL_SIGNALS)
 
     def _container(self, base: str, cgroup: str, uid: int) -> Container | None:
         """The container it runs in (procfs/containers.py); its status is read only then."""
@@ -909,6 +925,20 @@ def _pids_to_read(
     elif any(look.unmatched or look.waiting for look in looks):
         wanted.update(hidden[:SOME_HIDDEN])
     return wanted
+
+
+ALL_SIGNALS = (1 << 31) - 1
+"""Signals 1..31 as bits 0..30 (stat's signal masks)."""
+
+
+def _namespace_init(proc: str, pid: int) -> bool:
+    """Whether the process is PID 1 of its own PID namespace (the last of its `NSpid:`)."""
+    try:
+        status = _read_text(f"{proc}/{pid}/status")
+    except OSError:
+        return False
+    line = next((line for line in status.splitlines() if line.startswith("NSpid:")), "")
+    return line.split()[-1:] == ["1"]
 
 
 def _ignored(fields: list[str]) -> int:
