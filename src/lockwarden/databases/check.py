@@ -153,10 +153,11 @@ def ask_server(lock: LockConfig, hostname: str, silent: Unanswered | None = None
 def host_question(lock: LockConfig, observation: Observation, hostname: str) -> ClientQuestion:
     """What the run's capture must read for this lock, given its server's answer: the clients
     of the sessions that hold or wait (and of the database's other sessions, which may work
-    under a hold), or the Liquibase processes when a locked row names this host."""
+    under a hold), or the Liquibase processes when a locked row names this host and no open
+    transaction holds it (whose session is then the holder, as any session's)."""
     watch = lock.database
     assert watch is not None, "host_question is for database locks"
-    if watch.watch == "liquibase_table":
+    if watch.watch == "liquibase_table" and not observation.holds:
         row = observation.liquibase
         names = (hostname, *lock.host_aliases)
         if row is None or not row.locked or not names_this_host(row.locked_by, names):
@@ -187,7 +188,7 @@ def judge_database(
     (classify.projected, from when the host was seen)."""
     watch = lock.database
     assert watch is not None, "judge_database is for database locks"
-    if watch.watch == "liquibase_table":
+    if watch.watch == "liquibase_table" and not observation.holds:
         here = liquibase_host(snapshot, lock.host_aliases, observation)
         return judge_liquibase(lock.name, lock.path, observation, here, policy, now)
     seen_at = snapshot.captured_at if what_if else None

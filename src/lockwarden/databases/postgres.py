@@ -3,8 +3,9 @@
 The session is read-only (`default_transaction_read_only`), has short `statement_timeout` and
 `lock_timeout` (reading the Liquibase table waits behind an ACCESS EXCLUSIVE lock otherwise),
 names itself `application_name=lockwarden`, and runs in autocommit, so it holds nothing between
-statements. It reads pg_locks and pg_stat_activity and, for Liquibase, one row: it never takes
-an advisory lock, never calls pg_try_advisory_lock, never writes.
+statements. It reads pg_locks and pg_stat_activity and, for Liquibase, one row (with its xmax,
+whose transaction pg_locks shows open or not): it never takes an advisory lock, never calls
+pg_try_advisory_lock, never locks a row (no SELECT ... FOR UPDATE), never writes.
 """
 
 from __future__ import annotations
@@ -131,17 +132,17 @@ def _read(connection: psycopg.Connection[Any], watch: DatabaseWatch, target: str
         connection,
         "SELECT current_setting('server_version_num')::int, current_setting('port')::int",
     )
-    if watch.watch in ("advisory_key", "table", WAITS):
-        if watch.watch == "advisory_key":
-            holds = _advisory_holds(connection, watch, version)
-        elif watch.watch == WAITS:
-            holds = _waiting_holds(connection, version)
-        else:
-            holds = _table_holds(connection, str(watch.target), version)
-        others = _other_sessions(connection, holds) if holds else ()
-        return _on_port(Observation(target, holds=holds, sessions=others), port)
-    row = _liquibase_row(connection, str(watch.target))
-    return Observation(target, liquibase=row)
+    row = None
+    if watch.watch == "advisory_key":
+        holds = _advisory_holds(connection, watch, version)
+    elif watch.watch == WAITS:
+        holds = _waiting_holds(connection, version)
+    elif watch.watch == "table":
+        holds = _table_holds(connection, str(watch.target), version)
+    else:
+        row, holds = _liquibase(connection, str(watch.target), version)
+    others = _other_sessions(connection, holds) if holds else ()
+    return _on_port(Observation(target, holds=holds, sessions=others, liquibase=row), port)
 
 
 def _on_port(observation: Observation, port: int) -> Observation:
@@ -180,7 +181,11 @@ def _one(connection: psycopg.Connection[Any], query: str, params: Sequence[Any] 
         return cursor.fetchone()
 
 
-def _all(connection: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()) -> list[Any]:
+def _all(
+    connection: psycopg.Connection[Any],
+    query: str,
+    params: Sequence[Any] | Mapping[str, Any] = (),
+) -> list[Any]:
     with connection.cursor() as cursor:
         cursor.execute(query, params)
         return cursor.fetchall()
@@ -497,32 +502,104 @@ def _queue_position(backend: Backend) -> tuple[bool, datetime | None, int]:
     return (waited is None, waited, backend.pid)
 
 
-def _liquibase_row(connection: psycopg.Connection[Any], table: str) -> LiquibaseRow | None:
+def _liquibase(
+    connection: psycopg.Connection[Any], table: str, version: int
+) -> tuple[LiquibaseRow | None, tuple[Hold, ...]]:
+    """Liquibase's row as committed, and the open transaction that has changed it, when one has:
+    this session sees the committed row only (MVCC), so an uncommitted take (or release) reads
+    as the row was before it, while every other writer of the row waits for that transaction."""
     from psycopg import sql
 
     found = _one(
         connection,
-        """SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n
+        """SELECT n.nspname, c.relname, c.oid::int8 FROM pg_class c JOIN pg_namespace n
         ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)""",
         (table,),
     )
     if found is None:
         raise CheckProblem(f"no table {table} in this database (has Liquibase run here?)")
+    schema, name, relation = found
     query = sql.SQL(
-        "SELECT locked, lockgranted, lockedby, lockgranted::timestamptz FROM {} WHERE id = 1"
-    ).format(sql.Identifier(found[0], found[1]))
+        "SELECT locked, lockgranted, lockedby, lockgranted::timestamptz, xmax::text, ctid::text "
+        "FROM {} WHERE id = 1"
+    ).format(sql.Identifier(schema, name))
     with connection.cursor() as cursor:
         cursor.execute(query)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    locked, granted, locked_by, server_zone = row
-    return LiquibaseRow(
+        fetched = cursor.fetchone()
+    if fetched is None:
+        return None, ()
+    locked, granted, locked_by, server_zone, xmax, ctid = fetched
+    row = LiquibaseRow(
         locked=bool(locked),
         granted=_local(granted),
         locked_by=locked_by,
         granted_server_zone=server_zone,
     )
+    if xmax == "0":  # no transaction has updated, deleted or locked this version of the row
+        return row, ()
+    what = f"Liquibase's lock row ({schema}.{name} ID 1, committed {_committed(row)})"
+    return row, _row_holds(connection, version, relation, xmax, ctid, what)
+
+
+def _committed(row: LiquibaseRow) -> str:
+    return f"locked by {row.locked_by or 'nobody named'}" if row.locked else "not locked"
+
+
+# The open transaction whose ID is a row's xmax has updated or deleted that row, or locked it
+# (SELECT ... FOR UPDATE, or an UPDATE whose WHERE no longer matched once it had the row); its
+# transaction ID's lock says it is still open (taken when the ID is assigned, a subtransaction's
+# too, and kept to the end). One that holds ROW EXCLUSIVE on the table writes to it; one that
+# does not only locked the row (a FOR KEY SHARE lock blocks no UPDATE of it).
+ROW_XMAX = f"""SELECT EXISTS (SELECT 1 FROM pg_locks r
+        WHERE r.virtualtransaction = x.virtualtransaction AND r.locktype = 'relation'
+          AND r.granted AND r.mode = 'RowExclusiveLock' AND r.relation = %(relation)s
+          AND r.database = {{database}}),
+        {ACTIVITY}, NULL::timestamptz, {PREPARED}
+    FROM pg_locks x LEFT JOIN pg_stat_activity a ON a.pid = x.pid
+    {PREPARED_OF.format(locks="x")}
+    WHERE x.locktype = 'transactionid' AND x.granted AND x.transactionid = %(xmax)s::xid
+      AND (a.pid IS NOT NULL OR p.gid IS NOT NULL)"""
+# A writer of the row waits on the transaction that holds it; the writers queued behind that
+# one wait on the row's version itself (a tuple lock). Each holds a lock on the table meanwhile.
+ROW_WAITERS = """SELECT {activity}, {waitstart}
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE NOT l.granted AND a.datname = current_database()
+      AND ((l.locktype = 'transactionid' AND l.transactionid = %(xmax)s::xid)
+           OR (l.locktype = 'tuple' AND l.database = {database} AND l.relation = %(relation)s
+               AND (l.page, l.tuple) = (%(page)s, %(tuple)s)))
+      AND EXISTS (SELECT 1 FROM pg_locks r WHERE r.pid = l.pid AND r.granted
+          AND r.locktype = 'relation' AND r.relation = %(relation)s)"""
+DATABASE_OID = "(SELECT oid FROM pg_database WHERE datname = current_database())"
+
+
+def _row_holds(
+    connection: psycopg.Connection[Any],
+    version: int,
+    relation: int,
+    xmax: str,
+    ctid: str,
+    row_text: str,
+) -> tuple[Hold, ...]:
+    """The open transaction that holds the row (its xmax) when it writes to the table or a
+    writer of the row waits for it, with the sessions waiting to write the row behind it; none
+    when that transaction has ended or only locked the row, unwaited for."""
+    page, tuple_number = (int(part) for part in ctid.strip("()").split(","))
+    params = {"xmax": xmax, "relation": relation, "page": page, "tuple": tuple_number}
+    found = _all(connection, ROW_XMAX.format(database=DATABASE_OID), params)
+    if not found:
+        return ()
+    waiting = ROW_WAITERS.format(
+        activity=ACTIVITY, waitstart=_waitstart(version, "l"), database=DATABASE_OID
+    )
+    waiters = tuple(sorted(map(_backend, _all(connection, waiting, params)), key=_queue_position))
+    writes, *holder = found[0]
+    if writes:
+        what = f"{row_text}, under a write not yet committed (the row's xmax)"
+    elif waiters:
+        what = f"{row_text}, under a row lock a writer waits for (the row's xmax)"
+    else:
+        return ()
+    return (Hold(what=what, holder=_backend(holder), waiters=waiters, transaction_scoped=True),)
 
 
 def _local(moment: datetime | None) -> datetime | None:
