@@ -1,12 +1,13 @@
 """A randomized differential for Liquibase's lock row (DATABASECHANGELOGLOCK, ID 1) on a real
 PostgreSQL server: real psql sessions take it, release it or lock it in a transaction they have
-not ended (or a prepared transaction does, which no session holds), with Liquibase's own
-statements, while Liquibase-like clients queue to write it. The check's session sees only the
-committed row (MVCC), yet the real `lockwarden --once` must name the transaction that holds the
-row and every client waiting on it, and never call the row free or stale past it. Bystanders
-must never be named: a session that read the table, one that wrote another table or wrote the
-lock table but not its row, and an uncommitted take of the same table in another database of
-the server. The seed is in the test id: a failure replays with `-k SEED`.
+not ended (or a prepared transaction does, which no session holds), or undo their take to a
+savepoint, with Liquibase's own statements, while Liquibase-like clients queue to write it. The
+check's session sees only the committed row (MVCC), yet the real `lockwarden --once` must name
+the transaction that holds the row and every client waiting on it, and never call the row free
+or stale past it. Bystanders must never be named: a session that read the table, one that wrote
+another table or wrote the lock table but not its row, and an uncommitted take of the same
+table in another database of the server. The seed is in the test id: a failure replays with
+`-k SEED`.
 """
 
 from __future__ import annotations
@@ -51,11 +52,12 @@ PHASES = {
     "release": (RELEASE, RELEASE, "locked here"),
     "row lock": ("SELECT id FROM {table} WHERE id = 1 FOR UPDATE", TAKE, "not locked"),
     "committed take": ("", "", "locked elsewhere"),
+    "undone take": (f"SAVEPOINT undo; {TAKE}; ROLLBACK TO SAVEPOINT undo", "", "not locked"),
     "reader only": ("SELECT * FROM {table}", "", "not locked"),
     "unrelated writer": ("INSERT INTO {schema}.orders VALUES (1)", "", "not locked"),
 }
 BYSTANDERS = ("reader", "unrelated writer", "writer of another row", "other database")
-SEEDS = range(24)
+SEEDS = range(28)
 
 
 def make_tables(server: Server, schema: str, table: str, committed: str) -> None:
