@@ -589,6 +589,9 @@ class Finding:
     gone_pids: tuple[int, ...] = ()
     """For a stale lock: the PIDs its record names as holders, each proven gone (dead, or now
     another process: never a PID to kill), as the proof says."""
+    work_seen: tuple[Holder, ...] = ()
+    """For a lock its record-named holder holds: what an earlier run saw below it that still
+    runs, below it now or not (a worker whose parent ended): the sighting memory keeps it."""
 
     @property
     def held_for_s(self) -> float | None:

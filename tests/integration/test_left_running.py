@@ -582,3 +582,114 @@ def test_work_seen_below_a_killed_holder_keeps_its_lock_until_it_ends(
     time.sleep(1.1)  # stale_confirm: the next run removes it
     run_json("--once", "--config", config)
     assert not lock.exists(), f"{context}: a stale lock was kept"
+
+
+# argv: LOCK FORMAT COUNT ; writes its record (an owner record with its own start ticks, as
+# lockwarden's `hold` writes one), starts COUNT shells, each starting a worker in a session of
+# its own and then waiting, prints its PID and each shell's and worker's, then sleeps. Once a
+# shell ends, its worker is no longer below the holder: nothing the kernel keeps ties them.
+DETACHING = """
+import json, os, socket, subprocess, sys, time
+lock, lock_format, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open("/proc/self/stat") as stat:
+    text = stat.read()
+ticks = int(text[text.rfind(")") + 2 :].split()[19])
+if lock_format == "pidfile":
+    with open(lock, "w") as handle:
+        handle.write(f"{os.getpid()}\\n")
+else:
+    os.mkdir(lock)
+    record = {"pid": os.getpid(), "role": "migration", "host": socket.gethostname(),
+              "start_ticks": ticks}
+    with open(os.path.join(lock, "owner.json"), "w") as handle:
+        json.dump(record, handle)
+pids = []
+for _ in range(count):
+    shell = subprocess.Popen(
+        ["sh", "-c", "setsid sleep 120 & echo $!; exec sleep 120"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    pids += [shell.pid, int(shell.stdout.readline())]
+print(" ".join(map(str, [os.getpid(), *pids])), flush=True)
+time.sleep(120)
+"""
+
+
+def _spawn_at(pid: int, children: Children) -> int:
+    """A process unrelated to the lock given `pid` (through ns_last_pid; the test parts run
+    in a PID namespace of their own, where nothing else takes PIDs meanwhile)."""
+    for _attempt in range(20):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as handle:
+            handle.write(str(pid - 1))
+        taker = children.start([require_tool("sleep"), "120"])
+        if taker.pid == pid:
+            return pid
+        children.end(children.track(taker.pid))
+    pytest.fail(f"could not start a process as PID {pid}")
+
+
+@pytest.mark.parametrize("seed", range(400, 416))
+def test_work_once_below_a_holder_keeps_its_lock_however_the_tie_was_lost(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    """A run saw the holder with its workers below it. Then the tie a later run could follow
+    is lost: the shell between holder and worker ends (the worker is no longer below the live
+    holder, which a second run sees), the holder is killed, and another process may take its
+    PID (a record with its start ticks proves the holder gone). While any process a run saw
+    below the holder still runs, the lock is unknown, naming it, and never removed; once
+    they end, it is stale and removed. Randomized over the format, the number of workers,
+    which shells end while the holder lives, whether its PID is taken, and which processes
+    end before the last runs; the test knows which still run."""
+    rng = random.Random(seed)
+    (tmp_path / "state").mkdir(mode=0o700)
+    lock_format = rng.choice(["pidfile", "owner-record"])
+    lock = tmp_path / ("job.pid" if lock_format == "pidfile" else "LOCK")
+    script = textwrap.dedent(DETACHING)
+    count = rng.randint(1, 2)  # at most 4 processes: the reason lists 5
+    holder = children.start([sys.executable, "-c", script, str(lock), lock_format, str(count)])
+    assert holder.stdout is not None
+    holder_pid, *below = (int(pid) for pid in holder.stdout.readline().split())
+    seen = {children.track(pid) for pid in below}
+    config = _watched(lock, lock_format, tmp_path)
+    _code, document = run_json("--once", "--config", config)
+    [first] = document["locks"]
+    assert {each["pid"] for each in first["holders"][0]["below"]} == seen, json.dumps(first)
+
+    shells = set(below[0::2])
+    left = {pid for pid in sorted(shells) if rng.random() < 0.6}
+    reused = lock_format == "owner-record" and rng.random() < 0.5
+    context = f"seed {seed}: {lock_format}, shells {sorted(shells)} ended {sorted(left)}"
+    context += f", holder {holder_pid}, its PID {'taken' if reused else 'free'}"
+    for pid in left:
+        children.end(pid)
+    assert wait_until(lambda: not any(_runs(pid) for pid in left), timeout=10), context
+    _code, document = run_json("--once", "--config", config)  # the holder lives, its work left
+    assert document["locks"][0]["state"] == "held", f"{context}: {json.dumps(document)}"
+
+    holder.kill()
+    holder.wait(timeout=10)
+    if reused:
+        _spawn_at(holder_pid, children)
+    ended = {pid for pid in sorted(seen - left) if rng.random() < 0.4}
+    for pid in ended:
+        children.end(pid)
+    assert wait_until(lambda: not any(_runs(pid) for pid in ended), timeout=10), context
+    running = {pid for pid in seen if _runs(pid)}  # a shell's own sleep ends it
+    context += f"; running {sorted(running)}"
+    for _run in range(2 if running else 0):  # a second run would remove a stale lock
+        _code, document = run_json("--once", "--config", config)
+        [found] = document["locks"]
+        assert found["state"] == "unknown", f"{context}: {json.dumps(found, indent=1)}"
+        assert all(f"PID {pid} " in found["reason"] for pid in running), context
+        assert not any(f"PID {pid} " in found["reason"] for pid in seen - running), context
+        assert (found["holders"], found["action"]) == ([], None), context
+        assert lock.exists(), f"{context}: removed while its work ran"
+        time.sleep(1.1)  # stale_confirm
+    for pid in running:
+        children.end(pid)
+    assert wait_until(lambda: not any(_runs(pid) for pid in running), timeout=10), context
+    _code, document = run_json("--once", "--config", config)
+    assert document["locks"][0]["state"] == "stale", f"{context}: {json.dumps(document)}"
+    time.sleep(1.1)  # stale_confirm: the next run removes it
+    run_json("--once", "--config", config)
+    assert not lock.exists(), f"{context}: a stale lock was kept"

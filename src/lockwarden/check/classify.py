@@ -127,7 +127,17 @@ def classify(
         unattributed=evidence.unattributed,
         unknown_cause=verdict.cause if state is State.UNKNOWN else None,
         gone_pids=verdict.gone if state is State.STALE else (),
+        work_seen=_work_seen(claim, verdict, evidence),
     )
+
+
+def _work_seen(claim: Claim, verdict: Verdict, evidence: Evidence) -> tuple[Holder, ...]:
+    """What ran below the record's holder when an earlier run saw it, still running, while
+    that holder holds the lock (the capture read it only for the PID the memory names)."""
+    holder = verdict.holder
+    if verdict.state is not State.HELD or holder is None or holder.pid != claim.pid:
+        return ()
+    return evidence.work_left
 
 
 DECLARE = (
@@ -321,6 +331,8 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
     if reused:
         reason = f"stale: PID {pid} now belongs to another process"
         stale = Verdict(State.STALE, reason, proof=reused, gone=(pid,))
+        if pid == claim.pid and evidence.work_left:  # the holder is gone as surely as above
+            return _work_left(pid, evidence.work_left)
         return _unless_workers_remain(claim, evidence, stale)
     suspect = _unknown_program(claim, process) or _reuse_suspicion(claim, process.started_at)
     if suspect:

@@ -58,7 +58,7 @@ class Evidence:
     """What the recorded PID, gone, left running in its process group or session."""
     work_left: tuple[Holder, ...] = ()
     """What ran below the recorded PID when a run last saw it hold the lock, still running
-    now that it is gone (the sighting memory's LeftWork)."""
+    (the sighting memory's LeftWork): the holder's work, should the holder be gone."""
     hosts_proc: bool = False
     """The /proc read is the host's: its /proc/locks lists every flock (Snapshot.hosts_proc)."""
     takers: dict[int, Process | None] = field(default_factory=dict)
@@ -441,7 +441,7 @@ def _survivors(
 def _work_left(
     claim: Claim, snapshot: Snapshot, granted: tuple[KernelLock, ...]
 ) -> tuple[Holder, ...]:
-    """Asked as the survivors are; the capture read them only for a remembered holder gone."""
+    """Asked as the survivors are; the capture read them only for a remembered holder."""
     if claim.pid is None or granted or not (claim.present and claim.existence_is_lock):
         return ()
     found = (snapshot.process(pid) for pid in snapshot.left_running(claim.pid))

@@ -29,9 +29,10 @@ the lock (`below`: records.LeftWork, each process by PID and start ticks). A wor
 started may have left its group and session (`setsid`); once the holder is gone (`kill -9`),
 nothing the kernel keeps ties the worker to it, and the record alone would read stale while
 the work goes on. While one of them still runs, the lock is unknown, not stale (classify).
-It is kept while the lock is held so, carried while the lock is unknown, and dropped once a
-run sees it free, stale, or held by another holder: a PID and its start ticks name one
-process for the whole boot, so no gap ends it.
+It is kept while the lock is held so (what an earlier run kept and still runs, below the holder
+now or not: a worker whose parent ended is no longer below it), carried while the lock is
+unknown, and dropped once a run sees it free, stale, or held by another holder: a PID and its
+start ticks name one process for the whole boot, so no gap ends it.
 
 This memory is written whether or not alerting is on: a timer-driven agent with no [notify]
 service must still escalate a lock held continuously (its exit code, its report, the
@@ -164,17 +165,22 @@ def sightings_of(
 def _below(finding: Finding, remembered: Memory, boot_id: str) -> LeftWork | None:
     """What to remember of what runs below a lock's holder: the processes below a holder its
     record names (a kernel lock's holder is not: a worker that goes on holds the lock itself,
-    or it is free), or, for a lock this run could not judge free or stale (unknown: its
-    recorded holder gone while that work runs, say), what was remembered."""
+    or it is free), with those an earlier run saw below it that still run though no longer
+    below it (Finding.work_seen: a worker whose parent ended, which nothing ties to the holder
+    now); or, for a lock this run could not judge free or stale (unknown: its recorded holder
+    gone while that work runs, say), what was remembered."""
     holder = finding.holder
     if finding.state is State.UNKNOWN:
         return remembered.below.get(finding.name)
     if finding.state not in (State.HELD, State.HELD_TOO_LONG) or holder is None:
         return None
-    if holder.pid is None or holder.lock_kind is not None or not holder.below or not boot_id:
+    if holder.pid is None or holder.lock_kind is not None or not boot_id:
         return None
-    work = tuple((each.pid, each.start_ticks, each.name) for each in holder.below)
-    return LeftWork(holder.pid, boot_id, work)
+    work = {each.pid: (each.pid, each.start_ticks, each.name) for each in holder.below}
+    for each in finding.work_seen:  # no longer below it (its parent ended), still its work
+        if each.pid is not None and each.pid not in work:
+            work[each.pid] = (each.pid, each.start_ticks or 0, each.name or "")
+    return LeftWork(holder.pid, boot_id, tuple(work.values())) if work else None
 
 
 def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> SeenEntry | None:

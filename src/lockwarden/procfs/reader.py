@@ -127,7 +127,7 @@ class LockQuestion(NamedTuple):
     the descriptor walk passes over other files on their links alone (snapshot.Names)."""
     left_work: LeftWork | None = None
     """What ran below `twin_pid` when a run last saw it hold the lock (the sighting memory):
-    read, should `twin_pid` be gone, for what of it still runs (Snapshot.work_left)."""
+    read for what of it still runs (Snapshot.work_left)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -574,14 +574,14 @@ class HostReader:
 
     def _work_left(self, looks: list[_Look], boot_id: str) -> dict[int, tuple[int, ...]]:
         """Of what ran below a record's PID when a run last saw it hold the lock
-        (LockQuestion.left_work), what still runs, for each such PID now gone: each process
-        by its PID and start ticks, so a process that took the PID since is not counted."""
+        (LockQuestion.left_work), what still runs: each process by its PID and start ticks, so
+        a process that took a worker's PID since is not counted. Read whether or not the PID
+        runs now: a process that took the holder's PID since is not the holder, and the
+        holder's work may have left it (its parent, below the holder, ended)."""
         found: dict[int, tuple[int, ...]] = {}
         for look in looks:
             pid, left = look.question.twin_pid, look.question.left_work
             if left is None or pid != left.holder or left.boot_id != boot_id or look.granted:
-                continue
-            if _alive(self.process(pid)):
                 continue
             running = []
             for worker, ticks, _name in left.work:

@@ -289,8 +289,8 @@ class Snapshot:
     survivors: Mapping[int, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
     """For a gone PID a record names: the processes still in its process group or session."""
     work_left: Mapping[int, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
-    """For a gone PID a record names: what ran below it when a run last saw it hold the lock,
-    still running (LockQuestion.left_work)."""
+    """For a PID a record names: what ran below it when a run last saw it hold the lock,
+    still running (LockQuestion.left_work), whether or not the PID runs now."""
     cwds: WorkingDirectories | None = field(default=None, repr=False)
     working_in: Mapping[tuple[str, ...], tuple[int, ...]] = field(
         default_factory=_frozen, repr=False
@@ -391,8 +391,8 @@ class Snapshot:
         return self.survivors[pid]
 
     def left_running(self, pid: int) -> tuple[int, ...]:
-        """What ran below a gone recorded PID when a run last saw it hold its lock, and still
-        runs (LockQuestion.left_work); () when nothing was remembered of it."""
+        """What ran below a recorded PID when a run last saw it hold its lock, and still runs
+        (LockQuestion.left_work); () when nothing was remembered of it."""
         return self.work_left.get(pid, ())
 
     def namespace_twins(self, pid: int) -> tuple[int, ...]:
