@@ -693,3 +693,41 @@ def test_work_once_below_a_holder_keeps_its_lock_however_the_tie_was_lost(
     time.sleep(1.1)  # stale_confirm: the next run removes it
     run_json("--once", "--config", config)
     assert not lock.exists(), f"{context}: a stale lock was kept"
+
+
+def test_work_of_a_holder_of_two_locks_is_listed_once_for_each(
+    tmp_path: Path, children: Children
+) -> None:
+    """One holder records itself in two locks, its worker in a session of its own: killed, each
+    lock lists the worker once (the capture read it for both)."""
+    (tmp_path / "state").mkdir(mode=0o700)
+    locks = [tmp_path / "one.pid", tmp_path / "two.pid"]
+    code = """
+        import os, subprocess, sys, time
+        for lock in sys.argv[1:]:
+            with open(lock, "w") as handle:
+                handle.write(f"{os.getpid()}\\n")
+        worker = subprocess.Popen(["sleep", "120"], start_new_session=True).pid
+        print(os.getpid(), worker, flush=True)
+        time.sleep(120)
+    """
+    holder = children.start([sys.executable, "-c", textwrap.dedent(code), *map(str, locks)])
+    assert holder.stdout is not None
+    _holder_pid, worker = (int(pid) for pid in holder.stdout.readline().split())
+    children.track(worker)
+    config = write_config(
+        tmp_path / "two.toml",
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+        + "".join(
+            f'\n[[lock]]\nname = "{lock.stem}"\npath = "{lock}"\nformat = "pidfile"\n'
+            for lock in locks
+        ),
+    )
+    _code, document = run_json("--once", "--config", config)
+    assert [found["state"] for found in document["locks"]] == ["held", "held"], document
+    holder.kill()
+    holder.wait(timeout=10)
+    _code, document = run_json("--once", "--config", config)
+    for found in document["locks"]:
+        assert found["state"] == "unknown", json.dumps(found, indent=1)
+        assert found["reason"].count(f"PID {worker} ") == 1, found["reason"]

@@ -588,7 +588,8 @@ class HostReader:
                 process = self.process(worker)
                 if process is not None and process.alive and process.start_ticks == ticks:
                     running.append(worker)
-            found[pid] = (*found.get(pid, ()), *running)
+            # two locks may remember the same holder's work: each process once
+            found[pid] = tuple(dict.fromkeys((*found.get(pid, ()), *running)))
         return found
 
     def _working_directories(self, questions: Iterable[LockQuestion]) -> _WorkersFound:
