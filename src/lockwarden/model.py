@@ -301,6 +301,9 @@ class LeftWork(NamedTuple):
     """The boot the processes ran in: PIDs and start ticks name a process only within it."""
     work: tuple[tuple[int, int, str], ...]
     """Each process below it: PID, start ticks, name (stat's comm)."""
+    more: bool = False
+    """More ran below it than `work` lists (Process.more_below): what else may still run is
+    not known, so its work is never proven ended."""
 
 
 @dataclass(frozen=True)

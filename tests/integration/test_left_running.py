@@ -731,3 +731,41 @@ def test_work_of_a_holder_of_two_locks_is_listed_once_for_each(
     for found in document["locks"]:
         assert found["state"] == "unknown", json.dumps(found, indent=1)
         assert found["reason"].count(f"PID {worker} ") == 1, found["reason"]
+
+
+def test_a_killed_holder_with_more_below_it_than_remembered_is_never_stale(
+    tmp_path: Path, children: Children
+) -> None:
+    """A run saw 70 processes below the holder and kept 64 (the limit of what runs below a
+    holder). The holder is killed and the 64 end; the six it did not keep run on. Nothing
+    tells them from other processes, so the lock stays unknown, saying why and what to do,
+    and is never removed: not even once those six end, which no run can know."""
+    (tmp_path / "state").mkdir(mode=0o700)
+    lock = tmp_path / "build.pid"
+    holder = children.start([sys.executable, "-c", textwrap.dedent(CROWD), str(lock), "70"])
+    assert holder.stdout is not None
+    workers = {children.track(int(pid)) for pid in holder.stdout.readline().split()}
+    config = _watched(lock, "pidfile", tmp_path)
+    _code, document = run_json("--once", "--config", config)
+    [named] = document["locks"][0]["holders"]
+    kept = {below["pid"] for below in named["below"]}
+    assert named["more_below"] is True and len(kept) == 64, json.dumps(named)
+
+    holder.kill()
+    holder.wait(timeout=10)
+    for pid in kept:
+        children.end(pid)
+    assert wait_until(lambda: not any(_runs(pid) for pid in kept), timeout=10)
+    for unkept_running in (True, False):
+        if not unkept_running:
+            for pid in workers - kept:
+                children.end(pid)
+            assert wait_until(lambda: not any(_runs(pid) for pid in workers), timeout=10)
+        for _run in range(2):  # a second run would remove a lock it found stale again
+            _code, document = run_json("--once", "--config", config)
+            [found] = document["locks"]
+            assert found["state"] == "unknown", json.dumps(found, indent=1)
+            assert f"PID {holder.pid} is gone" in found["reason"], found["reason"]
+            assert "more ran below it" in found["reason"], found["reason"]
+            assert lock.exists(), "removed while its work may run"
+            time.sleep(1.1)  # stale_confirm

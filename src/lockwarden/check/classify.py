@@ -319,8 +319,8 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
         proof = f"PID {pid} is {gone} and no process holds a kernel lock on {claim.path}"
         reason = f"stale: its holder PID {pid} is gone"
         stale = Verdict(State.STALE, reason, proof=proof, gone=(pid,))
-        if pid == claim.pid and evidence.work_left:
-            return _work_left(pid, evidence.work_left)
+        if pid == claim.pid and (evidence.work_left or evidence.work_untold):
+            return _work_left(pid, evidence.work_left, evidence.work_untold)
         if pid == claim.pid and evidence.survivors:
             return _left_running(pid, evidence.survivors)
         return _unless_workers_remain(claim, evidence, stale)
@@ -331,8 +331,8 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
     if reused:
         reason = f"stale: PID {pid} now belongs to another process"
         stale = Verdict(State.STALE, reason, proof=reused, gone=(pid,))
-        if pid == claim.pid and evidence.work_left:  # the holder is gone as surely as above
-            return _work_left(pid, evidence.work_left)
+        if pid == claim.pid and (evidence.work_left or evidence.work_untold):  # gone as above
+            return _work_left(pid, evidence.work_left, evidence.work_untold)
         return _unless_workers_remain(claim, evidence, stale)
     suspect = _unknown_program(claim, process) or _reuse_suspicion(claim, process.started_at)
     if suspect:
@@ -360,17 +360,26 @@ def _left_running(pid: int, survivors: tuple[Holder, ...]) -> Verdict:
     )
 
 
-def _work_left(pid: int, work: tuple[Holder, ...]) -> Verdict:
+def _work_left(pid: int, work: tuple[Holder, ...], untold: bool = False) -> Verdict:
     """The recorded holder is gone, but what ran below it when an earlier run saw it hold the
     lock still runs, the same processes (by PID and start ticks): a worker it started that
     left its group and session (`setsid`), its parent since killed. The work may go on, so
     the lock is not stale; it may also be a helper that outlives the job, so none of them is
-    named the holder either."""
+    named the holder either. `untold`: more ran below it than was remembered, so even with
+    none of those running, its work is not proven ended."""
+    if not work:
+        return _gone_but(
+            pid,
+            "more ran below it while it held the lock than lockwarden remembers, so its work "
+            "may still run: make sure it has ended (no process still writes to the store), "
+            "then remove the lock",
+        )
+    untold_text = " (and more not remembered)" if untold else ""
     return _gone_but(
         pid,
-        f"what ran below it while it held the lock still runs: {_listed(work)}; that may be "
-        "its work, still going on: stop it, or make sure it no longer writes, before removing "
-        "the lock",
+        f"what ran below it while it held the lock still runs: {_listed(work)}{untold_text}; "
+        "that may be its work, still going on: stop it, or make sure it no longer writes, "
+        "before removing the lock",
     )
 
 

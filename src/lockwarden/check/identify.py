@@ -59,6 +59,8 @@ class Evidence:
     work_left: tuple[Holder, ...] = ()
     """What ran below the recorded PID when a run last saw it hold the lock, still running
     (the sighting memory's LeftWork): the holder's work, should the holder be gone."""
+    work_untold: bool = False
+    """More ran below it then than was remembered (LeftWork.more): its work may still run."""
     hosts_proc: bool = False
     """The /proc read is the host's: its /proc/locks lists every flock (Snapshot.hosts_proc)."""
     takers: dict[int, Process | None] = field(default_factory=dict)
@@ -252,6 +254,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         namespace_twins=_namespace_twins(claim, snapshot, granted),
         survivors=_survivors(claim, snapshot, granted),
         work_left=_work_left(claim, snapshot, granted),
+        work_untold=claim.pid in snapshot.work_untold and not granted,
         takers={lock.pid: snapshot.process(lock.pid) for lock in writing if lock.pid > 0},
         unattributed=_unattributed(claim, granted, descriptors, unnamed_waiters, snapshot),
         euid=snapshot.euid,

@@ -180,7 +180,10 @@ def _below(finding: Finding, remembered: Memory, boot_id: str) -> LeftWork | Non
     for each in finding.work_seen:  # no longer below it (its parent ended), still its work
         if each.pid is not None and each.pid not in work:
             work[each.pid] = (each.pid, each.start_ticks or 0, each.name or "")
-    return LeftWork(holder.pid, boot_id, tuple(work.values())) if work else None
+    # once more ran below it than is kept, what else still runs is never known again
+    kept = remembered.below.get(finding.name)
+    more = holder.more_below or (kept is not None and kept.more and kept.holder == holder.pid)
+    return LeftWork(holder.pid, boot_id, tuple(work.values()), more) if work or more else None
 
 
 def _carried(finding: Finding, remembered: Memory, latest: LastSeen | None) -> SeenEntry | None:

@@ -376,6 +376,7 @@ class HostReader:
             twins=_frozen(self._twins(looks)),
             survivors=_frozen(survivors),
             work_left=_frozen(work_left),
+            work_untold=frozenset(_untold(looks, work_left)),
             cwds=cwds,
             working_in=_frozen(working_in),
             hidden_workers=_frozen(hidden_workers),
@@ -994,6 +995,15 @@ def _fd_targets(scan: DescriptorScan) -> dict[tuple[int, int], str]:
         for found in scan.by_key.values()
         for descriptor in found
         if descriptor.link is not None
+    }
+
+
+def _untold(looks: list[_Look], work_left: Mapping[int, tuple[int, ...]]) -> set[int]:
+    """The recorded PIDs whose remembered work was read (_work_left) and is not all of it."""
+    return {
+        left.holder
+        for look in looks
+        if (left := look.question.left_work) is not None and left.more and left.holder in work_left
     }
 
 

@@ -291,6 +291,8 @@ class Snapshot:
     work_left: Mapping[int, tuple[int, ...]] = field(default_factory=_frozen, repr=False)
     """For a PID a record names: what ran below it when a run last saw it hold the lock,
     still running (LockQuestion.left_work), whether or not the PID runs now."""
+    work_untold: frozenset[int] = frozenset()
+    """The PIDs among those whose remembered work is not all of it (LeftWork.more)."""
     cwds: WorkingDirectories | None = field(default=None, repr=False)
     working_in: Mapping[tuple[str, ...], tuple[int, ...]] = field(
         default_factory=_frozen, repr=False

@@ -18,7 +18,8 @@ The kinds (one JSON object per line, its `type` the kind):
   proof}``;
 * ``seen``     the sighting memory: ``{at, locks: {name: [identity, since(, seen_at)]}}``,
   and what ran below record-named holders: ``below: {name: {holder, boot, work: [[pid,
-  start_ticks, comm], ...]}}`` (only when there is some).
+  start_ticks, comm], ...](, more: true)}}`` (only when there is some; `more`: more ran below
+  it than `work` lists).
 
 Records are passed along and written, never compared (`eq=False`, docs/development.md,
 "Records"): compare their JSON form.
@@ -287,7 +288,8 @@ def _seen_entry(entry: SeenEntry) -> list[str]:
 
 def _left_work(left: LeftWork) -> dict[str, Any]:
     work = [[pid, ticks, name] for pid, ticks, name in left.work]
-    return {"holder": left.holder, "boot": left.boot_id, "work": work}
+    more = {"more": True} if left.more else {}  # an earlier version's file has none
+    return {"holder": left.holder, "boot": left.boot_id, "work": work} | more
 
 
 class _Fields:
@@ -438,11 +440,16 @@ def _seen(fields: _Fields) -> SeenRecord:
 
 
 def _read_left(name: str, value: object) -> LeftWork:
-    problem = _Malformed(f"below.{name} is not {{holder, boot, work: [[pid, ticks, name]]}}")
+    problem = _Malformed(
+        f"below.{name} is not {{holder, boot, work: [[pid, ticks, name]](, more: true)}}"
+    )
     if not isinstance(value, dict):
         raise problem
     holder, boot, work = value.get("holder"), value.get("boot"), value.get("work")
     if not (_is_int(holder) and isinstance(boot, str) and isinstance(work, list)):
+        raise problem
+    more = value.get("more", False)
+    if not isinstance(more, bool):
         raise problem
     rows = []
     for row in work:
@@ -452,7 +459,7 @@ def _read_left(name: str, value: object) -> LeftWork:
         if not (_is_int(pid) and _is_int(ticks) and isinstance(comm, str)):
             raise problem
         rows.append((pid, ticks, comm))
-    return LeftWork(holder, boot, tuple(rows))
+    return LeftWork(holder, boot, tuple(rows), more)
 
 
 def _is_int(value: object) -> TypeGuard[int]:

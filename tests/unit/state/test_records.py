@@ -48,6 +48,7 @@ EVERY_KIND: list[JournalRecord] = [
     SeenRecord(AT, {"k": SeenEntry("pid:1:2:b", EARLIER)}),
     SeenRecord(AT, {"k": SeenEntry("pg-backend:7:1", EARLIER, AT - timedelta(minutes=1))}),
     SeenRecord(AT, {}, {"job": LeftWork(4242, "boot-a", ((4250, 1234, "sleep"),))}),
+    SeenRecord(AT, {}, {"build": LeftWork(4242, "boot-a", ((4250, 1234, "cc"),), more=True)}),
 ]
 
 
@@ -81,6 +82,7 @@ def test_the_stored_form_is_the_documented_one() -> None:
         "job": {"holder": 4242, "boot": "boot-a", "work": [[4250, 1234, "sleep"]]}
     }
     assert "below" not in to_json(EVERY_KIND[13])  # written only when there is some
+    assert to_json(EVERY_KIND[15])["below"]["build"]["more"] is True  # an earlier one has none
     assert to_json(EVERY_KIND[5])["targets"] == ["s1"]
     assert to_json(EVERY_KIND[6])["targets"] is None  # not known yet: resolved when sent
 
@@ -131,10 +133,13 @@ def test_a_journal_written_before_a_field_existed_still_reads() -> None:
          "locks.k is not [identity, since(, seen_at)]"),
         ({"type": "seen", "at": "2026-12-04T10:00:00Z", "locks": {},
           "below": {"job": {"holder": 7, "boot": "b", "work": [[8, "1234", "sleep"]]}}},
-         "below.job is not {holder, boot, work: [[pid, ticks, name]]}"),
+         "below.job is not {holder, boot, work: [[pid, ticks, name]](, more: true)}"),
         ({"type": "seen", "at": "2026-12-04T10:00:00Z", "locks": {},
           "below": {"job": {"holder": True, "boot": "b", "work": []}}},
-         "below.job is not {holder, boot, work: [[pid, ticks, name]]}"),
+         "below.job is not {holder, boot, work: [[pid, ticks, name]](, more: true)}"),
+        ({"type": "seen", "at": "2026-12-04T10:00:00Z", "locks": {},
+          "below": {"job": {"holder": 7, "boot": "b", "work": [], "more": 1}}},
+         "below.job is not {holder, boot, work: [[pid, ticks, name]](, more: true)}"),
         ({"type": "seen", "at": "2026-12-04T10:00:00Z", "locks": {}, "below": []},
          "below is not a table"),
         ({"type": "future-kind", "at": "2026-12-04T10:00:00Z"},
