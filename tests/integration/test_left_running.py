@@ -519,6 +519,51 @@ def test_work_in_a_pid_namespace_of_its_own_is_stopped_with_its_holder(
     assert inspect(lock, "pidfile", tmp_path)["state"] == "stale"
 
 
+# argv: PIDFILE. A job whose worker, in a session of its own, ends its main thread and works
+# on in another (its stat then reads Z): prints the worker's PID.
+THREADED_WORKER = """
+import os, subprocess, sys, time
+with open(sys.argv[1], "w") as handle:
+    handle.write(f"{os.getpid()}\\n")
+work = ("import ctypes, threading, time; "
+        "threading.Thread(target=time.sleep, args=(120,)).start(); "
+        "ctypes.CDLL(None).pthread_exit(None)")
+worker = subprocess.Popen([sys.executable, "-c", work], start_new_session=True)
+print(worker.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_worker_whose_main_thread_ended_is_stopped_with_its_holder(
+    tmp_path: Path, children: Children
+) -> None:
+    """A worker whose main thread ended while another works on reads as a zombie (Z) in its
+    stat, but runs: it was left out of `below`, so the action left it working."""
+    lock = tmp_path / "job.pid"
+    argv = [sys.executable, "-c", textwrap.dedent(THREADED_WORKER), str(lock)]
+    job = children.start(argv, start_new_session=True)
+    assert job.stdout is not None
+    worker = children.track(int(job.stdout.readline()))
+    assert wait_until(lambda: _stat_fields(worker)[:1] == ["Z"], timeout=10)
+    late = inspect(lock, "pidfile", tmp_path, "--now", _hours_from_now(2))
+    assert late["state"] == "held_too_long", json.dumps(late, indent=1)
+    assert worker in {below["pid"] for below in late["holders"][0]["below"]}, late
+    line = late["action"]["line"]
+    subprocess.run([require_tool("bash"), "-c", line], check=True, timeout=10)
+    job.wait(timeout=10)
+    ended = wait_until(lambda: len(_stat_fields(worker)) < 18 or _stat_fields(worker)[17] == "1")
+    assert ended, f"{line} left {worker} running"
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """Its stat's fields from the state on (none once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return text[text.rfind(")") + 2 :].split()
+
+
 def _watched(lock: Path, lock_format: str, tmp_path: Path) -> Path:
     """A config as the timer's runs have it: a state directory (the sighting memory), and the
     lock removed once proven stale, so a wrong `stale` would delete a lock in use."""

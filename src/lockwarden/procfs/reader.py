@@ -771,7 +771,8 @@ class HostReader:
             except OSError:
                 continue  # ended meanwhile
             fields = text[text.rfind(")") + 2 :].split()
-            if fields[0] not in ("Z", "X"):
+            # a zombie whose other threads run is still at work (Process.alive)
+            if fields[0] not in ("Z", "X") or int(fields[17]) > 1:  # stat's num_threads
                 name = text[text.find("(") + 1 : text.rfind(")")]
                 ticks = int(fields[19])  # stat's starttime, its 22nd field
                 namespace = namespace_id(f"{self.proc}/{child}/ns/pid")
