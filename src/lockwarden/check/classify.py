@@ -690,10 +690,14 @@ def _unnamed_verdict(claim: Claim, evidence: Evidence) -> Verdict:
 
 def _foreign_namespace_reason(claim: Claim, evidence: Evidence) -> str | None:
     if claim.pid_namespace is not None and claim.pid_namespace != evidence.pid_namespace:
-        return (
-            f"PID {claim.pid} is in PID namespace {claim.pid_namespace}, "
-            f"not this one ({evidence.pid_namespace})"
+        # evidence.pid_namespace is the one whose PIDs the /proc read here shows: a namespace
+        # entered without a /proc of its own reads its parent's, where its PIDs mean others.
+        here = (
+            "the one whose PIDs the /proc read here shows, which lockwarden cannot tell"
+            if evidence.pid_namespace is None
+            else f"the one whose PIDs the /proc read here shows ({evidence.pid_namespace})"
         )
+        return f"PID {claim.pid} is in PID namespace {claim.pid_namespace}, not {here}"
     if claim.pid_namespace is None and evidence.nested_pid_namespace:
         return (
             "lockwarden runs in a container's PID namespace and the record does not say "

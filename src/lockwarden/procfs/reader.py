@@ -88,6 +88,7 @@ from lockwarden.support.bounded import BoundedRun
 from lockwarden.support.namespaces import (
     PF_KTHREAD,
     namespace_id,
+    numbered_namespace,
     proc_is_hosts,
     proc_locks_may_omit,
     sees_every_holder,
@@ -261,6 +262,7 @@ class _Base:
     uptime_s: float
     boot_id: str
     pid_namespace: int | None
+    """The PID namespace whose numbers the /proc read shows (support/namespaces.py)."""
     nested_pid_namespace: bool
     proc_locks_may_omit: bool
     hosts_proc: bool
@@ -404,7 +406,7 @@ class HostReader:
             captured_at=captured_at,
             uptime_s=float(_read_text(f"{proc}/uptime").split()[0]),
             boot_id=_read_text(f"{proc}/sys/kernel/random/boot_id").strip(),
-            pid_namespace=namespace_id(f"{proc}/self/ns/pid"),
+            pid_namespace=numbered_namespace(proc),
             nested_pid_namespace=not sees_every_holder(proc),
             proc_locks_may_omit=proc_locks_may_omit(proc),
             hosts_proc=proc_is_hosts(proc),
@@ -851,9 +853,9 @@ class HostReader:
 
     def _ignored(self, pid: int, fields: list[str], namespace: int | None) -> int:
         """The signals a process ignores as a signal sent from here finds it: its ignored set,
-        and for the init of a PID namespace below ours (`namespace`: its own; `unshare --pid
-        --fork`'s work, a container's PID 1), every signal it has no handler for, which the
-        kernel drops."""
+        and for the init of a PID namespace below the one the /proc numbers (`namespace`: its
+        own; `unshare --pid --fork`'s work, a container's PID 1), every signal it has no
+        handler for, which the kernel drops."""
         ignored = _ignored(fields)
         if namespace is None or namespace == self._host().pid_namespace:
             return ignored

@@ -259,6 +259,9 @@ class Snapshot:
     clock_ticks: int
     pid_max: int
     pid_namespace: int | None
+    """The PID namespace whose numbers this /proc shows, which a record's PID must be in to be
+    looked up here: not lockwarden's own where it entered one without mounting a /proc
+    (support/namespaces.numbered_namespace); None when that cannot be told."""
     nested_pid_namespace: bool
     hosts_proc: bool = False
     """The /proc read is the host's (support/namespaces.proc_is_hosts), even from a nested
@@ -710,9 +713,9 @@ def _process_facts(pid: int) -> ProcessFacts:
 def _scan_nested_pids(
     proc: str, entries: tuple[str, ...], own_namespace: int | None
 ) -> dict[int, tuple[int, ...]]:
-    """Inner PID -> outer PIDs, from the `NSpid:` lines (one PID per level, ours first) of the
-    processes in another PID namespace than ours; the namespace link is one readlink, so the
-    status file is read only for those."""
+    """Inner PID -> outer PIDs, from the `NSpid:` lines (one PID per level, the /proc's first)
+    of the processes in another PID namespace than the one the /proc numbers (`own_namespace`);
+    the namespace link is one readlink, so the status file is read only for those."""
     nested: dict[int, list[int]] = {}
     for part in _shared_walk(entries, lambda part: _nested_levels(proc, part, own_namespace)):
         for levels in part:
@@ -789,7 +792,7 @@ def _group_members(
 def _nested_levels(
     proc: str, entries: tuple[str, ...], own_namespace: int | None
 ) -> list[list[int]]:
-    """The NSpid levels of each process of `entries` outside our PID namespace."""
+    """The NSpid levels of each process of `entries` outside the /proc's PID namespace."""
     found = []
     for entry in entries:
         if own_namespace is not None and namespace_id(f"{proc}/{entry}/ns/pid") == own_namespace:

@@ -62,6 +62,25 @@ def proc_is_hosts(proc: str = "/proc") -> bool:
     return bool(flags) and flags[0].isdigit() and bool(int(flags[0]) & PF_KTHREAD)
 
 
+def numbered_namespace(proc: str = "/proc") -> int | None:
+    """The PID namespace whose numbers the /proc read shows: the one a record's PID must be in
+    to be looked up there. This process's own where that /proc was mounted for it (the host, a
+    container); the host's where a namespace was entered without a /proc of its own (`unshare
+    --pid --fork`, `nsenter --pid`), whose PIDs that /proc does not show; None when neither
+    can be told. `NSpid:` lists one PID per level from the /proc's namespace down to ours."""
+    own = namespace_id(f"{proc}/self/ns/pid")
+    if own == PROC_PID_INIT_INO:
+        return own
+    try:
+        with open(f"{proc}/self/status", encoding="utf-8", errors="replace") as status:
+            line = next((line for line in status if line.startswith("NSpid:")), "")
+    except OSError:
+        return None
+    if len(line.split()) == 2:
+        return own
+    return PROC_PID_INIT_INO if proc_is_hosts(proc) else None
+
+
 def sees_every_holder(proc: str = "/proc") -> bool:
     """Whether every process that may hold a watched lock is visible here, so that a PID's
     absence proves its holder gone: in the host's PID namespace, or where the operator says so

@@ -13,6 +13,7 @@ import pytest
 from lockwarden.support.namespaces import (
     PROC_PID_INIT_INO,
     namespace_id,
+    numbered_namespace,
     proc_is_own_nested_namespace,
     proc_locks_may_omit,
 )
@@ -30,21 +31,39 @@ def fake_proc(root: Path, namespace: int | None, nspid: str | None) -> str:
 
 
 @pytest.mark.parametrize(
-    ("namespace", "nspid", "may_omit", "own_nested"),
+    ("namespace", "nspid", "may_omit", "own_nested", "numbered"),
     [
-        (PROC_PID_INIT_INO, "4242", False, False),  # the host's namespace
-        (NESTED, "7", True, True),  # a container with a /proc of its own
-        (NESTED, "4242\t7", True, False),  # entered a namespace, reads the host's /proc
-        (None, "7", True, True),  # the link unreadable: not proven the host's
-        (NESTED, None, True, False),  # no NSpid line (a kernel before 4.1): not asked
+        (PROC_PID_INIT_INO, "4242", False, False, PROC_PID_INIT_INO),  # the host's namespace
+        (NESTED, "7", True, True, NESTED),  # a container with a /proc of its own
+        (NESTED, "4242\t7", True, False, None),  # entered a namespace, reads its parent's /proc
+        (None, "7", True, True, None),  # the link unreadable: not proven the host's
+        (NESTED, None, True, False, None),  # no NSpid line (a kernel before 4.1): not asked
     ],
 )
 def test_the_namespace_and_the_proc_it_reads(
-    tmp_path: Path, namespace: int | None, nspid: str | None, may_omit: bool, own_nested: bool
+    tmp_path: Path,
+    namespace: int | None,
+    nspid: str | None,
+    may_omit: bool,
+    own_nested: bool,
+    numbered: int | None,
 ) -> None:
     proc = fake_proc(tmp_path, namespace, nspid)
     assert proc_locks_may_omit(proc) is may_omit
     assert proc_is_own_nested_namespace.__wrapped__(proc) is own_nested
+    assert numbered_namespace(proc) == numbered
+
+
+def test_the_hosts_proc_read_from_a_nested_namespace_numbers_the_hosts_pids(
+    tmp_path: Path,
+) -> None:
+    """Entered without a /proc of its own, a namespace reads the host's (kthreadd, PID 2, is a
+    kernel thread there): its PIDs are the host namespace's, not this process's own."""
+    proc = fake_proc(tmp_path, NESTED, "4242\t7")
+    (tmp_path / "2").mkdir()
+    flags = 0x00200000  # PF_KTHREAD, the 9th field of stat
+    (tmp_path / "2" / "stat").write_text(f"2 (kthreadd) S 0 0 0 0 -1 {flags} 0 0\n")
+    assert numbered_namespace(proc) == PROC_PID_INIT_INO
 
 
 def test_a_namespace_link_is_read_as_its_inode_number(tmp_path: Path) -> None:
