@@ -714,7 +714,8 @@ def _foreign_host_reason(claim: Claim, evidence: Evidence, aliases: tuple[str, .
     node = claim.pid_proof.machine_id
     if node is not None and f"{claim.host}@{node}" in aliases:
         return None
-    if not _same_host(claim.host, evidence.hostname, aliases):
+    same_machine = node is not None and node == evidence.host_node
+    if not _same_host(claim.host, evidence.hostname, aliases, same_machine):
         return f"the lock was taken on host {claim.host!r}, not on this host ({evidence.hostname})"
     if node is not None and node != evidence.host_node:
         return (
@@ -737,10 +738,21 @@ def _namespace_twin_reason(claim: Claim, evidence: Evidence) -> str | None:
     )
 
 
-def _same_host(recorded: str, hostname: str, aliases: tuple[str, ...]) -> bool:
+def _same_host(
+    recorded: str, hostname: str, aliases: tuple[str, ...], same_machine: bool = False
+) -> bool:
+    """A short name and a qualified one are one host when their first labels agree (borg records
+    the FQDN of a host whose nodename is short); two qualified names only when they are equal:
+    `ws.dc1.example.org` and `ws.dc2.example.org` are two machines (a home shared between
+    them), unless a machine id recorded beside the name is this host's (`same_machine`: borg's
+    canonical name may qualify a nodename otherwise)."""
     short = hostname.split(".")[0]
     candidates = {hostname, short, "localhost", *aliases}
-    return recorded in candidates or recorded.split(".")[0] == short
+    if recorded in candidates:
+        return True
+    if "." in recorded and "." in hostname and not same_machine:
+        return False
+    return recorded.split(".")[0] == short
 
 
 def _reuse_proof(claim: Claim, process: Process) -> str | None:

@@ -15,6 +15,7 @@ from lockwarden.model import (
     Claim,
     Holder,
     KernelLock,
+    PidProof,
     Process,
     Severity,
     State,
@@ -108,6 +109,15 @@ FLOCK = KernelLock(1, "FLOCK", "WRITE", 500, KEY, 0, None, False)
             Severity.CRITICAL,
         ),
         (record(host="web7"), evidence(), State.UNKNOWN, Severity.UNKNOWN),
+        # a short name is its qualified host's; two qualified names, one host only when equal
+        (record(host="db1.example.org"), evidence(), State.STALE, Severity.CRITICAL),
+        (record(host="db1.dc2.example.org"), evidence(), State.UNKNOWN, Severity.UNKNOWN),
+        (  # unless the machine id recorded beside it (borg's) is this host's
+            record(host="db1.dc2.example.org", pid_proof=PidProof(machine_id=7)),
+            evidence(host_node=7),
+            State.STALE,
+            Severity.CRITICAL,
+        ),
         (record(pid_namespace=99), evidence(), State.UNKNOWN, Severity.UNKNOWN),
         (record(), evidence(nested_pid_namespace=True), State.UNKNOWN, Severity.UNKNOWN),
         (record(problem="bad"), evidence(), State.UNKNOWN, Severity.UNKNOWN),
