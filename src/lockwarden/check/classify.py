@@ -327,6 +327,9 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
     not_a_taker = _not_a_taker_reason(pid, process)
     if not_a_taker:
         return Verdict(State.UNKNOWN, not_a_taker, cause=UnknownCause.OTHER_PID_NAMESPACE)
+    shifted = _shifted_ticks_reason(claim, evidence, process)
+    if shifted:
+        return Verdict(State.UNKNOWN, shifted, cause=UnknownCause.PID_REUSE_SUSPECTED)
     reused = _reuse_proof(claim, process)
     if reused:
         reason = f"stale: PID {pid} now belongs to another process"
@@ -406,6 +409,20 @@ def _not_a_taker_reason(pid: int, process: Process) -> str | None:
         f"PID {pid} here is a kernel thread ({process.name}), which takes no lock records: the "
         "record was written in another PID namespace (a container's), whose holder lockwarden "
         "cannot see"
+    )
+
+
+def _shifted_ticks_reason(claim: Claim, evidence: Evidence, process: Process) -> str | None:
+    """Start ticks that differ are no proof where lockwarden runs in a time namespace that
+    shifts the boot clock: the kernel shows it every start shifted, and the record may have been
+    written outside (py-filelock writes none from a shifted one; a host's writer is not)."""
+    if not evidence.boottime_offset_s or claim.start_ticks in (None, process.start_ticks):
+        return None
+    return (
+        f"PID {process.pid} started at tick {process.start_ticks} as read here, the record says "
+        f"tick {claim.start_ticks}, but lockwarden runs in a time namespace that shifts the boot "
+        f"clock by {evidence.boottime_offset_s:g}s, and the record may have been written outside "
+        "it: no proof the process that took the lock is gone"
     )
 
 

@@ -63,6 +63,8 @@ class Evidence:
     """More ran below it then than was remembered (LeftWork.more): its work may still run."""
     hosts_proc: bool = False
     """The /proc read is the host's: its /proc/locks lists every flock (Snapshot.hosts_proc)."""
+    boottime_offset_s: float = 0.0
+    """The start ticks read here are shifted by it (Snapshot.boottime_offset_s)."""
     takers: dict[int, Process | None] = field(default_factory=dict)
     """The processes /proc/locks names as having taken the granted writer locks (PID > 0): the
     holder when it took the lock itself, else a parent that passed it on (maybe dead)."""
@@ -238,6 +240,7 @@ def gather(claim: Claim, snapshot: Snapshot) -> Evidence:
         pid_namespace=snapshot.pid_namespace,
         nested_pid_namespace=snapshot.nested_pid_namespace,
         hosts_proc=snapshot.hosts_proc,
+        boottime_offset_s=snapshot.boottime_offset_s,
         granted=writing,
         kernel_holders=writers,
         waiters=waiters,

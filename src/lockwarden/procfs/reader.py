@@ -87,6 +87,7 @@ from lockwarden.procfs.sockets import (
 from lockwarden.support.bounded import BoundedRun
 from lockwarden.support.namespaces import (
     PF_KTHREAD,
+    boottime_offset,
     namespace_id,
     numbered_namespace,
     proc_is_hosts,
@@ -266,6 +267,7 @@ class _Base:
     nested_pid_namespace: bool
     proc_locks_may_omit: bool
     hosts_proc: bool
+    boottime_offset_s: float
     euid: int
     ptrace_capable: bool
 
@@ -364,6 +366,7 @@ class HostReader:
             pid_namespace=base.pid_namespace,
             nested_pid_namespace=base.nested_pid_namespace,
             hosts_proc=base.hosts_proc,
+            boottime_offset_s=base.boottime_offset_s,
             lock_lines=_frozen({inode: tuple(lines) for inode, lines in index.items()}),
             euid=base.euid,
             ptrace_capable=base.ptrace_capable,
@@ -410,6 +413,7 @@ class HostReader:
             nested_pid_namespace=not sees_every_holder(proc),
             proc_locks_may_omit=proc_locks_may_omit(proc),
             hosts_proc=proc_is_hosts(proc),
+            boottime_offset_s=boottime_offset(proc),
             euid=os.geteuid(),
             ptrace_capable=_has_capability(proc, CAP_SYS_PTRACE),
         )

@@ -266,6 +266,9 @@ class Snapshot:
     hosts_proc: bool = False
     """The /proc read is the host's (support/namespaces.proc_is_hosts), even from a nested
     namespace: its /proc/locks lists every flock, wherever its taker runs."""
+    boottime_offset_s: float = 0.0
+    """What lockwarden's time namespace adds to the boot clock (support/namespaces.py): the
+    start ticks read here are shifted by it, a record's need not be."""
     lock_lines: Mapping[int, Sequence[str]] = field(default_factory=_frozen, repr=False)
     """The raw /proc/locks lines by inode number (see index_proc_locks)."""
     euid: int = 0

@@ -81,6 +81,26 @@ def numbered_namespace(proc: str = "/proc") -> int | None:
     return PROC_PID_INIT_INO if proc_is_hosts(proc) else None
 
 
+def boottime_offset(proc: str = "/proc") -> float:
+    """The seconds this process's time namespace adds to the boot clock (`unshare --time
+    --boottime`, a container a checkpoint was restored into), 0 outside one. The kernel shows
+    every process's start ticks and the uptime shifted by it, to this reader only: a record's
+    start ticks, written from another time namespace, are not comparable with them."""
+    try:
+        with open(f"{proc}/self/timens_offsets", encoding="ascii", errors="replace") as offsets:
+            lines = [line.split() for line in offsets]
+    except OSError:
+        return 0.0  # a kernel without time namespaces
+    for fields in lines:
+        if fields[:1] == ["boottime"] and len(fields) == 3 and _is_integer(fields[1:]):
+            return int(fields[1]) + int(fields[2]) / 1e9
+    return 0.0
+
+
+def _is_integer(texts: list[str]) -> bool:
+    return all(text.lstrip("-").isdigit() for text in texts)
+
+
 def sees_every_holder(proc: str = "/proc") -> bool:
     """Whether every process that may hold a watched lock is visible here, so that a PID's
     absence proves its holder gone: in the host's PID namespace, or where the operator says so

@@ -12,6 +12,7 @@ import pytest
 
 from lockwarden.support.namespaces import (
     PROC_PID_INIT_INO,
+    boottime_offset,
     namespace_id,
     numbered_namespace,
     proc_is_own_nested_namespace,
@@ -82,3 +83,21 @@ def test_this_process_is_read_from_the_real_proc() -> None:
     own = namespace_id("/proc/self/ns/pid")
     assert own is not None
     assert proc_locks_may_omit("/proc") is (own != PROC_PID_INIT_INO)
+
+
+@pytest.mark.parametrize(
+    ("offsets", "seconds"),
+    [
+        ("monotonic 0 0\nboottime 100000 0\n", 100000.0),
+        ("monotonic 5 0\nboottime -3 500000000\n", -2.5),
+        ("monotonic 0 0\nboottime 0 0\n", 0.0),
+        (None, 0.0),  # a kernel without time namespaces
+    ],
+)
+def test_the_boot_clock_offset_of_this_time_namespace(
+    tmp_path: Path, offsets: str | None, seconds: float
+) -> None:
+    proc = fake_proc(tmp_path, NESTED, "7")
+    if offsets is not None:
+        (tmp_path / "self" / "timens_offsets").write_text(offsets)
+    assert boottime_offset(proc) == seconds
