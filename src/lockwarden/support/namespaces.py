@@ -87,7 +87,7 @@ def boottime_offset(proc: str = "/proc") -> float:
     every process's start ticks and the uptime shifted by it, to this reader only: a record's
     start ticks, written from another time namespace, are not comparable with them."""
     try:
-        with open(f"{proc}/self/timens_offsets", encoding="ascii", errors="replace") as offsets:
+        with open(f"{proc}/self/timens_offsets", encoding="utf-8", errors="replace") as offsets:
             lines = [line.split() for line in offsets]
     except OSError:
         return 0.0  # a kernel without time namespaces
