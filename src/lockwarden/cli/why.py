@@ -34,6 +34,7 @@ from lockwarden.formats.sqlite import database_path, has_sqlite_header
 from lockwarden.model import (
     Finding,
     Holder,
+    InodeKey,
     KernelLock,
     Severity,
     State,
@@ -47,6 +48,7 @@ from lockwarden.procfs.snapshot import (
     blocked_calls,
     descriptor_inode,
     descriptor_path,
+    held_locks,
     index_proc_locks,
     parse_lock_line,
     reachable_path,
@@ -177,7 +179,9 @@ def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     blockers = tuple(
         holder
         for holder in finding.holders
-        if holder.pid not in (None, pid) and _conflicts(holder, request)
+        if holder.pid is not None
+        and holder.pid != pid
+        and _blocks(walk.proc, holder, finding.key, call.call, request)
     )
     behind = tuple(answer(holder.pid, walk) for holder in blockers if holder.pid is not None)
     waiting = tuple(item for item in behind if item.waits or item.deadlock or item.problem)
@@ -281,14 +285,46 @@ def _request(proc: str, pid: int, inode: int) -> KernelLock | None:
     return None
 
 
-def _conflicts(holder: Holder, request: KernelLock | None) -> bool:
-    """Whether a holder's lock can be what the request waits for: byte ranges that overlap
-    (a POSIX lock on other bytes of the file blocks nobody here). Unknown either side: yes."""
-    if request is None or holder.lock_start is None:
+KERNEL_KINDS = ("FLOCK", "POSIX", "OFDLCK")
+FAMILIES = {"flock": ("FLOCK",), "fcntl": ("POSIX", "OFDLCK")}
+"""The kernel locks each lock call can wait for: flock(2) locks and fcntl's POSIX and OFD
+locks are kept apart and never block each other."""
+
+
+def _blocks(
+    proc: str, holder: Holder, key: InodeKey, call: str, request: KernelLock | None
+) -> bool:
+    """Whether a holder holds a lock the request conflicts with: every lock it holds on the
+    file, read from its descriptors (a process may hold a flock and byte ranges at once); when
+    they cannot be read, or none carries the lock (a memory mapping keeps a flock), the lock
+    it is named with."""
+    assert holder.pid is not None
+    held = held_locks(proc, holder.pid, key)
+    if held:
+        return any(
+            _conflicts(lock.kind, lock.mode, lock.start, lock.end, call, request) for lock in held
+        )
+    kind, _space, mode = (holder.lock_kind or "").partition(" ")
+    return _conflicts(kind, mode, holder.lock_start, holder.lock_end, call, request)
+
+
+def _conflicts(
+    kind: str, mode: str, start: int | None, end: int | None, call: str, request: KernelLock | None
+) -> bool:
+    """Whether a held lock can be what the request waits for: one of the family the call waits
+    on, not a read lock when a read lock is asked for, on bytes that overlap (a POSIX lock on
+    other bytes of the file blocks nobody here). What is unknown of either side: yes."""
+    if kind in KERNEL_KINDS and kind not in FAMILIES.get(call, KERNEL_KINDS):
+        return False
+    if request is None:
         return True
-    held_end = math.inf if holder.lock_end is None else holder.lock_end
+    if mode == "READ" and request.mode == "READ":
+        return False
+    if start is None:
+        return True
+    held_end = math.inf if end is None else end
     request_end = math.inf if request.end is None else request.end
-    return holder.lock_start <= request_end and request.start <= held_end
+    return start <= request_end and request.start <= held_end
 
 
 def _command(proc: str, pid: int) -> str | None:

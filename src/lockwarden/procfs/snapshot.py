@@ -1229,6 +1229,26 @@ def descriptor_inode(proc: str, pid: int, fd: int) -> int | None:
     return int(inode) if inode is not None else None
 
 
+def held_locks(proc: str, pid: int, key: InodeKey) -> list[KernelLock] | None:
+    """The kernel locks granted to `pid`'s descriptors on this inode, from their fdinfo `lock:`
+    lines (a holder may hold several: a flock and byte ranges); None when its descriptors
+    cannot all be read, so what it holds is not known."""
+    try:
+        names = os.listdir(f"{proc}/{pid}/fdinfo")
+        held = []
+        for name in names:
+            raw = _read_small(f"{proc}/{pid}/fdinfo/{name}", read_on=lambda _: True)
+            if raw is None or b"\nlock:" not in raw:
+                continue  # closed since it was listed, or carries no lock
+            for line in _fdinfo_details(raw.decode("utf-8", errors="replace"))[1]:
+                lock = parse_lock_line(line)
+                if lock is not None and not lock.waiting and lock.key == key:
+                    held.append(lock)
+    except OSError:
+        return None
+    return held
+
+
 def _fdinfo_identity(raw: bytes) -> tuple[bytes | None, bytes | None]:
     """The digits of the `mnt_id:` and `ino:` fields of an fdinfo entry, None for a field it
     has not (no ino: before Linux 5.14, no mnt_id: before 3.15). Read once per descriptor on
