@@ -5,6 +5,8 @@ stuck on something else; each judged by the real CLI against what the test start
 from __future__ import annotations
 
 import json
+import math
+import random
 import subprocess
 import time
 from pathlib import Path
@@ -287,3 +289,99 @@ def test_a_file_named_like_sqlites_shm_beside_no_database_is_a_lock_of_its_own(
     [process] = why(str(retrying.pid))[1]["processes"]
     [candidate] = process["locked_open"]
     assert candidate["path"] == str(lock) and candidate["held_by"] == [holder.pid], candidate
+
+
+# Take each `STYLE:MODE:START:LENGTH` lock on argv[1] without waiting (flock, POSIX or OFD;
+# `sh` or `ex`; LENGTH 0: to the end of the file) and say which it got: a holder of several.
+TAKES = """
+import fcntl, json, struct, sys, time
+handle = open(sys.argv[1], "r+")
+got = []
+for spec in sys.argv[2:]:
+    style, mode, start, length = spec.split(":")
+    try:
+        if style == "flock":
+            fcntl.flock(handle, (fcntl.LOCK_EX if mode == "ex" else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        elif style == "posix":
+            kind = fcntl.LOCK_EX if mode == "ex" else fcntl.LOCK_SH
+            fcntl.lockf(handle, kind | fcntl.LOCK_NB, int(length), int(start))
+        else:
+            kind = fcntl.F_WRLCK if mode == "ex" else fcntl.F_RDLCK
+            flock = struct.pack("hhqqi4x", kind, 0, int(start), int(length), 0)
+            fcntl.fcntl(handle, fcntl.F_OFD_SETLK, flock)
+        got.append(spec)
+    except OSError:
+        pass
+print(json.dumps(got), flush=True)
+time.sleep(120)
+"""
+# Wait for one `STYLE:MODE:START:LENGTH` lock on argv[1] (flock or POSIX: /proc/locks names
+# the request of either), then say so.
+WAITS_FOR = """
+import fcntl, sys, time
+handle = open(sys.argv[1], "r+")
+style, mode, start, length = sys.argv[2].split(":")
+print("ready", flush=True)
+if style == "flock":
+    fcntl.flock(handle, fcntl.LOCK_EX if mode == "ex" else fcntl.LOCK_SH)
+else:
+    fcntl.lockf(handle, fcntl.LOCK_EX if mode == "ex" else fcntl.LOCK_SH, int(length), int(start))
+print("got", flush=True)
+time.sleep(120)
+"""
+
+
+def conflict(held: str, wanted: str) -> bool:
+    """The kernel's rule, as the test knows it: flock(2) and fcntl locks never meet, two read
+    locks never conflict, and byte ranges must overlap (a flock covers the whole file)."""
+    (style, mode, start, length), (w_style, w_mode, w_start, w_length) = (
+        spec.split(":") for spec in (held, wanted)
+    )
+    if (style == "flock") != (w_style == "flock") or mode == w_mode == "sh":
+        return False
+    if style == "flock":
+        return True
+    end = int(start) + int(length) if int(length) else math.inf
+    w_end = int(w_start) + int(w_length) if int(w_length) else math.inf
+    return int(start) < w_end and int(w_start) < end
+
+
+def random_lock(rng: random.Random, styles: tuple[str, ...]) -> str:
+    start, length = rng.randrange(0, 40), rng.choice([0, rng.randrange(1, 20)])
+    return f"{rng.choice(styles)}:{rng.choice(['sh', 'ex'])}:{start}:{length}"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_why_names_as_blockers_exactly_the_holders_whose_locks_conflict(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    """A randomized differential: holders of random flock, POSIX and OFD locks (some several)
+    on one file, and a writer waiting for a random flock or POSIX lock on it. `why` names as
+    blocking it exactly the holders the kernel's rules say it waits for: a flock waits on no
+    POSIX lock, a read lock on no read lock. Naming the others named an innocent process to
+    kill, and a holder waiting on its own unrelated lock made a false deadlock."""
+    rng = random.Random(seed)
+    lock = tmp_path / "shared"
+    lock.write_bytes(b"\0" * 64)
+    held: dict[int, list[str]] = {}
+    for _ in range(rng.randrange(2, 5)):
+        specs = [random_lock(rng, ("flock", "posix", "ofd")) for _ in range(rng.randrange(1, 3))]
+        holder = children.start([*python(), TAKES, str(lock), *specs])
+        assert holder.stdout is not None
+        held[holder.pid] = json.loads(holder.stdout.readline())
+    wanted = random_lock(rng, ("flock", "posix"))
+    truth = {pid for pid, specs in held.items() if any(conflict(s, wanted) for s in specs)}
+    context = f"seed {seed}: held {held}, wanted {wanted}"
+    waiter = children.python(WAITS_FOR, str(lock), wanted)
+    assert waiter.stdout is not None
+    if not truth:
+        assert waiter.stdout.readline().strip() == "got", context
+        return
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10), context
+
+    _code, document = why(str(waiter.pid))
+    [process] = document["processes"]
+    [wait] = process["waits"]
+    assert set(wait["blocked_by"]) == truth, context
+    assert all(not behind["deadlock"] for behind in wait["behind"]), context
+    assert wait["to_free_it"] == "kill " + " ".join(map(str, wait["blocked_by"])), context
