@@ -385,3 +385,40 @@ def test_why_names_as_blockers_exactly_the_holders_whose_locks_conflict(
     assert set(wait["blocked_by"]) == truth, context
     assert all(not behind["deadlock"] for behind in wait["behind"]), context
     assert wait["to_free_it"] == "kill " + " ".join(map(str, wait["blocked_by"])), context
+
+
+# Hold a POSIX read lock on argv[1], then wait for a flock on argv[2].
+POSIX_THEN_FLOCK = """
+import fcntl, sys, time
+held = open(sys.argv[1], "r+")
+fcntl.lockf(held, fcntl.LOCK_SH)
+print("ready", flush=True)
+wanted = open(sys.argv[2], "r+")
+fcntl.flock(wanted, fcntl.LOCK_EX)
+time.sleep(120)
+"""
+
+
+def test_a_holders_lock_the_chain_does_not_wait_for_makes_no_deadlock(
+    tmp_path: Path, children: Children
+) -> None:
+    """One waits (flock) on a lock held by another, which waits (flock) on a file the first
+    holds a POSIX lock on and a third a flock: the POSIX lock blocks no flock, so the third
+    is the end of the chain, not a deadlock that never ends by itself."""
+    first, second = tmp_path / "first.lock", tmp_path / "second.lock"
+    first.touch()
+    second.touch()
+    third = children.python(FLOCK_HOLDER, str(second))
+    two = children.start(
+        [*python(), HOLD_THEN_WAIT, str(first), str(second)], ready="ready", stdin=subprocess.PIPE
+    )
+    one = children.python(POSIX_THEN_FLOCK, str(second), str(first))
+    go_on(two)
+    assert wait_until(lambda: blocked_in_lock_call(one.pid) and blocked_in_lock_call(two.pid))
+    code, document = why(str(one.pid))
+    [process] = document["processes"]
+    [behind] = process["waits"][0]["behind"]
+    assert behind["pid"] == two.pid
+    [next_wait] = behind["waits"]
+    assert next_wait["blocked_by"] == [third.pid] and next_wait["behind"] == [], next_wait
+    assert code == 0  # within the default budgets, and no deadlock

@@ -5,7 +5,9 @@ F_OFD_SETLKW) on a descriptor (`/proc/PID/task/TID/syscall`, the same reading th
 waiters for `inspect`): that descriptor's file is the lock it waits for, judged like any lock
 (`inspect`; an SQLite database as SQLite, formats.LOCKED_FILE, so a rollback journal's reader
 in a transaction holds it and a writer waiting in COMMIT does not), so its holders come from
-their descriptors, never from a guess. A holder that
+their descriptors, never from a guess; of them, those whose locks conflict with the request
+(flock(2) and fcntl locks never meet, two read locks never conflict, byte ranges must overlap)
+are the ones it waits for. A holder that
 itself waits is followed to the end of the chain; a holder met twice is a deadlock. A process
 in no lock call is not waiting on any lock lockwarden can see, and is said to be doing what its
 state, wait channel and system call say.
