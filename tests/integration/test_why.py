@@ -422,3 +422,31 @@ def test_a_holders_lock_the_chain_does_not_wait_for_makes_no_deadlock(
     [next_wait] = behind["waits"]
     assert next_wait["blocked_by"] == [third.pid] and next_wait["behind"] == [], next_wait
     assert code == 0  # within the default budgets, and no deadlock
+
+
+# Hold argv[1] through one open, then wait for it through a second: flock(2) locks belong to
+# open file descriptions, so the process waits on itself.
+SELF_DEADLOCK = """
+import fcntl, sys
+first, second = open(sys.argv[1], "w"), open(sys.argv[1], "w")
+fcntl.flock(first, fcntl.LOCK_EX)
+print("ready", flush=True)
+fcntl.flock(second, fcntl.LOCK_EX)
+"""
+
+
+def test_a_process_waiting_for_its_own_flock_is_a_deadlock(
+    tmp_path: Path, children: Children
+) -> None:
+    """It holds a flock through one open and waits for it through another: no other process
+    will ever let go. It was said to wait 'within its budget' (exit 0), its own PID dropped
+    from the holders; a POSIX lock, which a process never waits on itself for, is not so."""
+    lock = tmp_path / "self.lock"
+    stuck = children.start([*python(), SELF_DEADLOCK, str(lock)], ready="ready")
+    assert wait_until(lambda: blocked_in_lock_call(stuck.pid))
+    code, document = why(str(stuck.pid))
+    [process] = document["processes"]
+    [wait] = process["waits"]
+    assert wait["blocked_by"] == [stuck.pid], wait
+    assert [behind["deadlock"] for behind in wait["behind"]] == [True], wait
+    assert code == 2, document  # a deadlock never ends by itself

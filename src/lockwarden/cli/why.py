@@ -182,12 +182,22 @@ def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
         holder
         for holder in finding.holders
         if holder.pid is not None
-        and holder.pid != pid
+        and (holder.pid != pid or _own_flock(call))
         and _blocks(walk.proc, holder, finding.key, call.call, request)
     )
     behind = tuple(answer(holder.pid, walk) for holder in blockers if holder.pid is not None)
     waiting = tuple(item for item in behind if item.waits or item.deadlock or item.problem)
     return Wait(pid, path, kind, finding, waiting, blockers)
+
+
+def _own_flock(call: BlockedCall) -> bool:
+    """Whether a flock(2) the waiter itself holds on the file can be what it waits for: flock
+    locks belong to open file descriptions, and a conversion on the one it waits through lets
+    go of the old lock before it waits, so one it still holds is on another open of the file:
+    a wait on itself, which never ends (a POSIX lock never waits on its own process; an OFD
+    lock held through the same description would not block it, and which description holds
+    it is not read here)."""
+    return call.call == "flock" and not call.ofd
 
 
 DATABASE_CALL = "a database session"
