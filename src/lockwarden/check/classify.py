@@ -868,7 +868,7 @@ def held_duration(
     already had (a shell's `exec 9>F; ...; flock 9`), or sent it over a socket."""
     if verdict.state not in (State.HELD, State.STALE):
         return None, Bound.UNKNOWN
-    if _record_or_file_dates(claim, verdict):
+    if _record_or_file_dates(claim, verdict, now):
         return held_seconds(claim, verdict, evidence, now), Bound.EXACT
     if not evidence.kernel_locked:
         age = held_seconds(claim, verdict, evidence, now)
@@ -958,16 +958,18 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
     return min(held, since_boot) if verdict.state is State.HELD and since_boot >= 0 else held
 
 
-def _record_or_file_dates(claim: Claim, verdict: Verdict) -> bool:
+def _record_or_file_dates(claim: Claim, verdict: Verdict, now: datetime) -> bool:
     """Whether anything but the holder's own start dates the lock. A kernel lock records no
-    time: then the holder's running time is all there is, an upper bound the report says is one."""
+    time: then the holder's running time is all there is, an upper bound the report says is one.
+    A date after `now` dates nothing (a clock stepped back since, a local time read as UTC):
+    held_seconds leaves it out, and what is left is no date of the lock's own."""
     if claim.problem is not None:
         return False
     describes_holder = verdict.holder is not None and verdict.holder.pid == claim.pid
-    dated_record = claim.started_at is not None and (
+    dated_record = _age(claim.started_at, now) is not None and (
         describes_holder or verdict.state is State.STALE
     )
-    return dated_record or (claim.existence_is_lock and claim.created_at is not None)
+    return dated_record or (claim.existence_is_lock and _age(claim.created_at, now) is not None)
 
 
 def grade(

@@ -1,0 +1,123 @@
+"""A record's start time after the run's clock dates nothing: a clock stepped back since it was
+written, or a local time written without its offset, east of UTC. What is left is the holder's
+running time, an upper bound: a long-lived process that took the lock a moment ago must not be
+paged with that as an exact age.
+
+Seeded differential: real processes run past the budget, then each takes a flock on its own
+`key=value` record file (or writes a JSON record file, an existence lock the file's mtime
+dates) with a start time chosen before or after its take, in one of the shapes records use. One
+`--once` run judges them all against what the test knows: every hold is seconds old."""
+
+from __future__ import annotations
+
+import random
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Children, run_json, write_config
+
+WARN_AFTER = 3
+LOCKS = 6
+DELAY = WARN_AFTER + 2  # how long each holder runs before it takes its lock
+
+# Runs `delay` seconds (past the budget), then takes its lock and writes its record, dated
+# `offset` seconds from the take in `shape`; prints "ready".
+TAKE_LATE = """
+import fcntl, json, os, sys, time
+from datetime import datetime, timedelta, timezone
+path, style, shape, offset, delay = sys.argv[1:6]
+time.sleep(float(delay))
+moment = datetime.now(timezone.utc) + timedelta(seconds=float(offset))
+if shape == "unix":
+    stamp = str(int(moment.timestamp()))
+elif shape == "unix-ms":
+    stamp = str(int(moment.timestamp() * 1000))
+elif shape == "naive":
+    stamp = moment.replace(tzinfo=None).isoformat(timespec="seconds")
+elif shape == "east":
+    stamp = moment.astimezone(timezone(timedelta(hours=2))).isoformat(timespec="seconds")
+else:
+    stamp = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+if style == "kv-flock":
+    handle = open(path, "w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    handle.write(f"pid={os.getpid()}\\nacquired_at={stamp}\\n")
+    handle.flush()
+else:
+    with open(path, "w") as handle:
+        json.dump({"pid": os.getpid(), "startedAt": stamp}, handle)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+SHAPES = ("rfc3339", "naive", "east", "unix", "unix-ms")
+STYLES = ("kv-flock", "json-file")
+
+
+def arrange(seed: int) -> list[tuple[str, str, float]]:
+    """(style, shape, offset) per lock; at least one flocked record dated ahead per seed."""
+    chooser = random.Random(seed)
+    plan = []
+    for index in range(LOCKS):
+        style = "kv-flock" if index == 0 else chooser.choice(STYLES)
+        future = index == 0 or chooser.random() < 0.6
+        # a past date stays within the holder's life: one before its start reads as a reused PID
+        offset = chooser.uniform(60, 3 * 3600) if future else -chooser.uniform(0, DELAY - 2)
+        plan.append((style, chooser.choice(SHAPES), offset))
+    return plan
+
+
+def config(tmp_path: Path, count: int) -> str:
+    locks = "".join(
+        f'[[lock]]\nname = "job{index}"\npath = "{tmp_path / f"job{index}.lock"}"\n'
+        'format = "owner-record"\n\n'
+        for index in range(count)
+    )
+    text = (
+        f'[defaults]\nwarn_after = "{WARN_AFTER}s"\ncritical_after = "1h"\n\n{locks}'
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+    )
+    return write_config(tmp_path / "config.toml", text)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_record_dated_after_the_run_never_dates_the_hold(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    plan = arrange(seed)
+    holders = [
+        children.start(
+            [
+                sys.executable,
+                "-c",
+                TAKE_LATE,
+                str(tmp_path / f"job{index}.lock"),
+                style,
+                shape,
+                str(offset),
+                str(DELAY),
+            ]
+        )
+        for index, (style, shape, offset) in enumerate(plan)
+    ]
+    for holder in holders:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    taken_by = datetime.now(UTC)
+    _, document = run_json("--once", "--config", config(tmp_path, len(plan)))
+    checked_at = datetime.fromisoformat(document["checked_at"].replace("Z", "+00:00"))
+    for index, (style, shape, offset) in enumerate(plan):
+        finding: dict[str, Any] = document["locks"][index]
+        context = f"seed {seed}: job{index} {style} {shape} {offset:+.0f}s: {finding}"
+        assert [h["pid"] for h in finding["holders"]] == [holders[index].pid], context
+        dated_after_run = taken_by + timedelta(seconds=offset) > checked_at + timedelta(seconds=1)
+        if dated_after_run:
+            # the truth: held for seconds, well within the budget; no date of its own but the
+            # file's (an existence lock's mtime) can say how long
+            assert finding["state"] == "held", context
+            assert finding["held"]["bound"] != "exact" or style == "json-file", context
+        elif style == "kv-flock":
+            assert finding["held"]["bound"] == "exact", context
