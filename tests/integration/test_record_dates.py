@@ -6,12 +6,17 @@ paged with that as an exact age.
 Seeded differential: real processes run past the budget, then each takes a flock on its own
 `key=value` record file (or writes a JSON record file, an existence lock the file's mtime
 dates) with a start time chosen before or after its take, in one of the shapes records use. One
-`--once` run judges them all against what the test knows: every hold is seconds old."""
+`--once` run judges them all against what the test knows: every hold is seconds old.
+
+And the other way: a holder that touches its lock while it works (a heartbeat on the file or
+directory, a progress file written into its lock directory) moves the lock's mtime, not the
+start its record gives; the hold must still escalate on the record's date."""
 
 from __future__ import annotations
 
 import random
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -121,3 +126,56 @@ def test_a_record_dated_after_the_run_never_dates_the_hold(
             assert finding["held"]["bound"] != "exact" or style == "json-file", context
         elif style == "kv-flock":
             assert finding["held"]["bound"] == "exact", context
+
+
+# Takes its lock (a directory with owner.json, or a JSON file), records its start, prints
+# "ready", then touches the lock every 0.2 s as `touch` says.
+HEARTBEAT = """
+import json, os, sys, time
+from datetime import datetime, timezone
+path, style, touch = sys.argv[1:4]
+record = {"pid": os.getpid(), "startedAt": datetime.now(timezone.utc).isoformat()}
+if style == "dir":
+    os.mkdir(path)
+with open(os.path.join(path, "owner.json") if style == "dir" else path, "w") as handle:
+    json.dump(record, handle)
+print("ready", flush=True)
+for tick in range(600):
+    time.sleep(0.2)
+    if touch == "utime":
+        os.utime(path)
+    elif touch == "entry":
+        with open(os.path.join(path, f"progress{tick % 2}"), "w") as handle:
+            handle.write(str(tick))
+"""
+
+TOUCHES = {"dir": ("none", "utime", "entry"), "file": ("none", "utime")}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_lock_its_holder_touches_is_dated_by_its_record(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    chooser = random.Random(seed)
+    styles = ["dir", "file"] + [chooser.choice(("dir", "file")) for _ in range(LOCKS - 2)]
+    plan = [
+        (style, chooser.choice(TOUCHES[style][1:] if index < 2 else TOUCHES[style]))
+        for index, style in enumerate(styles)
+    ]
+    holders = [
+        children.start(
+            [sys.executable, "-c", HEARTBEAT, str(tmp_path / f"job{index}.lock"), style, touch]
+        )
+        for index, (style, touch) in enumerate(plan)
+    ]
+    for holder in holders:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    time.sleep(DELAY)  # the truth: every lock held DELAY seconds at least, past its budget
+    _, document = run_json("--once", "--config", config(tmp_path, len(plan)))
+    for index, (style, touch) in enumerate(plan):
+        finding: dict[str, Any] = document["locks"][index]
+        context = f"seed {seed}: job{index} {style} touched {touch}: {finding}"
+        assert [h["pid"] for h in finding["holders"]] == [holders[index].pid], context
+        assert finding["state"] == "held_too_long", context
+        assert finding["held"]["bound"] == "exact", context
+        assert finding["held"]["seconds"] >= DELAY, context

@@ -930,7 +930,10 @@ def _taker_age(evidence: Evidence, now: datetime) -> float | None:
 
 def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: datetime) -> float | None:
     """How long it has been held: the smallest of the record's age, the lock file's age and the
-    holder's running time, so a clock step or a long-lived holder never inflates it.
+    holder's running time, so a clock step or a long-lived holder never inflates it. The file's
+    age is its last write's: a holder that touches its lock while it works (a heartbeat, or a
+    lock directory it writes into) moves it, so it counts only when the record does not date
+    this holder's hold.
 
     The holder's start is boot time + its start ticks, both taken from the same snapshot, so
     its running time is monotonic: a wall-clock step moves the boot time and `now` together.
@@ -944,7 +947,8 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
     candidates = []
     if trusted and (record_describes_holder or verdict.state is State.STALE):
         candidates.append(claim.started_at)
-    if trusted and claim.existence_is_lock:
+    dated_by_record = record_describes_holder and _age(claim.started_at, now) is not None
+    if trusted and claim.existence_is_lock and not dated_by_record:
         candidates.append(claim.created_at)
     if holder is not None:
         candidates.append(holder.started_at)
