@@ -87,6 +87,8 @@ class Job(NamedTuple):
     lock: Path
     lock_format: str
     context: str
+    shells: dict[int, int]
+    """A depth-2 worker's sleep -> the shell that waits for it (and ends with it)."""
 
 
 def start_job(
@@ -112,10 +114,14 @@ def start_job(
     holder_pid, *workers = (int(pid) for pid in holder.stdout.readline().split())
     if holder_pid != holder.pid:
         children.track(holder_pid)
+    shells, printed = {}, iter(workers)
+    for depth in drawn:  # printed in the order drawn: a depth-2 worker as its sleep, its shell
+        worker = next(printed)
+        if depth == "2":
+            shells[worker] = next(printed)
     context = f"seed {seed}: {lock_format}, leads {leader}, workers at depths {drawn}"
-    return Job(
-        holder, holder_pid, {children.track(pid) for pid in workers}, lock, lock_format, context
-    )
+    workers_tracked = {children.track(pid) for pid in workers}
+    return Job(holder, holder_pid, workers_tracked, lock, lock_format, context, shells)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -123,7 +129,7 @@ def test_a_killed_holders_workers_hold_its_lock_until_they_end(
     seed: int, tmp_path: Path, children: Children
 ) -> None:
     job = start_job(seed, tmp_path, children, fewest_workers=0)
-    holder, _holder_pid, workers, lock, lock_format, context = job
+    holder, _holder_pid, workers, lock, lock_format, context, _shells = job
     holder.send_signal(signal.SIGKILL)
     holder.wait()
 
@@ -186,7 +192,7 @@ def test_the_advised_action_frees_the_lock_with_what_the_holder_started(
     given, ends the hold and every worker (`kill PID` alone left them migrating, and the lock
     held by them; a group's kill leaves a worker that left the group)."""
     job = start_job(seed, tmp_path, children, 1, ("session", "group", "neither"), ("1", "2", "3"))
-    holder, holder_pid, workers, lock, lock_format, context = job
+    holder, holder_pid, workers, lock, lock_format, context, _shells = job
     late = inspect(lock, lock_format, tmp_path, "--now", _hours_from_now(2))
     assert late["state"] == "held_too_long", context
     [named] = late["holders"]
@@ -589,7 +595,7 @@ def test_work_seen_below_a_killed_holder_keeps_its_lock_until_it_ends(
     the test ends before the second run; the test knows which still run."""
     (tmp_path / "state").mkdir(mode=0o700)
     job = start_job(seed, tmp_path, children, 1, ("session", "group", "neither"), ("1", "2", "3"))
-    _holder, holder_pid, workers, lock, lock_format, context = job
+    _holder, holder_pid, workers, lock, lock_format, context, shells = job
     config = _watched(lock, lock_format, tmp_path)
     _code, document = run_json("--once", "--config", config)
     [seen] = document["locks"]
@@ -602,8 +608,9 @@ def test_work_seen_below_a_killed_holder_keeps_its_lock_until_it_ends(
     ended = {pid for pid in sorted(workers) if rng.random() < 0.4}
     for pid in ended:
         children.end(pid)
+    ended |= {shell for sleep, shell in shells.items() if sleep in ended}  # its `wait` returns
     assert wait_until(lambda: not any(_runs(pid) for pid in ended), timeout=10), context
-    running = {pid for pid in workers if _runs(pid)}  # a shell ends with its sleep
+    running = workers - ended
     context += f"; ended {sorted(ended)}, running {sorted(running)}"
 
     for _run in range(2):  # a second run would remove a lock it found stale again
