@@ -193,6 +193,9 @@ class Claim:
     ``problem`` is set when the record exists but cannot be trusted; the claim's pid is then None.
     ``break_command`` is the command the lock's own program offers to break it when stale.
     ``max_hold_s`` is the holder's own declared limit (`lockwarden hold --max-hold`), if any.
+    ``started_at_naive``: the record's time gave no offset. It is read as UTC in
+    ``started_at``, but its writer may have meant its local time (`datetime.now()`), which this
+    host's zone reads otherwise (classify.record_start).
 
     Mechanisms a format can switch on (classify.py applies them, whatever the format):
     ``writer_ranges``: only a WRITE kernel lock overlapping one of them blocks writers; any other
@@ -230,6 +233,7 @@ class Claim:
     host: str | None = None
     user: str | None = None
     started_at: datetime | None = None
+    started_at_naive: bool = False
     start_ticks: int | None = None
     boot_id: str | None = None
     pid_namespace: int | None = None

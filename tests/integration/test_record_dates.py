@@ -14,6 +14,7 @@ start its record gives; the hold must still escalate on the record's date."""
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
@@ -179,3 +180,87 @@ def test_a_lock_its_holder_touches_is_dated_by_its_record(
         assert finding["state"] == "held_too_long", context
         assert finding["held"]["bound"] == "exact", context
         assert finding["held"]["seconds"] >= DELAY, context
+
+
+# A record's time written without an offset is a wall-clock time in a zone it does not name:
+# `datetime.now()` writes the host's local time, `datetime.utcnow()` UTC. Starts, waits `delay`
+# seconds, takes its lock (a flock on a key=value record, or a JSON record file, an existence
+# lock) dated now in `shape`, and prints "ready". Run with the host's zone in TZ, as the holders
+# of that host are.
+TAKE_IN_ZONE = """
+import fcntl, json, os, sys, time
+from datetime import datetime, timezone
+path, style, shape, delay = sys.argv[1:5]
+time.sleep(float(delay))
+if shape == "naive-local":
+    stamp = datetime.now().isoformat(timespec="seconds")
+elif shape == "naive-utc":
+    stamp = datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
+else:
+    stamp = datetime.now().astimezone().isoformat(timespec="seconds")
+if style == "kv-flock":
+    handle = open(path, "w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    handle.write(f"pid={os.getpid()}\\nacquired_at={stamp}\\n")
+    handle.flush()
+else:
+    with open(path, "w") as handle:
+        json.dump({"pid": os.getpid(), "startedAt": stamp}, handle)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+# POSIX TZ strings (no zone database needed): UTC, and local time 5 h behind, 9 h and 5 h 30 m
+# ahead of it; the hour is the local time's offset from UTC.
+ZONES = {"UTC0": 0.0, "<-05>5": -5.0, "<+09>-9": 9.0, "<+0530>-5:30": 5.5}
+NAIVE_SHAPES = ("naive-local", "naive-utc", "aware")
+
+
+def _reads_one_way(shape: str, offset_hours: float) -> bool:
+    """Whether only one reading of the time (as UTC, as local time here) is not in the future:
+    the other one is ahead of the clock by the zone's offset, far more than any hold here."""
+    if shape == "aware" or offset_hours == 0:
+        return True
+    return (shape == "naive-local") == (offset_hours > 0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_time_without_an_offset_never_pages_a_young_hold_in_any_zone(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    """Seeded differential over the host's zone (one per seed: UTC, west, east, a half-hour
+    zone) and, per lock, the record's style, its time's shape (naive local, naive UTC, with
+    its offset) and its age: taken at once (held DELAY seconds, past the budget, when the run
+    looks) or after DELAY seconds (held a moment). A naive local time west of UTC read as UTC
+    made a moment's hold hours old, and paged it. Each reading of such a time that is not in
+    the future is possible: the report dates the hold exactly only when one is, else at least
+    since the later one; it pages a hold past its budget, never one a moment old."""
+    zone = list(ZONES)[seed]
+    chooser = random.Random(seed)
+    plan = [
+        (
+            "kv-flock" if index == 0 else chooser.choice(STYLES),
+            NAIVE_SHAPES[index % 3] if index < 3 else chooser.choice(NAIVE_SHAPES),
+            str(chooser.choice((0, DELAY))),
+        )
+        for index in range(LOCKS)
+    ]
+    holders = [
+        children.start(
+            [sys.executable, "-c", TAKE_IN_ZONE, str(tmp_path / f"job{index}.lock"), *spec],
+            env={**os.environ, "TZ": zone},
+        )
+        for index, spec in enumerate(plan)
+    ]
+    for holder in holders:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    _, document = run_json("--once", "--config", config(tmp_path, len(plan)), TZ=zone)
+    for index, (style, shape, delay) in enumerate(plan):
+        finding: dict[str, Any] = document["locks"][index]
+        context = f"seed {seed}: TZ={zone} job{index} {style} {shape} delay {delay}: {finding}"
+        assert [h["pid"] for h in finding["holders"]] == [holders[index].pid], context
+        young = delay == str(DELAY)  # the truth: taken a moment ago, else DELAY seconds ago
+        assert finding["state"] == ("held" if young else "held_too_long"), context
+        exact = _reads_one_way(shape, ZONES[zone])
+        assert finding["held"]["bound"] == ("exact" if exact else "at_least"), context
+        assert finding["held"]["seconds"] <= (2 if young else DELAY + 3), context

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from lockwarden.check.advice import advise_holder, call_to_act, may_be_flocked, needs_action
 from lockwarden.check.identify import Evidence, holder_from_process, missing_right, processes
@@ -812,10 +812,12 @@ def _reuse_suspicion(claim: Claim, started_at: datetime) -> str | None:
     which a clock step can fake. Matching start ticks settle it."""
     if claim.start_ticks is not None:
         return None
-    written = claim.started_at or claim.created_at
-    if written is None:
+    readings = record_readings(claim) or ((claim.created_at,) if claim.created_at else ())
+    if not readings:
         return None
-    # Subtract rather than add: a record dated near year 9999 must not overflow.
+    # Subtract rather than add: a record dated near year 9999 must not overflow. A time that
+    # reads two ways is suspect only if it is so read both ways.
+    written = max(readings)
     started_after = started_at - written
     if started_after > REUSE_SUSPICION_MARGIN:
         return (
@@ -823,7 +825,8 @@ def _reuse_suspicion(claim: Claim, started_at: datetime) -> str | None:
             f"written ({format_time(written)}): probably another process that reused the PID, "
             "but wall-clock times are no proof; check it before removing the lock"
         )
-    if claim.pid_proof.started_at_is_start and -started_after > PID_REUSE_MARGIN:
+    if claim.pid_proof.started_at_is_start and min(readings) - started_at > PID_REUSE_MARGIN:
+        written = min(readings)
         return (
             f"PID {claim.pid} started at {format_time(started_at)}, but the holder its record "
             f"names started at {format_time(written)}: probably another process that reused the "
@@ -868,8 +871,19 @@ def held_duration(
     already had (a shell's `exec 9>F; ...; flock 9`), or sent it over a socket."""
     if verdict.state not in (State.HELD, State.STALE):
         return None, Bound.UNKNOWN
-    if _record_or_file_dates(claim, verdict, now):
+    dating = _record_or_file_dates(claim, verdict, now)
+    if dating is Bound.EXACT:
         return held_seconds(claim, verdict, evidence, now), Bound.EXACT
+    if dating is Bound.AT_LEAST:  # held since then at least: or since a run first saw it so
+        known = [
+            age
+            for age in (
+                held_seconds(claim, verdict, evidence, now),
+                _sighting_age(first_seen, verdict, now),
+            )
+            if age is not None
+        ]
+        return (max(known), Bound.AT_LEAST) if known else (None, Bound.UNKNOWN)
     if not evidence.kernel_locked:
         age = held_seconds(claim, verdict, evidence, now)
         return (age, Bound.AT_MOST) if age is not None else (None, Bound.UNKNOWN)
@@ -944,10 +958,11 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
     holder = verdict.holder
     trusted = claim.problem is None
     record_describes_holder = holder is not None and holder.pid == claim.pid
+    written, _exact = record_start(claim, now)
     candidates = []
     if trusted and (record_describes_holder or verdict.state is State.STALE):
-        candidates.append(claim.started_at)
-    dated_by_record = record_describes_holder and _age(claim.started_at, now) is not None
+        candidates.append(written)
+    dated_by_record = record_describes_holder and written is not None
     if trusted and claim.existence_is_lock and not dated_by_record:
         candidates.append(claim.created_at)
     if holder is not None:
@@ -962,18 +977,50 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
     return min(held, since_boot) if verdict.state is State.HELD and since_boot >= 0 else held
 
 
-def _record_or_file_dates(claim: Claim, verdict: Verdict, now: datetime) -> bool:
-    """Whether anything but the holder's own start dates the lock. A kernel lock records no
-    time: then the holder's running time is all there is, an upper bound the report says is one.
-    A date after `now` dates nothing (a clock stepped back since, a local time read as UTC):
-    held_seconds leaves it out, and what is left is no date of the lock's own."""
+def _record_or_file_dates(claim: Claim, verdict: Verdict, now: datetime) -> Bound | None:
+    """What dates the lock besides its holder's start, and how well. A kernel lock records no
+    time: then the holder's running time is all there is, an upper bound the report says is one
+    (None here). A record of this holder's hold (or of a stale lock) dates it exactly, unless
+    its time reads two ways (record_start): then it was taken at the later reading at the
+    latest. The lock file's own time is its last write's: an existence lock exists at least
+    since then. A date after `now` dates nothing (a clock stepped back since, a local time read
+    as UTC): held_seconds leaves it out, and what is left is no date of the lock's own."""
     if claim.problem is not None:
-        return False
+        return None
     describes_holder = verdict.holder is not None and verdict.holder.pid == claim.pid
-    dated_record = _age(claim.started_at, now) is not None and (
-        describes_holder or verdict.state is State.STALE
-    )
-    return dated_record or (claim.existence_is_lock and _age(claim.created_at, now) is not None)
+    written, exact = record_start(claim, now)
+    if written is not None and (describes_holder or verdict.state is State.STALE):
+        return Bound.EXACT if exact else Bound.AT_LEAST
+    if claim.existence_is_lock and _age(claim.created_at, now) is not None:
+        return Bound.AT_LEAST
+    return None
+
+
+def record_readings(claim: Claim) -> tuple[datetime, ...]:
+    """The moments the record's time can mean: itself; for a time written without an offset,
+    also that wall-clock time in this host's zone, when it differs (a writer's `datetime.now()`
+    on this host: the record names a process here)."""
+    if claim.started_at is None:
+        return ()
+    if not claim.started_at_naive:
+        return (claim.started_at,)
+    try:
+        local = claim.started_at.replace(tzinfo=None).astimezone(UTC)
+    except (OverflowError, ValueError, OSError):
+        return (claim.started_at,)
+    return (claim.started_at,) if local == claim.started_at else (claim.started_at, local)
+
+
+def record_start(claim: Claim, now: datetime) -> tuple[datetime | None, bool]:
+    """When the record says the lock was taken, and whether that is exact. A time that reads
+    two ways (record_readings) is exact when only one of its readings is not after `now`;
+    when both are past, the lock was taken at the later one at the latest, never earlier than
+    it can be known: `held at least`, never a page on the earlier reading. No reading up to
+    `now`: no date."""
+    past = [moment for moment in record_readings(claim) if moment <= now]
+    if not past:
+        return None, True
+    return max(past), len(past) == 1
 
 
 def grade(

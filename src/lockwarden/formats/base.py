@@ -198,6 +198,7 @@ def claim_from_record(
         host=record.host,
         user=record.user,
         started_at=record.started_at,
+        started_at_naive=record.started_at_naive,
         start_ticks=record.start_ticks,
         boot_id=record.boot_id,
         pid_namespace=record.pid_namespace,

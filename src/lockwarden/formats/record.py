@@ -47,6 +47,8 @@ class OwnerRecord:
     host: str | None = None
     user: str | None = None
     started_at: datetime | None = None
+    started_at_naive: bool = False
+    """The start time is text with no offset (read as UTC; maybe its writer's local time)."""
     boot_id: str | None = None
     start_ticks: int | None = None
     pid_namespace: int | None = None
@@ -127,6 +129,7 @@ def _from_mapping(mapping: dict[str, Any], pid_max: int, style: str) -> OwnerRec
         host=_text(_first(mapping, HOST_KEYS)),
         user=_text(mapping.get("user")),
         started_at=None if timestamp is None else parse_timestamp(timestamp),
+        started_at_naive=timestamp is not None and is_naive(timestamp),
         boot_id=_boot_id(mapping.get("boot_id")),
         start_ticks=_optional_int(mapping.get("start_ticks"), "start_ticks"),
         pid_namespace=_optional_int(mapping.get("pid_namespace"), "pid_namespace"),
@@ -230,6 +233,18 @@ def parse_timestamp(value: Any) -> datetime:
     if not EARLIEST <= moment <= LATEST:
         raise RecordProblem("the record's start time is out of range")
     return moment
+
+
+def is_naive(value: Any) -> bool:
+    """RFC 3339-like text without an offset (`2026-12-06T10:00:00`): a wall-clock time in a zone
+    it does not name. Its writer may mean UTC (`datetime.utcnow()`) or its own local time
+    (`datetime.now()`)."""
+    if not isinstance(value, str) or len(value) > 64:
+        return False
+    try:
+        return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).tzinfo is None
+    except ValueError:
+        return False
 
 
 def _timestamp(value: Any) -> datetime:
