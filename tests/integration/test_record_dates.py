@@ -264,3 +264,46 @@ def test_a_time_without_an_offset_never_pages_a_young_hold_in_any_zone(
         exact = _reads_one_way(shape, ZONES[zone])
         assert finding["held"]["bound"] == ("exact" if exact else "at_least"), context
         assert finding["held"]["seconds"] <= (2 if young else DELAY + 3), context
+
+
+# Writes its PID into its pidfile (no date: the file's mtime is all that dates it), prints
+# "ready", then rewrites it every 0.2 s, as a daemon that refreshes its pidfile does.
+REWRITES_PIDFILE = """
+import os, sys, time
+path = sys.argv[1]
+for tick in range(600):
+    with open(path + ".new", "w") as handle:
+        handle.write(f"{os.getpid()}\\n")
+    os.replace(path + ".new", path)
+    if tick == 0:
+        print("ready", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_a_pidfile_its_holder_rewrites_escalates_on_the_runs_sightings(
+    tmp_path: Path, children: Children
+) -> None:
+    """Nothing but its mtime dates a pidfile, and a holder that rewrites it keeps that a moment
+    old: as an exact age, it was never past any budget. It is a lower bound (the file exists at
+    least since its last write), which the runs that saw the same holder raise: a run DELAY
+    seconds after the first pages it."""
+    lock = tmp_path / "job.pid"
+    holder = children.start([sys.executable, "-c", REWRITES_PIDFILE, str(lock)])
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    (tmp_path / "state").mkdir(mode=0o700)
+    text = (
+        f'[defaults]\nwarn_after = "{WARN_AFTER}s"\ncritical_after = "1h"\n\n'
+        f'[[lock]]\nname = "job"\npath = "{lock}"\nformat = "pidfile"\n\n'
+        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+    )
+    configured = write_config(tmp_path / "config.toml", text)
+    _, document = run_json("--once", "--config", configured)
+    [first] = document["locks"]
+    assert (first["state"], first["held"]["bound"]) == ("held", "at_least"), first
+    assert [h["pid"] for h in first["holders"]] == [holder.pid], first
+    time.sleep(DELAY)  # the truth: held DELAY seconds more, past the budget
+    _, document = run_json("--once", "--config", configured)
+    [later] = document["locks"]
+    assert (later["state"], later["held"]["bound"]) == ("held_too_long", "at_least"), later
+    assert DELAY <= later["held"]["seconds"] <= DELAY + 5, later
