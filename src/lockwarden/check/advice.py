@@ -252,6 +252,9 @@ def _kill_line(signal: str, targets: list[str]) -> str:
     if any(target.startswith("-") for target in targets):
         # procps's kill reads `kill -- -6` as signal 6 with no PID; with the signal named it
         # reads every `-PID` after `--` as a group (bash's builtin reads both forms alike).
+        # No one form serves dash's builtin too: it refuses `kill -TERM -- -6` ("Illegal
+        # number: -") and takes `kill -s TERM -- -6`, which procps 4.0 misreads (the group
+        # is not signalled). The argv runs procps's; a `sh` script must run it as /bin/kill.
         signal = f"{signal or '-TERM '}-- "
     return "kill " + signal + " ".join(dict.fromkeys(targets))
 
