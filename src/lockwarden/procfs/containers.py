@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable
 
 from lockwarden.model import Container
+from lockwarden.support.namespaces import nspid_levels
 
 _HEX_ID = r"([0-9a-f]{64})"
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -125,11 +126,8 @@ def _machine_record(name: str) -> dict[str, str]:
 
 def _namespace_pid(status_text: str) -> int | None:
     """The PID in the innermost PID namespace (`NSpid:`'s last field)."""
-    for line in status_text.splitlines():
-        if line.startswith("NSpid:"):
-            fields = line.split()[1:]
-            return int(fields[-1]) if fields and fields[-1].isdigit() else None
-    return None
+    levels = nspid_levels(status_text)
+    return levels[-1] if levels else None
 
 
 class ContainerNames:

@@ -89,6 +89,7 @@ from lockwarden.support.namespaces import (
     PF_KTHREAD,
     boottime_offset,
     namespace_id,
+    nspid_levels,
     numbered_namespace,
     proc_is_hosts,
     proc_locks_may_omit,
@@ -946,8 +947,7 @@ def _namespace_init(proc: str, pid: int) -> bool:
         status = _read_text(f"{proc}/{pid}/status")
     except OSError:
         return False
-    line = next((line for line in status.splitlines() if line.startswith("NSpid:")), "")
-    return line.split()[-1:] == ["1"]
+    return nspid_levels(status)[-1:] == (1,)
 
 
 def _ignored(fields: list[str]) -> int:

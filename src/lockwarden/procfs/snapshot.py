@@ -34,7 +34,7 @@ import psutil
 
 from lockwarden.model import InodeKey, KernelLock, Process, Workers
 from lockwarden.procfs.sockets import ClientSockets
-from lockwarden.support.namespaces import namespace_id
+from lockwarden.support.namespaces import namespace_id, nspid_levels
 from lockwarden.support.safe_read import read_pointer
 
 DEFAULT_PID_MAX = 4194304
@@ -804,8 +804,7 @@ def _nested_levels(
             status = _read_text(f"{proc}/{entry}/status")
         except OSError:
             continue
-        line = next((line for line in status.splitlines() if line.startswith("NSpid:")), "")
-        found.append([int(part) for part in line.split()[1:] if part.isdigit()])
+        found.append(list(nspid_levels(status)))
     return found
 
 

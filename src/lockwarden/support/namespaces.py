@@ -71,14 +71,31 @@ def numbered_namespace(proc: str = "/proc") -> int | None:
     own = namespace_id(f"{proc}/self/ns/pid")
     if own == PROC_PID_INIT_INO:
         return own
-    try:
-        with open(f"{proc}/self/status", encoding="utf-8", errors="replace") as status:
-            line = next((line for line in status if line.startswith("NSpid:")), "")
-    except OSError:
+    levels = _own_levels(proc)
+    if levels is None:
         return None
-    if len(line.split()) == 2:
+    if len(levels) == 1:
         return own
     return PROC_PID_INIT_INO if proc_is_hosts(proc) else None
+
+
+def nspid_levels(status_text: str) -> tuple[int, ...]:
+    """A process's PIDs from its status's `NSpid:` line, one per PID namespace level from the
+    /proc's namespace down to the process's own (its last); () where the kernel shows none."""
+    for line in status_text.splitlines():
+        if line.startswith("NSpid:"):
+            fields = line.split()[1:]
+            return tuple(int(field) for field in fields) if all(map(str.isdigit, fields)) else ()
+    return ()
+
+
+def _own_levels(proc: str) -> tuple[int, ...] | None:
+    """This process's `NSpid:` levels as the /proc read shows them; None if it cannot be read."""
+    try:
+        with open(f"{proc}/self/status", encoding="utf-8", errors="replace") as status:
+            return nspid_levels(status.read())
+    except OSError:
+        return None
 
 
 def boottime_offset(proc: str = "/proc") -> float:
@@ -120,9 +137,5 @@ def proc_is_own_nested_namespace(proc: str = "/proc") -> bool:
     (F_OFD_GETLK) are seen from the same namespace: 0 for an owner outside it."""
     if not proc_locks_may_omit(proc):
         return False
-    try:
-        with open(f"{proc}/self/status", encoding="utf-8", errors="replace") as status:
-            line = next((line for line in status if line.startswith("NSpid:")), "")
-    except OSError:
-        return False
-    return len(line.split()) == 2
+    levels = _own_levels(proc)
+    return levels is not None and len(levels) == 1
