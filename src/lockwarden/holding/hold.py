@@ -202,6 +202,7 @@ def record_for(
     """This process's identity, read the way the inspecting side reads it (one capture of the
     host through procfs), so the start ticks and boot id it records are exactly what `inspect`
     will compare. `command` None means this process's own command line."""
+    _numbered_here(proc)
     snapshot = HostReader(clock, proc).capture(Request(read_locks=False, pids=(os.getpid(),)))
     me = snapshot.process(os.getpid())
     if me is None:
@@ -218,6 +219,27 @@ def record_for(
         user=_invoking_user(),
         max_hold_s=max_hold_s,
     )
+
+
+def _numbered_here(proc: str) -> None:
+    """Refuse a PID namespace entered without a /proc of its own (`unshare --pid --fork`
+    without `--mount-proc`, `nsenter --pid`): the /proc there numbers its processes otherwise,
+    so this process's PID names another process in it (on a host, PID 3 is a kernel thread),
+    whose start ticks the record would then carry: once this supervisor is gone, `inspect`
+    would name that innocent process as the holder. Its own /proc (`/proc/self`) says how it
+    is numbered there."""
+    try:
+        here = os.readlink(f"{proc}/self")
+    except OSError:
+        here = "none"  # not numbered there at all
+    if here != str(os.getpid()):
+        raise LockUnavailable(
+            f"this process is PID {os.getpid()} in its PID namespace, but {proc} numbers it "
+            f"{here}: the namespace was entered without a /proc of its own, so its PIDs name "
+            f"other processes in {proc} and the lock's record would name one of them; run "
+            "lockwarden hold outside it, or in one with its own /proc (`unshare --pid --fork "
+            "--mount-proc`)"
+        )
 
 
 def _invoking_user() -> str:
