@@ -14,11 +14,12 @@ start its record gives; the hold must still escalate on the record's date."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +308,35 @@ def test_a_pidfile_its_holder_rewrites_escalates_on_the_runs_sightings(
     [later] = document["locks"]
     assert (later["state"], later["held"]["bound"]) == ("held_too_long", "at_least"), later
     assert DELAY <= later["held"]["seconds"] <= DELAY + 5, later
+
+
+@pytest.mark.parametrize("zone", list(ZONES))
+def test_a_process_started_after_a_naive_record_is_never_named_its_holder(
+    zone: str, tmp_path: Path, children: Children
+) -> None:
+    """A record written an hour ago, with no start ticks, names a PID a process took a moment
+    ago: probably a reused PID, `unknown`, never that process as the holder. With the record's
+    time written without an offset, in every shape and zone: a reading of it ahead of the clock
+    (a naive UTC time read as local time, west of UTC) must not hide that the process started
+    after every reading that can be true."""
+    written_at = datetime.now(UTC) - timedelta(hours=1)
+    local = written_at.astimezone(_zone(zone))
+    stamps = {
+        "naive-local": local.replace(tzinfo=None).isoformat(timespec="seconds"),
+        "naive-utc": written_at.replace(tzinfo=None).isoformat(timespec="seconds"),
+        "aware": local.isoformat(timespec="seconds"),
+    }
+    newcomer = children.start([sys.executable, "-c", "import time; time.sleep(120)"])
+    for index, stamp in enumerate(stamps.values()):
+        record = {"pid": newcomer.pid, "startedAt": stamp}
+        (tmp_path / f"job{index}.lock").write_text(json.dumps(record))
+    _, document = run_json("--once", "--config", config(tmp_path, len(stamps)), TZ=zone)
+    for shape, finding in zip(stamps, document["locks"], strict=True):
+        context = f"TZ={zone} {shape} {stamps[shape]}: {finding}"
+        assert finding["state"] == "unknown", context
+        assert finding["unknown_cause"] == "pid_reuse_suspected", context
+        assert finding["holders"] == [], context
+
+
+def _zone(posix: str) -> timezone:
+    return timezone(timedelta(hours=ZONES[posix]))

@@ -337,7 +337,9 @@ def _pid_verdict(claim: Claim, evidence: Evidence, pid: int, process: Process | 
         if pid == claim.pid and (evidence.work_left or evidence.work_untold):  # gone as above
             return _work_left(pid, evidence.work_left, evidence.work_untold)
         return _unless_workers_remain(claim, evidence, stale)
-    suspect = _unknown_program(claim, process) or _reuse_suspicion(claim, process.started_at)
+    suspect = _unknown_program(claim, process) or _reuse_suspicion(
+        claim, process.started_at, evidence.captured_at
+    )
     if suspect:
         return Verdict(State.UNKNOWN, suspect, cause=UnknownCause.PID_REUSE_SUSPECTED)
     if claim.owner_uid not in (None, 0, process.uid):
@@ -806,13 +808,15 @@ def _unknown_program(claim: Claim, process: Process) -> str | None:
     )
 
 
-def _reuse_suspicion(claim: Claim, started_at: datetime) -> str | None:
+def _reuse_suspicion(claim: Claim, started_at: datetime, now: datetime) -> str | None:
     """The named process started after its record was written (or, for a record of the
     holder's own start, long before it): probably a reused PID, but by wall-clock times only,
     which a clock step can fake. Matching start ticks settle it."""
     if claim.start_ticks is not None:
         return None
     readings = record_readings(claim) or ((claim.created_at,) if claim.created_at else ())
+    if len(readings) > 1:  # a time that reads two ways: a reading ahead of the clock is none
+        readings = tuple(moment for moment in readings if moment <= now) or readings
     if not readings:
         return None
     # Subtract rather than add: a record dated near year 9999 must not overflow. A time that
