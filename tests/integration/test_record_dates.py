@@ -31,9 +31,25 @@ WARN_AFTER = 3
 LOCKS = 6
 DELAY = WARN_AFTER + 2  # how long each holder runs before it takes its lock
 
+# The end of a holder's script: takes its lock, a flock on a key=value record (`kv-flock`) or a
+# JSON record file (an existence lock), dated `stamp`; prints "ready", then sleeps.
+TAKE_AND_RECORD = """
+if style == "kv-flock":
+    handle = open(path, "w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    handle.write(f"pid={os.getpid()}\\nacquired_at={stamp}\\n")
+    handle.flush()
+else:
+    with open(path, "w") as handle:
+        json.dump({"pid": os.getpid(), "startedAt": stamp}, handle)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
 # Runs `delay` seconds (past the budget), then takes its lock and writes its record, dated
 # `offset` seconds from the take in `shape`; prints "ready".
-TAKE_LATE = """
+TAKE_LATE = (
+    """
 import fcntl, json, os, sys, time
 from datetime import datetime, timedelta, timezone
 path, style, shape, offset, delay = sys.argv[1:6]
@@ -49,17 +65,9 @@ elif shape == "east":
     stamp = moment.astimezone(timezone(timedelta(hours=2))).isoformat(timespec="seconds")
 else:
     stamp = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
-if style == "kv-flock":
-    handle = open(path, "w")
-    fcntl.flock(handle, fcntl.LOCK_EX)
-    handle.write(f"pid={os.getpid()}\\nacquired_at={stamp}\\n")
-    handle.flush()
-else:
-    with open(path, "w") as handle:
-        json.dump({"pid": os.getpid(), "startedAt": stamp}, handle)
-print("ready", flush=True)
-time.sleep(120)
 """
+    + TAKE_AND_RECORD
+)
 
 SHAPES = ("rfc3339", "naive", "east", "unix", "unix-ms")
 STYLES = ("kv-flock", "json-file")
@@ -188,7 +196,8 @@ def test_a_lock_its_holder_touches_is_dated_by_its_record(
 # seconds, takes its lock (a flock on a key=value record, or a JSON record file, an existence
 # lock) dated now in `shape`, and prints "ready". Run with the host's zone in TZ, as the holders
 # of that host are.
-TAKE_IN_ZONE = """
+TAKE_IN_ZONE = (
+    """
 import fcntl, json, os, sys, time
 from datetime import datetime, timezone
 path, style, shape, delay = sys.argv[1:5]
@@ -199,17 +208,9 @@ elif shape == "naive-utc":
     stamp = datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
 else:
     stamp = datetime.now().astimezone().isoformat(timespec="seconds")
-if style == "kv-flock":
-    handle = open(path, "w")
-    fcntl.flock(handle, fcntl.LOCK_EX)
-    handle.write(f"pid={os.getpid()}\\nacquired_at={stamp}\\n")
-    handle.flush()
-else:
-    with open(path, "w") as handle:
-        json.dump({"pid": os.getpid(), "startedAt": stamp}, handle)
-print("ready", flush=True)
-time.sleep(120)
 """
+    + TAKE_AND_RECORD
+)
 
 # POSIX TZ strings (no zone database needed): UTC, and local time 5 h behind, 9 h and 5 h 30 m
 # ahead of it; the hour is the local time's offset from UTC.
