@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -1344,3 +1345,66 @@ def test_why_names_a_prepared_transaction_that_a_client_waits_behind(
     assert "prepared transaction 'deploy-why'" in text, text
     assert "unnamed process" not in text, text
     assert "ROLLBACK PREPARED 'deploy-why'" in text, text
+
+
+# (PostgreSQL's name, POSIX TZ for lockwarden, hours east of UTC): zones without summer time.
+LIQUIBASE_ZONES = [
+    ("UTC", "UTC0", 0),
+    ("America/Bogota", "<-05>5", -5),
+    ("Asia/Tokyo", "<+09>-9", 9),
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_liquibase_row_dated_in_its_writers_zone_is_never_older_than_it_is(
+    seed: int, server: Server, tmp_path: Path, children: Children
+) -> None:
+    """LOCKGRANTED is a wall-clock time in the zone of the JVM that wrote it, which nothing
+    records: this host's, the server's, or UTC (a Liquibase in a container). Read in one zone
+    only (the server's for a row another host locked, this host's for its own), a row written
+    in another was hours off: a minute-old lock paged as held for hours, or one held for hours
+    read as just taken. Seeded over the server's zone (the check's session's, PGTZ), this
+    host's (TZ), the writer's (one of those or UTC), the row's true age and whose row it is
+    (another host's, or this host's with Liquibase running): the report is never older than
+    the truth, pages a row held for hours and never one a minute old."""
+    rng = random.Random(seed)
+    server_zone, host_zone = rng.choice(LIQUIBASE_ZONES), rng.choice(LIQUIBASE_ZONES)
+    writer = rng.choice([server_zone, host_zone, LIQUIBASE_ZONES[0]])
+    age = rng.choice([timedelta(minutes=1), timedelta(hours=2)])
+    case = rng.choice(["another host", "this host, Liquibase running", "this host, left over"])
+    here = case != "another host"
+    if case == "this host, left over":
+        assert not _liquibase_processes(), "this host runs what looks like Liquibase"
+    if case == "this host, Liquibase running":
+        runner = children.start(["bash", "-c", "exec -a liquibase sleep 120"])
+        command = Path(f"/proc/{runner.pid}/cmdline")
+        assert wait_until(lambda: command.read_bytes().startswith(b"liquibase\0"))
+    granted_at = (datetime.now(UTC) - age).replace(microsecond=0)
+    wall = (granted_at + timedelta(hours=writer[2])).strftime("%Y-%m-%d %H:%M:%S")
+    by = f"{os.uname().nodename} (127.0.0.1)" if here else "build-7.example.net (10.0.0.7)"
+    with server.admin() as connection:
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS databasechangeloglock (id int PRIMARY KEY, locked "
+            "boolean NOT NULL, lockgranted timestamp, lockedby varchar(255))"
+        )
+        connection.execute("DELETE FROM databasechangeloglock")
+        connection.execute("INSERT INTO databasechangeloglock VALUES (1, true, %s, %s)", (wall, by))
+    context = (
+        f"seed {seed}: server {server_zone[0]}, host {host_zone[1]}, written in {writer[0]} "
+        f"({wall}), {age} ago, {case}"
+    )
+    try:
+        lock = lock_text(server, 'liquibase_table = "databasechangeloglock"')
+        _code, finding = check(tmp_path, lock, PGTZ=server_zone[0], TZ=host_zone[1])
+    finally:
+        with server.admin() as connection:
+            connection.execute("DELETE FROM databasechangeloglock")
+    context += f": {finding}"
+    held = finding["held"]
+    assert held["seconds"] is not None, context
+    assert held["seconds"] <= age.total_seconds() + 30, context  # never older than it is
+    old = age > timedelta(hours=1)  # past critical_after, and stale_after's default
+    expected = {True: "held_too_long", False: "held"}[old]
+    if case == "this host, left over":  # no Liquibase here: stale once old, else it may be starting
+        expected = "stale" if old else "unknown"
+    assert finding["state"] == expected, context

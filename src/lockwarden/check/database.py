@@ -421,7 +421,7 @@ def _liquibase_held(
     granted: datetime | None,
     who: str,
 ) -> Finding:
-    held = _granted(granted, now)
+    held = _granted(row, now)
     state, severity = grade(State.HELD, held.seconds, policy, held.bound)
     since = f" for {format_duration(held.seconds)}" if held.seconds is not None else ""
     running = f", {process.describe()} runs Liquibase here" if process else ""
@@ -441,10 +441,19 @@ def _liquibase_held(
     )
 
 
-def _granted(granted: datetime | None, now: datetime) -> Held:
-    """The row records when its lock was granted (LOCKGRANTED): held exactly since then, as
-    a lock whose own record dates it (a row granted ahead of our clock is just taken)."""
-    return NOT_HELD if granted is None else Held.began(granted, Bound.EXACT, now)
+def _granted(row: LiquibaseRow, now: datetime) -> Held:
+    """The row records when its lock was granted (LOCKGRANTED), as a lock whose own record
+    dates it, but in a zone it does not name (LiquibaseRow.readings): held exactly since then
+    when its readings agree, or only one is not ahead of our clock; else at least since the
+    latest that is not, never paged on a reading that may be hours early. A row granted
+    ahead of our clock in every reading is just taken."""
+    readings = row.readings or ((row.granted,) if row.granted is not None else ())
+    past = [moment for moment in readings if moment <= now]
+    if not readings:
+        return NOT_HELD
+    if not past:
+        return Held.began(min(readings), Bound.EXACT, now)
+    return Held.began(max(past), Bound.EXACT if len(past) == 1 else Bound.AT_LEAST, now)
 
 
 def _liquibase_left_over(
@@ -456,7 +465,7 @@ def _liquibase_left_over(
     identity: str,
 ) -> Finding:
     """The row names this host and no Liquibase runs here: stale once older than stale_after."""
-    age = None if row.granted is None else (now - row.granted).total_seconds()
+    age = _granted(row, now).seconds  # since its latest reading: it may be no older
     threshold = policy.stale_after
     cause = UnknownCause.UNPROVEN
     if host.processes is None:
@@ -476,7 +485,7 @@ def _liquibase_left_over(
             state=State.STALE,
             severity=policy.stale_severity,
             reason="stale: Liquibase's lock row is left over from a run that is gone",
-            held=_granted(row.granted, now),
+            held=_granted(row, now),
             proof=proof,
             action=f"{LIQUIBASE_RELEASE} (with this database's connection settings)",
             identity=identity,

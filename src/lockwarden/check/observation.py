@@ -116,6 +116,9 @@ class LiquibaseRow:
     granted: datetime | None  # LOCKGRANTED, read in this host's time zone when it names us
     locked_by: str | None
     granted_server_zone: datetime | None = None  # the same, read in the server's time zone
+    readings: tuple[datetime, ...] = ()
+    """LOCKGRANTED read in each zone its writer (a JVM, whose zone nothing records) may have
+    used: this host's, the server's, UTC (a container's); one when they agree."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lockwarden.check.observation import (
@@ -534,6 +534,7 @@ def _liquibase(
         granted=_local(granted),
         locked_by=locked_by,
         granted_server_zone=server_zone,
+        readings=_readings(granted, server_zone),
     )
     if xmax == "0":  # no transaction has updated, deleted or locked this version of the row
         return row, ()
@@ -600,6 +601,18 @@ def _row_holds(
     else:
         return ()
     return (Hold(what=what, holder=_backend(holder), waiters=waiters, transaction_scoped=True),)
+
+
+def _readings(granted: datetime | None, server_zone: datetime | None) -> tuple[datetime, ...]:
+    """LOCKGRANTED is a `timestamp without time zone`: the wall-clock time of the Liquibase
+    that wrote it, in its JVM's zone. That may be this host's, the server's, or UTC (a
+    container's): each reading, once (equal moments are one)."""
+    if granted is None:
+        return ()
+    if granted.tzinfo is not None:
+        return (granted,)
+    found = (server_zone, granted.astimezone(), granted.replace(tzinfo=UTC))
+    return tuple(dict.fromkeys(moment for moment in found if moment is not None))
 
 
 def _local(moment: datetime | None) -> datetime | None:
