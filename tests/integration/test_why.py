@@ -450,3 +450,110 @@ def test_a_process_waiting_for_its_own_flock_is_a_deadlock(
     assert wait["blocked_by"] == [stuck.pid], wait
     assert [behind["deadlock"] for behind in wait["behind"]] == [True], wait
     assert code == 2, document  # a deadlock never ends by itself
+
+
+# Hold the `STYLE:MODE:START:LENGTH` locks of argv[2] (comma-separated) through an open of
+# argv[1] of its own, and the OFD locks of argv[3] through the open it then waits through;
+# fork a child that shares only the latter; say what it got; then wait for the OFD or POSIX
+# lock argv[4] (F_OFD_SETLKW, F_SETLKW) through that open, and say when it has it.
+FCNTL_WAITER = """
+import fcntl, json, os, struct, sys, time
+path, mine, through, wanted = sys.argv[1:5]
+def take(fd, spec, wait=False):
+    style, mode, start, length = spec.split(":")
+    try:
+        if style == "flock":
+            fcntl.flock(fd, (fcntl.LOCK_EX if mode == "ex" else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        elif style == "posix":
+            kind = fcntl.LOCK_EX if mode == "ex" else fcntl.LOCK_SH
+            fcntl.lockf(fd, kind if wait else kind | fcntl.LOCK_NB, int(length), int(start))
+        else:
+            kind = fcntl.F_WRLCK if mode == "ex" else fcntl.F_RDLCK
+            flock = struct.pack("hhqqi4x", kind, 0, int(start), int(length), 0)
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK, flock)
+        return True
+    except OSError:
+        return False
+other, waiting = os.open(path, os.O_RDWR), os.open(path, os.O_RDWR)
+got_other = [spec for spec in mine.split(",") if spec and take(other, spec)]
+got_through = [spec for spec in through.split(",") if spec and take(waiting, spec)]
+ended, alive = os.pipe()
+child = os.fork()
+if child == 0:  # shares the open it waits through, and ends when it ends
+    os.close(other)
+    os.close(alive)
+    os.read(ended, 1)
+    os._exit(0)
+os.close(ended)
+print(json.dumps({"other": got_other, "through": got_through, "child": child}), flush=True)
+take(waiting, wanted, wait=True)
+print("got", flush=True)
+time.sleep(120)
+"""
+
+
+def few_bytes_lock(rng: random.Random, styles: tuple[str, ...]) -> str:
+    """A random lock, mostly on a few bytes (a lock to the end of the file meets all)."""
+    length = 0 if rng.random() < 0.15 else rng.randrange(1, 12)
+    return f"{rng.choice(styles)}:{rng.choice(['sh', 'ex'])}:{rng.randrange(0, 60)}:{length}"
+
+
+def few_bytes_locks(rng: random.Random, styles: tuple[str, ...], most: int) -> list[str]:
+    return [few_bytes_lock(rng, styles) for _ in range(rng.randrange(0, most + 1))]
+
+
+@pytest.mark.parametrize("seed", range(32))
+def test_an_fcntl_waiter_is_blocked_by_exactly_the_holders_whose_locks_conflict(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    """A randomized differential for fcntl waits: holders of random flock, POSIX and OFD locks
+    on one file; a process that holds random locks of its own through another open, and (when
+    it waits for an OFD lock) OFD locks through the open it waits through, which a forked child
+    shares; it waits for a random OFD or POSIX lock. /proc/locks shows an OFD request with no
+    PID, so its bytes and mode were taken as unknown: why named every fcntl holder of the file
+    (other bytes, a reader when a reader waits, the child sharing the waiter's own open) as
+    what it waits for, and to kill. And its own process's locks were never what it waits for,
+    though its POSIX lock blocks its OFD request, and its OFD lock through another open either
+    request, for ever (the kernel reports no deadlock between them)."""
+    rng = random.Random(seed)
+    lock = tmp_path / "shared"
+    lock.write_bytes(b"\0" * 64)
+    wanted = few_bytes_lock(rng, ("ofd", "ofd", "posix"))
+    _style, _mode, start, length = wanted.split(":")
+    # one holder's lock is on some of those bytes (unless another holder's is in its way)
+    first = int(start) + rng.randrange(int(length) or 9)
+    in_the_way = f"{rng.choice(['posix', 'ofd'])}:ex:{first}:2"
+    held: dict[int, list[str]] = {}
+    for number in range(rng.randrange(2, 5)):
+        specs = few_bytes_locks(rng, ("flock", "posix", "ofd"), 3) + [in_the_way] * (number == 0)
+        holder = children.start([*python(), TAKES, str(lock), *specs])
+        assert holder.stdout is not None
+        held[holder.pid] = json.loads(holder.stdout.readline())
+    mine = few_bytes_locks(rng, ("flock", "posix", "ofd"), 3)
+    # a POSIX request conflicts with the OFD locks of the open it is made through: kept apart
+    through = few_bytes_locks(rng, ("ofd",), 3)
+    through = through if wanted.startswith("ofd") else []
+    waiter = children.start(
+        [*python(), FCNTL_WAITER, str(lock), ",".join(mine), ",".join(through), wanted]
+    )
+    assert waiter.stdout is not None
+    got = json.loads(waiter.stdout.readline())
+    child = children.track(got["child"])
+    # its own POSIX locks are never in the way of its POSIX request
+    same_owner = "posix:" if wanted.startswith("posix") else "none"
+    held[waiter.pid] = [spec for spec in got["other"] if not spec.startswith(same_owner)]
+    truth = {pid for pid, specs in held.items() if any(conflict(s, wanted) for s in specs)}
+    context = f"seed {seed}: held {held}, through its waiting open {got['through']}, wants {wanted}"
+    if not truth:
+        assert waiter.stdout.readline().strip() == "got", context
+        return
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10), context
+
+    code, document = why(str(waiter.pid))
+    [process] = document["processes"]
+    [wait] = process["waits"]
+    assert wait["call"] == ("OFD fcntl" if wanted.startswith("ofd") else "fcntl"), context
+    assert set(wait["blocked_by"]) == truth and child not in wait["blocked_by"], context
+    deadlock = [behind["pid"] for behind in wait["behind"] if behind["deadlock"]]
+    assert deadlock == ([waiter.pid] if waiter.pid in truth else []), context
+    assert code == (2 if waiter.pid in truth else 0), context  # a deadlock never ends by itself

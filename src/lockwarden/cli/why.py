@@ -49,6 +49,7 @@ from lockwarden.procfs.snapshot import (
     BlockedCall,
     blocked_calls,
     descriptor_inode,
+    descriptor_locks,
     descriptor_path,
     held_locks,
     index_proc_locks,
@@ -177,13 +178,11 @@ def _wait(pid: int, call: BlockedCall, walk: Walk) -> Wait:
     if inode is None or finding.key is None or finding.key[1] != inode:
         # unlinked and made again, or another mount namespace's path: not the waited-for file
         return Wait(pid, None, kind, None)
-    request = _request(walk.proc, pid, inode)
+    asked = Asked(call, pid, _request(walk.proc, pid, inode, call.ofd), _own_ofd(walk, pid, call))
     blockers = tuple(
         holder
         for holder in finding.holders
-        if holder.pid is not None
-        and (holder.pid != pid or _own_flock(call))
-        and _blocks(walk.proc, holder, finding.key, call.call, request)
+        if holder.pid is not None and _blocks(walk.proc, holder, finding.key, asked)
     )
     behind = tuple(answer(holder.pid, walk) for holder in blockers if holder.pid is not None)
     waiting = tuple(item for item in behind if item.waits or item.deadlock or item.problem)
@@ -282,19 +281,46 @@ def database_waiting_pids(findings: Sequence[Finding]) -> list[int]:
     )
 
 
-def _request(proc: str, pid: int, inode: int) -> KernelLock | None:
-    """The lock `pid` asks for on this inode, as /proc/locks lists its blocked request (flock
-    and POSIX; an OFD request shows no PID there)."""
+@dataclass(frozen=True)
+class Asked:
+    """What a waiter asks for, and what cannot be in its way because it is its own."""
+
+    call: BlockedCall
+    pid: int
+    requests: tuple[KernelLock, ...]
+    """The lock it asks for (flock, POSIX: /proc/locks names it by its PID), or for an OFD
+    request, which /proc/locks lists with no PID, every OFD request waiting on the inode: one
+    of them is its own. Empty when none is listed: then it is not known."""
+    own: frozenset[tuple[str, int, int | None]]
+    """For an OFD request, the OFD locks the open file description it waits through holds
+    (the `lock:` lines of that descriptor's fdinfo), as (mode, start, end): an owner never
+    waits on itself, and every process that shares that description lists them too."""
+
+
+def _request(proc: str, pid: int, inode: int, ofd: bool) -> tuple[KernelLock, ...]:
+    """The lock `pid` asks for on this inode, as /proc/locks lists its blocked request; an OFD
+    request shows no PID there, so every OFD request waiting on the inode."""
     try:
         with open(f"{proc}/locks") as handle:
             lines = handle.read().splitlines()
     except OSError:
-        return None
+        return ()
+    found = []
     for line in lines:
         lock = parse_lock_line(line)
-        if lock is not None and lock.waiting and lock.pid == pid and lock.key[1] == inode:
-            return lock
-    return None
+        if lock is None or not lock.waiting or lock.key[1] != inode:
+            continue
+        if (lock.kind == "OFDLCK" and lock.pid <= 0) if ofd else lock.pid == pid:
+            found.append(lock)
+    return tuple(found) if ofd else tuple(found[:1])
+
+
+def _own_ofd(walk: Walk, pid: int, call: BlockedCall) -> frozenset[tuple[str, int, int | None]]:
+    """The OFD locks held through the descriptor an OFD request waits through."""
+    if not call.ofd:
+        return frozenset()
+    held = descriptor_locks(walk.proc, pid, call.fd) or []
+    return frozenset((lock.mode, lock.start, lock.end) for lock in held if lock.kind == "OFDLCK")
 
 
 KERNEL_KINDS = ("FLOCK", "POSIX", "OFDLCK")
@@ -303,33 +329,58 @@ FAMILIES = {"flock": ("FLOCK",), "fcntl": ("POSIX", "OFDLCK")}
 locks are kept apart and never block each other."""
 
 
-def _blocks(
-    proc: str, holder: Holder, key: InodeKey, call: str, request: KernelLock | None
-) -> bool:
+def _blocks(proc: str, holder: Holder, key: InodeKey, asked: Asked) -> bool:
     """Whether a holder holds a lock the request conflicts with: every lock it holds on the
-    file, read from its descriptors (a process may hold a flock and byte ranges at once); when
-    they cannot be read, or none carries the lock (a memory mapping keeps a flock), the lock
-    it is named with."""
+    file, read from its descriptors (a process may hold a flock and byte ranges at once), but
+    those of the request's own owner; when they cannot be read, or none carries the lock (a
+    memory mapping keeps a flock), the lock it is named with."""
     assert holder.pid is not None
+    call = asked.call.call
     held = held_locks(proc, holder.pid, key)
     if held:
         return any(
-            _conflicts(lock.kind, lock.mode, lock.start, lock.end, call, request) for lock in held
+            _conflicts(lock.kind, lock.mode, lock.start, lock.end, call, asked.requests)
+            for lock in held
+            if not _same_owner(lock, holder.pid, asked)
         )
+    if holder.pid == asked.pid and not _own_flock(asked.call):
+        return False  # what of its own is in its way is not known
     kind, _space, mode = (holder.lock_kind or "").partition(" ")
-    return _conflicts(kind, mode, holder.lock_start, holder.lock_end, call, request)
+    return _conflicts(kind, mode, holder.lock_start, holder.lock_end, call, asked.requests)
+
+
+def _same_owner(lock: KernelLock, pid: int, asked: Asked) -> bool:
+    """Whether a held lock belongs to the request's owner, which never waits on itself: a POSIX
+    request's is its process (its POSIX locks), an OFD request's the open file description it
+    waits through. A process's POSIX lock is in the way of its own OFD request, and its OFD
+    locks through another description in the way of either: waits that never end."""
+    if lock.kind == "POSIX":
+        return pid == asked.pid and asked.call.call == "fcntl" and not asked.call.ofd
+    if lock.kind == "OFDLCK":
+        return asked.call.ofd and (lock.mode, lock.start, lock.end) in asked.own
+    return False
 
 
 def _conflicts(
-    kind: str, mode: str, start: int | None, end: int | None, call: str, request: KernelLock | None
+    kind: str,
+    mode: str,
+    start: int | None,
+    end: int | None,
+    call: str,
+    requests: Sequence[KernelLock],
 ) -> bool:
     """Whether a held lock can be what the request waits for: one of the family the call waits
     on, not a read lock when a read lock is asked for, on bytes that overlap (a POSIX lock on
-    other bytes of the file blocks nobody here). What is unknown of either side: yes."""
+    other bytes of the file blocks nobody here); of several candidate requests, any. What is
+    unknown of either side: yes."""
     if kind in KERNEL_KINDS and kind not in FAMILIES.get(call, KERNEL_KINDS):
         return False
-    if request is None:
+    if not requests:
         return True
+    return any(_conflicts_with(mode, start, end, request) for request in requests)
+
+
+def _conflicts_with(mode: str, start: int | None, end: int | None, request: KernelLock) -> bool:
     if mode == "READ" and request.mode == "READ":
         return False
     if start is None:

@@ -1248,6 +1248,20 @@ def held_locks(proc: str, pid: int, key: InodeKey) -> list[KernelLock] | None:
     return held
 
 
+def descriptor_locks(proc: str, pid: int, fd: int) -> list[KernelLock] | None:
+    """The kernel locks held through one descriptor (its fdinfo `lock:` lines: an OFD lock
+    its open file description owns, a flock, a POSIX lock taken through it); None when it
+    cannot be read."""
+    try:
+        raw = _read_small(f"{proc}/{pid}/fdinfo/{fd}", read_on=lambda _: True)
+    except OSError:
+        return None
+    if raw is None:
+        return None
+    lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))[1]
+    return [lock for lock in map(parse_lock_line, lines) if lock is not None and not lock.waiting]
+
+
 def _fdinfo_identity(raw: bytes) -> tuple[bytes | None, bytes | None]:
     """The digits of the `mnt_id:` and `ino:` fields of an fdinfo entry, None for a field it
     has not (no ino: before Linux 5.14, no mnt_id: before 3.15). Read once per descriptor on
