@@ -450,6 +450,8 @@ def test_a_process_waiting_for_its_own_flock_is_a_deadlock(
     assert wait["blocked_by"] == [stuck.pid], wait
     assert [behind["deadlock"] for behind in wait["behind"]] == [True], wait
     assert code == 2, document  # a deadlock never ends by itself
+    told = run_cli("why", str(stuck.pid)).stdout  # and the text says so, not "may end"
+    assert "a deadlock never ends by itself" in told and "may end by itself" not in told, told
 
 
 # Hold the `STYLE:MODE:START:LENGTH` locks of argv[2] (comma-separated) through an open of

@@ -500,12 +500,24 @@ def _what(wait: Wait) -> str:
         return "a lock on a file lockwarden cannot name"
     action = f" — {finding.action}" if finding.action else ""
     if not action and (early := to_free_it(wait)):
-        action = f" — to free it now: {early} (no action is due yet: it may end by itself)"
+        ending = (
+            "a deadlock never ends by itself"
+            if _deadlocked(wait)
+            else ("no action is due yet: it may end by itself")
+        )
+        action = f" — to free it now: {early} ({ending})"
     if not wait.blockers:
         return f"a lock on {wait.path}: {finding.reason}"
     names = ", ".join(holder.describe() for holder in wait.blockers)
     held = f" {_held(finding)}" if finding.held_for_s is not None else ""
     return f"a lock on {wait.path}, held{held} by {names}{action}"
+
+
+def _deadlocked(wait: Wait) -> bool:
+    """Whether the chain behind this wait meets a process already in it: a deadlock."""
+    return any(
+        item.deadlock or any(_deadlocked(further) for further in item.waits) for item in wait.behind
+    )
 
 
 def _held(finding: Finding) -> str:
