@@ -549,23 +549,42 @@ def _committed(row: LiquibaseRow) -> str:
 # The open transaction whose ID is a row's xmax has updated or deleted that row, or locked it
 # (SELECT ... FOR UPDATE, or an UPDATE whose WHERE no longer matched once it had the row); its
 # transaction ID's lock says it is still open (taken when the ID is assigned, a subtransaction's
-# too, and kept to the end). One that holds ROW EXCLUSIVE on the table writes to it; one that
-# does not only locked the row (a FOR KEY SHARE lock blocks no UPDATE of it).
+# too). One that holds ROW EXCLUSIVE on the table writes to it; one that does not only locked
+# the row (a FOR KEY SHARE lock blocks no UPDATE of it). A subtransaction's ID lock goes when
+# the subtransaction ends, a savepoint released into a transaction still open included: its
+# change is then that transaction's, which a writer of the row waits for (on the nearest open
+# ancestor's ID), while no lock shows the xmax. The server still counts that xmax in progress
+# (txid_status, of the xmax with the epoch of the next ID), and the open transaction it belongs
+# to got its ID before it and holds a lock on the table since the change: with no lock on the
+# xmax, those are the transactions it may belong to. The last two columns: the transaction's
+# virtual ID, and its ID that is on the row or a writer may wait on.
+XMAX_FULL = "(n.next - (n.next - %(xmax)s::text::bigint) %% 4294967296)"
 ROW_XMAX = f"""SELECT EXISTS (SELECT 1 FROM pg_locks r
         WHERE r.virtualtransaction = x.virtualtransaction AND r.locktype = 'relation'
           AND r.granted AND r.mode = 'RowExclusiveLock' AND r.relation = %(relation)s
           AND r.database = {{database}}),
-        {ACTIVITY}, NULL::timestamptz, {PREPARED}
+        {ACTIVITY}, NULL::timestamptz, {PREPARED}, x.virtualtransaction, x.transactionid::text
     FROM pg_locks x LEFT JOIN pg_stat_activity a ON a.pid = x.pid
     {PREPARED_OF.format(locks="x")}
-    WHERE x.locktype = 'transactionid' AND x.granted AND x.transactionid = %(xmax)s::xid
-      AND (a.pid IS NOT NULL OR p.gid IS NOT NULL)"""
+    CROSS JOIN (SELECT txid_snapshot_xmax(txid_current_snapshot()) AS next) n
+    WHERE x.locktype = 'transactionid' AND x.granted
+      AND (a.pid IS NOT NULL OR p.gid IS NOT NULL)
+      AND CASE WHEN EXISTS (SELECT 1 FROM pg_locks o WHERE o.locktype = 'transactionid'
+                            AND o.granted AND o.transactionid = %(xmax)s::xid)
+          THEN x.transactionid = %(xmax)s::xid
+          ELSE txid_status({XMAX_FULL}) = 'in progress'
+            AND age(x.transactionid) > age(%(xmax)s::xid)
+            AND EXISTS (SELECT 1 FROM pg_locks r
+                WHERE r.virtualtransaction = x.virtualtransaction AND r.locktype = 'relation'
+                  AND r.granted AND r.relation = %(relation)s AND r.database = {{database}})
+          END
+    ORDER BY x.virtualtransaction, age(x.transactionid) DESC"""
 # A writer of the row waits on the transaction that holds it; the writers queued behind that
 # one wait on the row's version itself (a tuple lock). Each holds a lock on the table meanwhile.
 ROW_WAITERS = """SELECT {activity}, {waitstart}
     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
     WHERE NOT l.granted AND a.datname = current_database()
-      AND ((l.locktype = 'transactionid' AND l.transactionid = %(xmax)s::xid)
+      AND ((l.locktype = 'transactionid' AND l.transactionid = ANY(%(xids)s::xid[]))
            OR (l.locktype = 'tuple' AND l.database = {database} AND l.relation = %(relation)s
                AND (l.page, l.tuple) = (%(page)s, %(tuple)s)))
       AND EXISTS (SELECT 1 FROM pg_locks r WHERE r.pid = l.pid AND r.granted
@@ -585,19 +604,36 @@ def _row_holds(
     writer of the row waits for it, with the sessions waiting to write the row behind it; none
     when that transaction has ended or only locked the row, unwaited for."""
     page, tuple_number = (int(part) for part in ctid.strip("()").split(","))
-    params = {"xmax": xmax, "relation": relation, "page": page, "tuple": tuple_number}
+    params: dict[str, Any] = {
+        "xmax": xmax,
+        "relation": relation,
+        "page": page,
+        "tuple": tuple_number,
+    }
     found = _all(connection, ROW_XMAX.format(database=DATABASE_OID), params)
     if not found:
         return ()
+    transactions = {row[-2]: _backend(row[1:-2]) for row in found}
+    if len(transactions) > 1:
+        raise CheckProblem(
+            f"{row_text} has the xmax {xmax}, a subtransaction still in progress whose own "
+            "lock is gone (a savepoint released into a transaction not yet ended), and "
+            f"{len(transactions)} open transactions that lock the table may be its: "
+            + ", ".join(backend.describe() for backend in transactions.values())
+        )
+    params["xids"] = [row[-1] for row in found]
     waiting = ROW_WAITERS.format(
         activity=ACTIVITY, waitstart=_waitstart(version, "l"), database=DATABASE_OID
     )
     waiters = tuple(sorted(map(_backend, _all(connection, waiting, params)), key=_queue_position))
-    writes, *holder = found[0]
+    writes, *holder = found[0][:-2]
+    xmax_text = "the row's xmax"
+    if found[0][-1] != xmax:
+        xmax_text += f" {xmax}, of a savepoint ended in open transaction {found[0][-1]}"
     if writes:
-        what = f"{row_text}, under a write not yet committed (the row's xmax)"
+        what = f"{row_text}, under a write not yet committed ({xmax_text})"
     elif waiters:
-        what = f"{row_text}, under a row lock a writer waits for (the row's xmax)"
+        what = f"{row_text}, under a row lock a writer waits for ({xmax_text})"
     else:
         return ()
     return (Hold(what=what, holder=_backend(holder), waiters=waiters, transaction_scoped=True),)
