@@ -668,3 +668,50 @@ def test_a_holders_client_port_another_programs_connection_shares_names_no_innoc
         for other in started:  # by its Popen: reaped only here, so its PID is still its own
             other.kill()
             other.wait(timeout=10)
+
+
+NAME_SEEDS = range(8)
+
+
+@pytest.mark.parametrize("seed", NAME_SEEDS)
+def test_a_lock_name_past_64_characters_is_told_from_its_cut_neighbours(
+    server: Mariadb, clients: list[Client], tmp_path: Path, seed: int
+) -> None:
+    """MariaDB takes GET_LOCK names longer than 64 characters, but metadata_locks lists each
+    cut to its first 64: a name of exactly 64, and the longer names that begin with it, all
+    read the same there. A randomized differential: real clients hold and wait for names of
+    one 64-character stem (the stem itself, and longer names past it), in random subsets; the
+    watched one's holder is the client that holds exactly it (or none: free), and its waiters
+    exactly those waiting for it; the other names' clients are never named."""
+    rng = random.Random(seed)
+    stem = f"s{seed}-" + "".join(rng.choice("abcdefghij") for _ in range(64))
+    stem = stem[:64]
+    names = [stem, f"{stem}-blue", f"{stem}-green", f"{stem}-blue-2"]
+    holders: dict[str, Client] = {}
+    waiters: dict[str, list[Client]] = {}
+    pending = 0
+    for name in names:
+        if rng.random() < 0.6:
+            holders[name] = client(server, clients)
+            holders[name].run(f"SELECT GET_LOCK('{name}', 0);")
+            for _ in range(rng.randint(0, 2)):
+                waiter = client(server, clients)
+                waiter.run(f"SELECT GET_LOCK('{name}', 60);", wait=False)
+                waiters.setdefault(name, []).append(waiter)
+                pending += 1
+                assert wait_until(lambda n=pending: waiting(server) == n, timeout=10)
+    watched = rng.choice(names)
+    _code, finding = check(tmp_path, server, f'lock_name = "{watched}"')
+    scenario = f"seed {seed}: watched {watched[60:]!r}, held {[n[60:] for n in holders]}"
+    queued = {name[60:]: len(each) for name, each in waiters.items()}
+    scenario += f", waiting {queued}: {finding['reason']}"
+    holder = holders.get(watched)
+    assert finding["state"] == ("held" if holder else "free"), scenario
+    assert [each["pid"] for each in finding["holders"]] == ([holder.pid] if holder else []), (
+        scenario
+    )
+    expected = sorted(each.pid for each in waiters.get(watched, []))
+    assert sorted(each["pid"] for each in finding["waiters"]) == expected, scenario
+    for each in clients:  # before the next seed: their locks and waits end with them
+        each.kill()
+    assert wait_until(lambda: waiting(server) == 0, timeout=10)

@@ -41,6 +41,8 @@ INSTALL_HINT = (
     "or pip install 'lockwarden[mysql]'"
 )
 MDL_INSTRUMENT = "wait/lock/metadata/sql/mdl"
+# metadata_locks.OBJECT_NAME's width: MariaDB takes longer GET_LOCK names, and lists them cut.
+NAME_WIDTH = 64
 LOCKS = """SELECT m.OBJECT_NAME, m.LOCK_STATUS, p.ID, p.USER, p.HOST, p.COMMAND, p.TIME,
     LEFT(p.INFO, 400)
 FROM performance_schema.metadata_locks m
@@ -194,17 +196,33 @@ def _listed(
     holders: Sessions = {}
     waiters: Sessions = {}
     other_flyway: set[str] = set()
+    watched = _watched_names(watch, tools)
     for name, status, *session_row in _rows(session, LOCKS):
-        tool = tools.get(name)
-        wanted = tool == watch.target if watch.watch == "advisory_key" else name == watch.target
-        if wanted:
-            granted = status == "GRANTED"
-            (holders if granted else waiters).setdefault(name, []).append(
+        granted = status == "GRANTED"
+        if len(name) >= NAME_WIDTH:
+            # Cut, perhaps: any watched name it begins is that lock or another past it. The
+            # lock registry names the holder (_add_unlisted_holders); a waiter is told by the
+            # name in its GET_LOCK, when its statement shows it.
+            query = session_row[-1] or ""
+            meant = [
+                full
+                for full in watched
+                if full.startswith(name) and not granted and _quoted(full, query)
+            ]
+        else:
+            meant = [name] if name in watched else []
+        for full in meant:
+            (holders if granted else waiters).setdefault(full, []).append(
                 _backend(session_row, server)
             )
-        elif name.startswith("Flyway-") and status == "GRANTED":
+        if not meant and name.startswith("Flyway-") and granted:
             other_flyway.add(name)
     return holders, waiters, other_flyway
+
+
+def _quoted(name: str, query: str) -> bool:
+    """Does the statement name this lock as a string literal (a client's GET_LOCK('NAME', ...))?"""
+    return any(f"{quote}{name}{quote}" in query for quote in ("'", '"'))
 
 
 def _watched_names(watch: DatabaseWatch, tools: Mapping[str, str]) -> list[str]:
