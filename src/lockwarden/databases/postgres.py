@@ -347,18 +347,19 @@ def _holds_behind(
     graph = _wait_graph(connection, {pid: list(blockers) for pid, _w, blockers in blocked})
     blockers_of, prepared = _prepared_blockers(connection, graph)
     pids = sorted(blockers_of.keys() | {pid for found in blockers_of.values() for pid in found})
-    sessions = {
-        row[0]: _backend(row)
-        for row in _all(
-            connection,
-            f"""SELECT {ACTIVITY},
-                (SELECT min({_waitstart(version, "w")}) FROM pg_locks w
-                 WHERE w.pid = a.pid AND NOT w.granted)
-            FROM pg_stat_activity a WHERE a.pid = ANY(%s)""",
-            (pids,),
-        )
-    }
-    return _group_by_blocker(blocked, blockers_of, {**sessions, **prepared})
+    rows = _all(
+        connection,
+        f"""SELECT (SELECT array_agg(DISTINCT w.locktype) FROM pg_locks w
+                WHERE w.pid = a.pid AND NOT w.granted),
+            {ACTIVITY},
+            (SELECT min({_waitstart(version, "w")}) FROM pg_locks w
+             WHERE w.pid = a.pid AND NOT w.granted)
+        FROM pg_stat_activity a WHERE a.pid = ANY(%s)""",
+        (pids,),
+    )
+    sessions = {row[1]: _backend(row[1:]) for row in rows}
+    awaits = {row[1]: frozenset(row[0] or ()) for row in rows}
+    return _group_by_blocker(blocked, blockers_of, {**sessions, **prepared}, awaits)
 
 
 WAIT_GRAPH_ROUNDS = 8
@@ -476,22 +477,41 @@ def wait_roots(pid: int, blockers_of: Mapping[int, Sequence[int]]) -> list[int]:
     return sorted(roots) or list(blockers_of.get(pid, ()))
 
 
+# Lock types a session takes only inside its transaction, and keeps to its end (a relation
+# lock may be a session's too: CREATE INDEX CONCURRENTLY's, across its transactions).
+TRANSACTION_LOCKTYPES = frozenset({"relation", "extend", "page", "tuple", "transactionid"})
+
+
 def _group_by_blocker(
-    blocked: list[Any], blockers_of: Mapping[int, Sequence[int]], sessions: dict[int, Backend]
+    blocked: list[Any],
+    blockers_of: Mapping[int, Sequence[int]],
+    sessions: dict[int, Backend],
+    awaits: Mapping[int, frozenset[str]] = {},
 ) -> tuple[Hold, ...]:
     """One Hold per session at the root of the wait graph, with every writer queued behind
-    it, directly or not, in the order they started waiting."""
+    it, directly or not, in the order they started waiting. `awaits`: the lock types each
+    waiting session waits for. The root's lock is its transaction's, held since at most its
+    xact_start, only when every session it blocks itself waits for a table, row or
+    transaction ID: a writer of a table may be queued behind a migration that holds the table
+    and waits for an advisory lock, which the root may have held since long before its
+    transaction began (a session's lock)."""
     by_holder: dict[int, list[tuple[Backend, str]]] = {}
     for pid, what, _blockers in blocked:
         for root in wait_roots(pid, blockers_of):
             by_holder.setdefault(root, []).append((sessions.get(pid, Backend(pid)), what))
+
+    def scoped(root: int, found: list[tuple[Backend, str]]) -> bool:
+        blocked_by_it = [pid for pid, blockers in blockers_of.items() if root in blockers]
+        return all(what.startswith(("table ", "a row")) for _w, what in found) and all(
+            awaits.get(pid, frozenset({"?"})) <= TRANSACTION_LOCKTYPES for pid in blocked_by_it
+        )
+
     return tuple(
         Hold(
             what=", ".join(sorted({what for _waiter, what in found})),
             holder=sessions.get(holder, Backend(holder)),
             waiters=tuple(sorted((w for w, _t in found), key=_queue_position)),
-            # a table or row lock is its transaction's; an advisory one may be the session's
-            transaction_scoped=all(what.startswith(("table ", "a row")) for _w, what in found),
+            transaction_scoped=scoped(holder, found),
         )
         for holder, found in by_holder.items()
     )
