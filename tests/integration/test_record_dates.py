@@ -341,3 +341,54 @@ def test_a_process_started_after_a_naive_record_is_never_named_its_holder(
 
 def _zone(posix: str) -> timezone:
     return timezone(timedelta(hours=ZONES[posix]))
+
+
+def _fold_zone(std: int, since: timedelta) -> str:
+    """A POSIX TZ whose daylight-saving time (one hour ahead of `std` hours from UTC) ended
+    `since` ago: its wall clock is in the hour that repeats. The rule's day is Julian (Jn,
+    February 29 never counted) and its time the daylight-saving wall clock's."""
+    ended = datetime.now(UTC) - since + timedelta(hours=std + 1)
+    day = ended.timetuple().tm_yday
+    if ended.month > 2 and ended.year % 4 == 0 and (ended.year % 100 or ended.year % 400 == 0):
+        day -= 1
+    began = day - 100 if day > 100 else day + 100  # after the end: a southern summer, over new year
+    names = f"<{std:+03d}>{-std}<{std + 1:+03d}>"
+    return f"{names},J{began}/0,J{day}/{ended:%H:%M:%S}"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_naive_local_time_in_the_hour_that_repeats_never_pages_a_young_hold(
+    seed: int, tmp_path: Path, children: Children
+) -> None:
+    """The hour a daylight-saving time ends shows every wall-clock time twice: a holder's
+    `datetime.now()` written then names either moment, an hour apart. Read only as the first,
+    a hold of a moment was held an hour at least, and its holder's running time (past the
+    budget) became that `at least`: a page. Seeded differential as above, over a zone west and
+    one east of UTC whose daylight-saving time ended 20 minutes ago."""
+    zone = _fold_zone(-5 if seed % 2 else 1, timedelta(minutes=20))
+    chooser = random.Random(seed)
+    plan = [
+        (
+            "kv-flock" if index == 0 else chooser.choice(STYLES),
+            "naive-local" if index < 2 else chooser.choice(NAIVE_SHAPES),
+            str(DELAY) if index == 0 else str(chooser.choice((0, DELAY))),
+        )
+        for index in range(LOCKS)
+    ]
+    holders = [
+        children.start(
+            [sys.executable, "-c", TAKE_IN_ZONE, str(tmp_path / f"job{index}.lock"), *spec],
+            env={**os.environ, "TZ": zone},
+        )
+        for index, spec in enumerate(plan)
+    ]
+    for holder in holders:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    _, document = run_json("--once", "--config", config(tmp_path, len(plan)), TZ=zone)
+    for index, (style, shape, delay) in enumerate(plan):
+        finding: dict[str, Any] = document["locks"][index]
+        context = f"seed {seed}: TZ={zone} job{index} {style} {shape} delay {delay}: {finding}"
+        assert [h["pid"] for h in finding["holders"]] == [holders[index].pid], context
+        young = delay == str(DELAY)  # the truth: taken a moment ago, else DELAY seconds ago
+        assert finding["state"] == ("held" if young else "held_too_long"), context
+        assert finding["held"]["seconds"] <= (2 if young else DELAY + 3), context

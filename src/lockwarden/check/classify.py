@@ -1003,16 +1003,22 @@ def _record_or_file_dates(claim: Claim, verdict: Verdict, now: datetime) -> Boun
 def record_readings(claim: Claim) -> tuple[datetime, ...]:
     """The moments the record's time can mean: itself; for a time written without an offset,
     also that wall-clock time in this host's zone, when it differs (a writer's `datetime.now()`
-    on this host: the record names a process here)."""
+    on this host: the record names a process here). A wall-clock time the zone shows twice
+    (the hour a daylight-saving time ends repeats) means either moment, an hour apart."""
     if claim.started_at is None:
         return ()
     if not claim.started_at_naive:
         return (claim.started_at,)
-    try:
-        local = claim.started_at.replace(tzinfo=None).astimezone(UTC)
-    except (OverflowError, ValueError, OSError):
-        return (claim.started_at,)
-    return (claim.started_at,) if local == claim.started_at else (claim.started_at, local)
+    wall = claim.started_at.replace(tzinfo=None)
+    readings = [claim.started_at]
+    for fold in (0, 1):
+        try:
+            local = wall.replace(fold=fold).astimezone(UTC)
+        except (OverflowError, ValueError, OSError):
+            continue
+        if local not in readings:
+            readings.append(local)
+    return tuple(readings)
 
 
 def record_start(claim: Claim, now: datetime) -> tuple[datetime | None, bool]:
