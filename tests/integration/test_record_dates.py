@@ -392,3 +392,59 @@ def test_a_naive_local_time_in_the_hour_that_repeats_never_pages_a_young_hold(
         young = delay == str(DELAY)  # the truth: taken a moment ago, else DELAY seconds ago
         assert finding["state"] == ("held" if young else "held_too_long"), context
         assert finding["held"]["seconds"] <= (2 if young else DELAY + 3), context
+
+
+# A zone 30 s east of UTC: the UTC reading of a naive local time written there is ahead of the
+# clock for 30 s, as one written in a zone hours east is for hours.
+EAST_30S = "<+000030>-0:00:30"
+LATER_BUDGET = 10  # seconds: past it at the first run, and far past the UTC reading at the second
+
+
+def test_a_naive_local_time_east_of_utc_stays_exact_once_its_utc_reading_is_past(
+    tmp_path: Path, children: Children
+) -> None:
+    """East of UTC, a naive local time read as UTC is ahead of the clock when written: the
+    first run dates the hold exactly by the local reading and pages it. Once the UTC reading
+    has passed too (hours later, in a real zone), both were possible: the hold read `at least`
+    since the UTC one, a moment, and the held_too_long lock read held, its incident resolved,
+    while the same holder held it all along. The UTC reading is after the record file was
+    written, so it was never the time; the hold stays exact and past its budget."""
+    styles = STYLES
+    holders = [
+        children.start(
+            [
+                sys.executable,
+                "-c",
+                TAKE_IN_ZONE,
+                str(tmp_path / f"job{i}.lock"),
+                style,
+                "naive-local",
+                "0",
+            ],
+            env={**os.environ, "TZ": EAST_30S},
+        )
+        for i, style in enumerate(styles)
+    ]
+    for holder in holders:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    taken_by = time.monotonic()
+    text = (
+        f'[defaults]\nwarn_after = "{LATER_BUDGET}s"\ncritical_after = "1h"\n\n'
+        + "".join(
+            f'[[lock]]\nname = "job{i}"\npath = "{tmp_path / f"job{i}.lock"}"\n'
+            'format = "owner-record"\n\n'
+            for i in range(len(styles))
+        )
+        + f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
+    )
+    (tmp_path / "state").mkdir(mode=0o700)
+    configured = write_config(tmp_path / "config.toml", text)
+    for wait_until in (LATER_BUDGET + 2, 30 + 4):  # before, then after the UTC reading
+        time.sleep(max(0.0, taken_by + wait_until - time.monotonic()))
+        _, document = run_json("--once", "--config", configured, TZ=EAST_30S)
+        for style, holder, finding in zip(styles, holders, document["locks"], strict=True):
+            context = f"{style} {wait_until}s after the take: {finding}"
+            assert [h["pid"] for h in finding["holders"]] == [holder.pid], context
+            assert finding["state"] == "held_too_long", context
+            assert finding["held"]["bound"] == "exact", context
+            assert finding["held"]["seconds"] >= wait_until - 1, context

@@ -38,6 +38,9 @@ from lockwarden.support.durations import format_duration, format_limit, format_t
 REUSE_SUSPICION_MARGIN = timedelta(seconds=5)
 # A record of the holder's own start (postgres) that is far younger than the process at its PID.
 PID_REUSE_MARGIN = timedelta(minutes=5)
+# A record's time is taken before its file is written: a reading of it later than the file's
+# mtime by more than coarse timestamps (and second-precision times) explain is not when it was.
+RECORD_WRITE_MARGIN = timedelta(seconds=5)
 # A recorded boot time is another boot only when it is off by more than a clock step could make
 # it: both sides compute it as "now - uptime" from a wall clock that NTP may have moved.
 # /proc/PID/stat truncates a process's name to 15 characters.
@@ -1004,7 +1007,11 @@ def record_readings(claim: Claim) -> tuple[datetime, ...]:
     """The moments the record's time can mean: itself; for a time written without an offset,
     also that wall-clock time in this host's zone, when it differs (a writer's `datetime.now()`
     on this host: the record names a process here). A wall-clock time the zone shows twice
-    (the hour a daylight-saving time ends repeats) means either moment, an hour apart."""
+    (the hour a daylight-saving time ends repeats) means either moment, an hour apart. A
+    reading after the record file's last write (its mtime, `created_at`) is none: the time was
+    written then at the latest. Left out, east of UTC a naive local time stays exact once its
+    UTC reading, hours ahead when written, has passed, rather than turning into a far younger
+    `at least` (and a held_too_long into a held) hours into the hold."""
     if claim.started_at is None:
         return ()
     if not claim.started_at_naive:
@@ -1018,6 +1025,9 @@ def record_readings(claim: Claim) -> tuple[datetime, ...]:
             continue
         if local not in readings:
             readings.append(local)
+    if claim.created_at is not None and len(readings) > 1:
+        written_by = claim.created_at + RECORD_WRITE_MARGIN
+        readings = [moment for moment in readings if moment <= written_by] or readings
     return tuple(readings)
 
 
