@@ -448,3 +448,68 @@ def test_a_naive_local_time_east_of_utc_stays_exact_once_its_utc_reading_is_past
             assert finding["state"] == "held_too_long", context
             assert finding["held"]["bound"] == "exact", context
             assert finding["held"]["seconds"] >= wait_until - 1, context
+
+
+# Takes its lock (as TAKE_AND_RECORD does) dated now as `shape` says, prints "ready" once, holds
+# it 0.5 s, lets go (unlocks, or removes the record file) and takes it again at once, over and
+# over: a daemon that takes the lock for each short job.
+RETAKES = """
+import fcntl, json, os, sys, time
+from datetime import datetime, timezone
+path, style, shape = sys.argv[1:4]
+for turn in range(400):
+    if shape == "naive-local":
+        stamp = datetime.now().isoformat(timespec="seconds")
+    else:
+        stamp = datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
+    if style == "kv-flock":
+        handle = open(path, "w")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write(f"pid={os.getpid()}\\nacquired_at={stamp}\\n")
+        handle.flush()
+    else:
+        with open(path + ".new", "w") as record:
+            json.dump({"pid": os.getpid(), "startedAt": stamp}, record)
+        os.rename(path + ".new", path)
+    if turn == 0:
+        print("ready", flush=True)
+    time.sleep(0.5)
+    if style == "kv-flock":
+        handle.close()
+    else:
+        os.unlink(path)
+"""
+
+# Zones and shapes whose two readings are both past: the later one is when it was written.
+BOTH_PAST = (("<+01>-1", "naive-utc"), ("<-05>5", "naive-local"), ("<+0530>-5:30", "naive-utc"))
+
+
+@pytest.mark.parametrize(("zone", "shape"), BOTH_PAST)
+def test_a_naive_time_of_a_lock_its_holder_takes_again_and_again_dates_each_take(
+    zone: str, shape: str, tmp_path: Path, children: Children
+) -> None:
+    """A naive time both of whose readings are past dates the hold at least since the later
+    one, which the record gives anew with each take. The runs' sightings name the holder, not
+    the take: a daemon that takes the lock for each short job is seen holding it by run after
+    run, and the series raised the floor of a take of a moment past the budget, a page. The
+    record bounds each take; sightings raise only a floor no record gives (a file's mtime)."""
+    holders = [
+        children.start(
+            [sys.executable, "-c", RETAKES, str(tmp_path / f"job{index}.lock"), style, shape],
+            env={**os.environ, "TZ": zone},
+        )
+        for index, style in enumerate(STYLES)
+    ]
+    for holder in holders:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    configured = config(tmp_path, len(STYLES))
+    run_json("--once", "--config", configured, TZ=zone)
+    time.sleep(DELAY)  # the holders held the lock all along, each take for 0.5 s
+    _, document = run_json("--once", "--config", configured, TZ=zone)
+    for style, holder, finding in zip(STYLES, holders, document["locks"], strict=True):
+        context = f"TZ={zone} {style} {shape}: {finding}"
+        if finding["state"] == "free":
+            continue  # seen between two takes: nothing to say of a take
+        assert [h["pid"] for h in finding["holders"]] == [holder.pid], context
+        assert finding["state"] == "held", context
+        assert finding["held"]["seconds"] <= 2, context

@@ -882,11 +882,15 @@ def held_duration(
     if dating is Bound.EXACT:
         return held_seconds(claim, verdict, evidence, now), Bound.EXACT
     if dating is Bound.AT_LEAST:  # held since then at least: or since a run first saw it so
+        # The sightings name the holder, not the take: a record gives each take its own time
+        # (a holder that takes the lock again for every job is seen by run after run), so they
+        # raise only a floor no record gives, the file's.
+        sighted = None if _record_dates(claim, verdict, now) else first_seen
         known = [
             age
             for age in (
                 held_seconds(claim, verdict, evidence, now),
-                _sighting_age(first_seen, verdict, now),
+                _sighting_age(sighted, verdict, now),
             )
             if age is not None
         ]
@@ -994,13 +998,20 @@ def _record_or_file_dates(claim: Claim, verdict: Verdict, now: datetime) -> Boun
     as UTC): held_seconds leaves it out, and what is left is no date of the lock's own."""
     if claim.problem is not None:
         return None
-    describes_holder = verdict.holder is not None and verdict.holder.pid == claim.pid
-    written, exact = record_start(claim, now)
-    if written is not None and (describes_holder or verdict.state is State.STALE):
-        return Bound.EXACT if exact else Bound.AT_LEAST
+    if _record_dates(claim, verdict, now):
+        return Bound.EXACT if record_start(claim, now)[1] else Bound.AT_LEAST
     if claim.existence_is_lock and _age(claim.created_at, now) is not None:
         return Bound.AT_LEAST
     return None
+
+
+def _record_dates(claim: Claim, verdict: Verdict, now: datetime) -> bool:
+    """Whether the record's time dates this hold: a trusted record of this holder's hold (or
+    of a stale lock) with a reading up to `now`."""
+    if claim.problem is not None or record_start(claim, now)[0] is None:
+        return False
+    describes_holder = verdict.holder is not None and verdict.holder.pid == claim.pid
+    return describes_holder or verdict.state is State.STALE
 
 
 def record_readings(claim: Claim) -> tuple[datetime, ...]:
