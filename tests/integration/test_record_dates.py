@@ -268,30 +268,42 @@ def test_a_time_without_an_offset_never_pages_a_young_hold_in_any_zone(
         assert finding["held"]["seconds"] <= (2 if young else DELAY + 3), context
 
 
-# Writes its PID into its pidfile (no date: the file's mtime is all that dates it), prints
-# "ready", then rewrites it every 0.2 s, as a daemon that refreshes its pidfile does.
-REWRITES_PIDFILE = """
+# Keeps a pidfile with its PID (no date: its mtime is all that dates it) as `how` says, and
+# prints "ready" once it first has it: "touch" writes it once and touches it every 0.2 s, a
+# heartbeat (one file, held throughout); "retake" makes it anew for each 0.5 s job and
+# removes it for 0.3 s between jobs (another take each time, by the same process).
+KEEPS_PIDFILE = """
 import os, sys, time
-path = sys.argv[1]
+path, how = sys.argv[1:3]
+with open(path, "w") as handle:
+    handle.write(f"{os.getpid()}\\n")
+print("ready", flush=True)
 for tick in range(600):
+    if how == "touch":
+        time.sleep(0.2)
+        os.utime(path)
+        continue
+    time.sleep(0.5)
+    os.unlink(path)
+    time.sleep(0.3)
     with open(path + ".new", "w") as handle:
         handle.write(f"{os.getpid()}\\n")
     os.replace(path + ".new", path)
-    if tick == 0:
-        print("ready", flush=True)
-    time.sleep(0.2)
 """
 
 
-def test_a_pidfile_its_holder_rewrites_escalates_on_the_runs_sightings(
-    tmp_path: Path, children: Children
+@pytest.mark.parametrize("how", ["touch", "retake"])
+def test_a_pidfile_held_throughout_escalates_and_one_taken_per_job_never_does(
+    how: str, tmp_path: Path, children: Children
 ) -> None:
-    """Nothing but its mtime dates a pidfile, and a holder that rewrites it keeps that a moment
-    old: as an exact age, it was never past any budget. It is a lower bound (the file exists at
-    least since its last write), which the runs that saw the same holder raise: a run DELAY
-    seconds after the first pages it."""
+    """Nothing but its mtime dates a pidfile: the file exists at least since its last write.
+    A holder that touches it keeps that a moment old: as an exact age it was never past any
+    budget, and the runs that saw the same holder with the same file raise it (a run DELAY
+    seconds after the first pages it). A holder that takes it anew for every job, the same
+    PID each time, holds each take for a moment: chained into one series by its PID, it was
+    paged at the second run."""
     lock = tmp_path / "job.pid"
-    holder = children.start([sys.executable, "-c", REWRITES_PIDFILE, str(lock)])
+    holder = children.start([sys.executable, "-c", KEEPS_PIDFILE, str(lock), how])
     assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
     (tmp_path / "state").mkdir(mode=0o700)
     text = (
@@ -302,13 +314,19 @@ def test_a_pidfile_its_holder_rewrites_escalates_on_the_runs_sightings(
     configured = write_config(tmp_path / "config.toml", text)
     _, document = run_json("--once", "--config", configured)
     [first] = document["locks"]
-    assert (first["state"], first["held"]["bound"]) == ("held", "at_least"), first
-    assert [h["pid"] for h in first["holders"]] == [holder.pid], first
-    time.sleep(DELAY)  # the truth: held DELAY seconds more, past the budget
-    _, document = run_json("--once", "--config", configured)
-    [later] = document["locks"]
-    assert (later["state"], later["held"]["bound"]) == ("held_too_long", "at_least"), later
-    assert DELAY <= later["held"]["seconds"] <= DELAY + 5, later
+    if how == "touch":
+        assert (first["state"], first["held"]["bound"]) == ("held", "at_least"), first
+        assert [h["pid"] for h in first["holders"]] == [holder.pid], first
+    for _run in range(3):
+        time.sleep(DELAY / 2)  # the truth: a touched pidfile is held throughout, past the budget
+        _, document = run_json("--once", "--config", configured)
+        [later] = document["locks"]
+        if how == "retake":  # each take a moment old: held or free, never past its budget
+            assert later["state"] in ("held", "free"), later
+            assert later["held"]["seconds"] is None or later["held"]["seconds"] < 2, later
+    if how == "touch":
+        assert (later["state"], later["held"]["bound"]) == ("held_too_long", "at_least"), later
+        assert DELAY <= later["held"]["seconds"] <= 2 * DELAY + 5, later
 
 
 @pytest.mark.parametrize("zone", list(ZONES))

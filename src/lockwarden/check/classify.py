@@ -87,7 +87,7 @@ def classify(
     earlier runs that saw it held by that identity (the state journal's sighting memory).
     `what_if`: a run that journals nothing, whose `now` may ask about a later time."""
     verdict = judge(claim, evidence, policy, now)
-    identity = identity_of(claim, verdict, evidence)
+    identity = identity_of(claim, verdict, evidence, now)
     first_seen = (seen_since or {}).get(identity or "")
     if what_if:
         first_seen = projected(first_seen, evidence.captured_at, now, verdict.holder)
@@ -1168,12 +1168,19 @@ def action_for(state: State, verdict: Verdict, claim: Claim) -> str | None:
     return advise_holder(verdict.holder, verdict.sharers, claim.format)
 
 
-def identity_of(claim: Claim, verdict: Verdict, evidence: Evidence) -> str | None:
+def identity_of(claim: Claim, verdict: Verdict, evidence: Evidence, now: datetime) -> str | None:
     """The incident key's holder part: pid + start ticks + boot id (and the takers of a lock it
-    did not take itself), or the lock's inode and record for a holderless lock."""
+    did not take itself), or the lock's inode and record for a holderless lock. An existence
+    lock no record dates is one take while its file is the same: a holder that makes it anew
+    for every job (the same PID each time) must not chain its takes into one series of runs,
+    which would page a lock taken a moment ago (a holder that rewrites it by rename, a new
+    file each time, is not told from that: its series starts over too)."""
     holder = verdict.holder
     if holder is not None and holder.pid is not None:
         held = f"pid:{holder.pid}:{holder.start_ticks}:{evidence.boot_id}"
+        undated = not _record_dates(claim, verdict, now)
+        if claim.existence_is_lock and claim.keys and undated and not evidence.kernel_locked:
+            held += f":file:{claim.keys[0][1]}"
         return held + _taken_by(verdict, evidence)
     if claim.keys:
         device, inode = claim.keys[0]
