@@ -969,7 +969,7 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
     holder = verdict.holder
     trusted = claim.problem is None
     record_describes_holder = holder is not None and holder.pid == claim.pid
-    written, _exact = record_start(claim, now)
+    written, _exact = _record_start_for(claim, verdict, now)
     candidates = []
     if trusted and (record_describes_holder or verdict.state is State.STALE):
         candidates.append(written)
@@ -999,7 +999,7 @@ def _record_or_file_dates(claim: Claim, verdict: Verdict, now: datetime) -> Boun
     if claim.problem is not None:
         return None
     if _record_dates(claim, verdict, now):
-        return Bound.EXACT if record_start(claim, now)[1] else Bound.AT_LEAST
+        return Bound.EXACT if _record_start_for(claim, verdict, now)[1] else Bound.AT_LEAST
     if claim.existence_is_lock and _age(claim.created_at, now) is not None:
         return Bound.AT_LEAST
     return None
@@ -1008,10 +1008,22 @@ def _record_or_file_dates(claim: Claim, verdict: Verdict, now: datetime) -> Boun
 def _record_dates(claim: Claim, verdict: Verdict, now: datetime) -> bool:
     """Whether the record's time dates this hold: a trusted record of this holder's hold (or
     of a stale lock) with a reading up to `now`."""
-    if claim.problem is not None or record_start(claim, now)[0] is None:
+    if claim.problem is not None or _record_start_for(claim, verdict, now)[0] is None:
         return False
     describes_holder = verdict.holder is not None and verdict.holder.pid == claim.pid
     return describes_holder or verdict.state is State.STALE
+
+
+def _record_start_for(
+    claim: Claim, verdict: Verdict, now: datetime
+) -> tuple[datetime | None, bool]:
+    """record_start for this verdict: a record of its holder's hold was written after that
+    holder started, so a reading well before its start is none (the writer's zone was not
+    this host's, or an offset was written wrong: `datetime.now()` with a `Z`). Left in, the
+    holder's running time stood in for it as an exact age, and paged a hold of a moment."""
+    holder = verdict.holder
+    started = holder.started_at if holder is not None and holder.pid == claim.pid else None
+    return record_start(claim, now, started)
 
 
 def record_readings(claim: Claim) -> tuple[datetime, ...]:
@@ -1042,13 +1054,21 @@ def record_readings(claim: Claim) -> tuple[datetime, ...]:
     return tuple(readings)
 
 
-def record_start(claim: Claim, now: datetime) -> tuple[datetime | None, bool]:
+def record_start(
+    claim: Claim, now: datetime, holder_started: datetime | None = None
+) -> tuple[datetime | None, bool]:
     """When the record says the lock was taken, and whether that is exact. A time that reads
     two ways (record_readings) is exact when only one of its readings is not after `now`;
     when both are past, the lock was taken at the later one at the latest, never earlier than
     it can be known: `held at least`, never a page on the earlier reading. No reading up to
-    `now`: no date."""
-    past = [moment for moment in record_readings(claim) if moment <= now]
+    `now` (nor, for a record of a holder that started at `holder_started`, from shortly before
+    then on): no date."""
+    earliest = None if holder_started is None else holder_started - REUSE_SUSPICION_MARGIN
+    past = [
+        moment
+        for moment in record_readings(claim)
+        if moment <= now and (earliest is None or moment >= earliest)
+    ]
     if not past:
         return None, True
     return max(past), len(past) == 1
