@@ -197,8 +197,15 @@ def test_notify_test_names_every_bad_url_and_still_sends_to_the_good(
     assert f"{config}: notify.urls[3]: slack://…" in done.stdout
 
 
-@pytest.mark.parametrize("fault", ["world-writable", "symlink", "missing-parent"])
-def test_check_config_reports_the_state_directory(tmp_path: Path, fault: str) -> None:
+@pytest.mark.parametrize("notify", [True, False], ids=["notify", "no-notify"])
+@pytest.mark.parametrize("fault", ["world-writable", "symlink", "missing-parent", "none"])
+def test_check_config_reports_the_state_directory(
+    children: Children, tmp_path: Path, fault: str, notify: bool
+) -> None:
+    """check-config names a state directory a run refuses, exit 78, exactly when a real --once
+    of the same config, its lock held by a real flock, reports lockwarden:state, with or without
+    [notify]: a run saves a held kernel lock's sightings there. Without [notify], check-config
+    used to call such a config valid (exit 0) while every run that saw the lock held exited 3."""
     state = tmp_path / "state"
     if fault == "world-writable":
         state.mkdir()
@@ -206,13 +213,19 @@ def test_check_config_reports_the_state_directory(tmp_path: Path, fault: str) ->
     elif fault == "symlink":
         (tmp_path / "real").mkdir(mode=0o700)
         state.symlink_to(tmp_path / "real")
-    else:
+    elif fault == "missing-parent":
         state = tmp_path / "no" / "state"
     config = tmp_path / "c.toml"
-    config.write_text(
-        f'[state]\npath = "{state}/s.jsonl"\n[notify]\nurls = ["json://127.0.0.1:9/x"]\n'
-    )
+    lock = f'[[lock]]\nname = "spare"\npath = "{tmp_path / "spare.lock"}"\n'
+    sending = '[notify]\nurls = ["json://127.0.0.1:9/x"]\n' if notify else ""
+    config.write_text(f'[state]\npath = "{state}/s.jsonl"\n{sending}{lock}')
+    children.python(FLOCK_HOLDER, str(tmp_path / "spare.lock"))
     checked = run_cli("check-config", "--config", str(config))
+    ran = run_cli("--once", "--json", "--config", str(config))
+    refused = [f for f in json.loads(ran.stdout)["locks"] if f["name"] == "lockwarden:state"]
+    if fault == "none":
+        assert (checked.returncode, ran.returncode, refused) == (0, 0, []), checked.stderr
+        return
     assert checked.returncode == 78
     expected = {
         "world-writable": "writable by every user",
@@ -221,6 +234,9 @@ def test_check_config_reports_the_state_directory(tmp_path: Path, fault: str) ->
     }[fault]
     assert f"{config}: state.path: state directory {state}" in checked.stderr
     assert expected in checked.stderr
+    assert ran.returncode == 3
+    assert [f["state"] for f in refused] == ["unknown"]
+    assert expected in refused[0]["reason"]
 
 
 def test_world_writable_state_pages_once_not_every_run_and_resolves(

@@ -671,8 +671,7 @@ def runtime_problems(config: config_module.Config, view: NotifyView) -> list[str
 
     where = config.source or "built-in defaults"
     problems = _notify_problems(view, list(enumerate(config.locks, start=1)), where)
-    writes = config.notify.configured or any(lock.remove_stale for lock in config.locks)
-    state_problem = state_dir_problem(config.state.directory) if writes else None
+    state_problem = state_dir_problem(config.state.directory)  # every run saves its sightings
     if state_problem:
         problems.append(f"{where}: state.path: {state_problem}")
     problems.extend(_password_file_problems(config, where))
