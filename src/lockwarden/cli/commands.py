@@ -114,11 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--warn-after",
         default=None,
+        type=_duration,
+        metavar="DURATION",
         help=f"warning budget (default: the configured lock's, else {warn})",
     )
     inspect.add_argument(
         "--critical-after",
         default=None,
+        type=_duration,
+        metavar="DURATION",
         help=f"critical budget (default: the configured lock's, else {critical})",
     )
     inspect.add_argument(
@@ -164,11 +168,15 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument(
         "--warn-after",
         default=None,
+        type=_duration,
+        metavar="DURATION",
         help=f"warning budget (default: {warn}; a database lock's: its configured one)",
     )
     why.add_argument(
         "--critical-after",
         default=None,
+        type=_duration,
+        metavar="DURATION",
         help=f"critical budget (default: {critical}; a database lock's: its configured one)",
     )
     _output(why)
@@ -278,10 +286,13 @@ def _hold_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     hold.add_argument("path", help="the lock itself (e.g. STORE/LOCK), created by hold")
     hold.add_argument("--role", required=True, help="what the holder is doing (e.g. re-sync)")
-    hold.add_argument("--max-hold", metavar="DURATION", help="declared limit: warn past it")
+    hold.add_argument(
+        "--max-hold", type=_duration, metavar="DURATION", help="declared limit: warn past it"
+    )
     hold.add_argument(
         "--wait",
         default="0",
+        type=_duration,
         metavar="DURATION",
         help="wait this long for a holder to let go (default: 0, fail at once)",
     )
@@ -293,18 +304,21 @@ def _hold_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     hold.add_argument(
         "--kill-after",
+        type=_duration,
         metavar="DURATION",
         help="send COMMAND SIGTERM this long after it started, SIGKILL after grace",
     )
     hold.add_argument(
         "--kill-grace",
         default="10s",
+        type=_duration,
         metavar="DURATION",
         help="time between SIGTERM and SIGKILL (default: 10s)",
     )
     hold.add_argument(
         "--warn-every",
         default="1m",
+        type=_duration,
         metavar="DURATION",
         help="repeat the --max-hold warning this often (default: 1m)",
     )
@@ -389,6 +403,14 @@ def _verbosity(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="log details, and the traceback of an internal error",
     )
+
+
+def _duration(text: str) -> float:
+    """A duration option's seconds; argparse names the option in the error."""
+    try:
+        return parse_duration(text)
+    except DurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _non_negative_int(text: str) -> int:
@@ -895,15 +917,8 @@ def _budgets(
     critical: float = config_module.DEFAULT_CRITICAL_AFTER,
 ) -> tuple[float, float]:
     """--warn-after and --critical-after (each defaulting to the budget given), checked."""
-    try:
-        warn_after = warn if arguments.warn_after is None else parse_duration(arguments.warn_after)
-        critical_after = (
-            critical
-            if arguments.critical_after is None
-            else parse_duration(arguments.critical_after)
-        )
-    except DurationError as error:
-        raise UsageError(str(error)) from None
+    warn_after = warn if arguments.warn_after is None else arguments.warn_after
+    critical_after = critical if arguments.critical_after is None else arguments.critical_after
     if warn_after > critical_after:
         raise UsageError(
             f"--warn-after {format_config_duration(warn_after)} is longer than --critical-after "
@@ -1056,16 +1071,13 @@ def command_hold(arguments: argparse.Namespace) -> int:
     command = arguments.command_args
     if not command:
         raise UsageError("hold needs a COMMAND after --")
-    try:
-        supervision = holding.Supervision(
-            max_hold_s=_optional_seconds(arguments.max_hold),
-            warn_every_s=parse_duration(arguments.warn_every),
-            kill_after_s=_optional_seconds(arguments.kill_after),
-            kill_grace_s=parse_duration(arguments.kill_grace),
-        )
-        wait_s = parse_duration(arguments.wait)
-    except DurationError as error:
-        raise UsageError(str(error)) from None
+    supervision = holding.Supervision(
+        max_hold_s=arguments.max_hold,
+        warn_every_s=arguments.warn_every,
+        kill_after_s=arguments.kill_after,
+        kill_grace_s=arguments.kill_grace,
+    )
+    wait_s: float = arguments.wait
 
     def warn(message: str) -> None:
         print(f"lockwarden hold: {message}", file=sys.stderr, flush=True)
@@ -1096,10 +1108,6 @@ def _hold_exit_code(error: Exception) -> int:
     if isinstance(error, holding.LockHeld):
         return EXIT_HOLD_HELD
     return EXIT_HOLD_OS_ERROR
-
-
-def _optional_seconds(text: str | None) -> float | None:
-    return None if text is None else parse_duration(text)
 
 
 def _blocking(result: RunResult) -> bool:

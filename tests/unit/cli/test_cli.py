@@ -36,6 +36,36 @@ def test_usage_errors_exit_64_not_a_nagios_code() -> None:
     assert '"soon" is not a duration' in completed.stderr
 
 
+DURATION_OPTIONS = [
+    ("inspect", "--warn-after"),
+    ("inspect", "--critical-after"),
+    ("why", "--warn-after"),
+    ("why", "--critical-after"),
+    ("hold", "--max-hold"),
+    ("hold", "--wait"),
+    ("hold", "--kill-after"),
+    ("hold", "--kill-grace"),
+    ("hold", "--warn-every"),
+]
+
+
+@pytest.mark.parametrize(("command", "option"), DURATION_OPTIONS)
+def test_a_bad_duration_option_is_named(tmp_path: Path, command: str, option: str) -> None:
+    """A duration the parser rejects names its option and command, as a bad --now or --wait-ms
+    does, exits 64, and hold takes nothing. It used to say only `lockwarden: error: "5min" is
+    not a duration`, leaving the user to guess which option."""
+    lock = tmp_path / "LOCK"
+    tail = {"inspect": [str(lock)], "why": [], "hold": [str(lock), "--role", "t", "--", "true"]}
+    completed = run_cli(command, option, "5min", *tail[command])
+    assert completed.returncode == 64
+    said = f'lockwarden {command}: error: argument {option}: "5min" is not a duration; use e.g.'
+    assert said in completed.stderr
+    assert not lock.exists()
+    fine = run_cli(command, option, "20m", *tail[command])
+    assert fine.returncode == 0, fine.stderr
+    assert "error" not in fine.stderr
+
+
 def test_inspect_a_store_directory_names_the_holder(tmp_path: Path, children: Children) -> None:
     store = tmp_path / "store"
     store.mkdir()
