@@ -25,7 +25,7 @@ import tomli_w
 from lockwarden import config as config_module
 from lockwarden.formats import STORE_LOCK_NAMES, choose_format, layout_formats
 from lockwarden.formats.owner_record import NAME as OWNER_RECORD
-from lockwarden.formats.owner_record import PREFERRED_RECORDS
+from lockwarden.formats.owner_record import PREFERRED_RECORDS, pick_record
 from lockwarden.formats.record import RecordProblem, parse_record
 from lockwarden.model import Finding, InodeKey
 from lockwarden.pipeline import inspect
@@ -34,7 +34,7 @@ from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.support.atomic import write_new
 from lockwarden.support.bounded import BoundedRun, Unanswered
 from lockwarden.support.durations import format_time, parse_duration
-from lockwarden.support.safe_read import UnsafeRecord, read_record
+from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ENTRIES = 50_000
@@ -245,21 +245,29 @@ def _kernel_path_format(path: str, openers: set[int]) -> str:
     so is a locked file whose record names none of the processes that lock it or have it open
     (`openers`): MariaDB's ibdata1 read 'unknown: not valid UTF-8' as an owner record, and a
     counter a flock guards (`41`) read 'stale: its holder PID 41 is gone', its action `rm`, once
-    free. A record its holder wrote (`flock -n 9; echo $$ >&9`) names one of them."""
+    free. A record its holder wrote (`flock -n 9; echo $$ >&9`) names one of them, as a `LOCK`
+    directory's that `lockwarden hold` locks does: as a kernel lock, it read free once its
+    holder was killed, though the directory left behind still kept every taker out."""
     layout = choose_format(path, layout_formats())
     if layout is not None:
         return layout
-    if os.path.isdir(path):
-        return "kernel"
     chosen = choose_format(path) or "kernel"
+    if os.path.isdir(path) and chosen != OWNER_RECORD:
+        return "kernel"
     if chosen == OWNER_RECORD and _record_pid(path) not in openers:
         return "kernel"  # its kernel lock is what counts
     return chosen
 
 
 def _record_pid(path: str) -> int | None:
-    """The PID the file's owner record names; None when it names none or holds no record."""
+    """The PID the file's owner record names (a directory's: the record in it); None when it
+    names none or holds no record."""
     try:
+        if os.path.isdir(path):
+            entry = pick_record(list_directory(path))
+            if entry is None:
+                return None
+            path = entry.path
         data, _ = read_record(path)
         return parse_record(data, 2**31).pid
     except (OSError, UnsafeRecord, RecordProblem):

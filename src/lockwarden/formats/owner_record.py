@@ -81,7 +81,7 @@ class OwnerRecord:
                 created_at=mtime_of(status),
                 problem=f"{path}: cannot list the lock directory ({error})",
             )
-        record_entry = _pick_record(entries)
+        record_entry = pick_record(entries)
         if record_entry is None:
             return Claim(
                 format=NAME,
@@ -101,7 +101,7 @@ class OwnerRecord:
         return replace(claim, path=path, remove_path=path)
 
 
-def _pick_record(entries: list[os.DirEntry[str]]) -> os.DirEntry[str] | None:
+def pick_record(entries: list[os.DirEntry[str]]) -> os.DirEntry[str] | None:
     # Hidden names are half-written temporaries (`lockwarden hold` writes `.owner.json.tmp-PID`
     # and renames it into place): never read one as the record.
     files = [

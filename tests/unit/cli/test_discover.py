@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MKDIR_HOLDER, Children, require_tool, run_cli, wait_until
+from conftest import MKDIR_HOLDER, Children, cli_env, require_tool, run_cli, wait_until
 from factories import capture_host
 from lockcheck import kill_group
 from lockwarden.cli.discover import discover_locks, layout_candidates, lock_names
@@ -189,6 +189,44 @@ def test_discover_finds_a_stores_owner_record_and_judges_it(
     assert found[str(lock)]["format"] == "owner-record", found
     assert found[str(lock)]["state"] == "held"
     assert found[str(lock)]["holders"][0]["pid"] == holder.pid
+
+
+def test_a_lock_directory_taken_by_hold_is_configured_as_an_owner_record(
+    tmp_path: Path, children: Children
+) -> None:
+    """A `LOCK` directory `lockwarden hold` holds is in the kernel's lock table (its flock on
+    the directory) and was written to the config as a kernel lock: once its holder and COMMAND
+    were killed, the directory left behind kept every `hold` out (exit 74, stale) while the
+    configured lock read free. Discover now calls it an owner-record, and judged with the
+    format discover chose, the killed holder's lock reads stale."""
+    lock = tmp_path / "store" / "LOCK"
+    lock.parent.mkdir()
+    sleeper = "import time; print('ready', flush=True); time.sleep(60)"
+    hold = [sys.executable, "-m", "lockwarden", "hold", str(lock), "--role", "job", "--"]
+    supervisor = children.start(
+        [*hold, sys.executable, "-c", sleeper], ready="ready", env=cli_env()
+    )
+    found = {
+        each["path"]: each for each in json.loads(run_cli("discover", "--json").stdout)["locks"]
+    }
+    assert (found[str(lock)]["format"], found[str(lock)]["state"]) == ("owner-record", "held")
+    command = children.track(
+        int(Path(f"/proc/{supervisor.pid}/task/{supervisor.pid}/children").read_text().split()[0])
+    )
+    supervisor.kill()
+    supervisor.wait(timeout=10)
+    children.end(command)
+    assert wait_until(lambda: not Path(f"/proc/{command}").exists() or _zombie(command))
+    judged = run_cli("inspect", "--json", "--format", found[str(lock)]["format"], str(lock))
+    assert json.loads(judged.stdout)["locks"][0]["state"] == "stale", judged.stdout
+    assert lock.is_dir()  # judged, not removed
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_a_locked_file_that_holds_no_record_is_configured_as_a_kernel_lock(
