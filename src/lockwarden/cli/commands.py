@@ -39,6 +39,8 @@ from lockwarden.support.exit_codes import (
     EXIT_UNKNOWN,
     EXIT_USAGE,
     HOLD_EXIT_CODES_HELP,
+    INSPECT_EXIT_CODES_HELP,
+    WHY_EXIT_CODES_HELP,
 )
 
 if TYPE_CHECKING:
@@ -90,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="inspect one lock, no config needed",
         description="Inspect one lock or store directory: how old it is, who holds it, "
         "whether that process is alive. With --wait-ms, watch (never acquire) for its release.",
-        epilog=EXIT_CODES_HELP,
+        epilog=INSPECT_EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     inspect.add_argument("path", help="the lock file, lock directory, or the store directory")
@@ -146,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         "database session waits on a lock the config watches is followed through the server\n"
         "to the holding session and its client. The exit code is the worst of\n"
         "the locks waited for, judged with the budgets given (0 also when nothing waits).",
-        epilog=EXIT_CODES_HELP,
+        epilog=WHY_EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     why.add_argument("pid", nargs="?", type=_pid, help="the process that is stuck (default: all)")

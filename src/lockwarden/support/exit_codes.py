@@ -38,6 +38,27 @@ exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icing
       (check-config: also a notify URL apprise cannot parse, or an unusable state directory)
 """
 
+INSPECT_EXIT_CODES_HELP = """\
+exit codes (the Nagios plugin convention):
+  0   ok: the lock is free or held within its budget
+  1   warning: it is held past its warn budget
+  2   critical: it is held past its critical budget, or is stale
+  3   unknown: lockwarden could not tell (the reason is printed), or an internal error
+  64  usage error: bad command-line arguments
+  78  configuration error in --config: every problem is printed, one per line
+"""
+
+WHY_EXIT_CODES_HELP = """\
+exit codes (the Nagios plugin convention):
+  0   ok: nothing waits on a lock held past its warn budget (also when nothing waits)
+  1   warning: a lock waited for is held past its warn budget
+  2   critical: a lock waited for is held past its critical budget
+  3   unknown: lockwarden could not tell (no such process, a lock it cannot judge, ...), or
+      an internal error
+  64  usage error: bad command-line arguments
+  78  configuration error in --config: every problem is printed, one per line
+"""
+
 HOLD_EXIT_CODES_HELP = """\
 exit codes:
   N    COMMAND's exit code; 128+N when signal N killed it (130 for Ctrl-C, 143 for SIGTERM)
@@ -65,4 +86,6 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_WARNING",
     "HOLD_EXIT_CODES_HELP",
+    "INSPECT_EXIT_CODES_HELP",
+    "WHY_EXIT_CODES_HELP",
 ]

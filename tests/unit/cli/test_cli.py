@@ -36,6 +36,49 @@ def test_usage_errors_exit_64_not_a_nagios_code() -> None:
     assert '"soon" is not a duration' in completed.stderr
 
 
+def _help_codes(command: str) -> set[int]:
+    helped = run_cli(command, "--help").stdout
+    return {int(code) for code in re.findall(r"^  (\d+) ", helped.split("exit codes")[1], re.M)}
+
+
+def test_inspect_and_why_help_list_the_codes_they_exit_with(
+    tmp_path: Path, children: Children
+) -> None:
+    """inspect's and why's --help listed --once's codes (75: another run holds the run lock,
+    which neither takes; "--once also works as a Nagios check"). Each now lists its own: every
+    code a real run of it exits with here is listed, and 75 is not."""
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pidfile = tmp_path / "job.pid"
+    pidfile.write_text(gone.stdout)  # its holder has exited: stale
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[defaults]\nwarn_afer = "1m"\n')
+    sleeper = children.start(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        ready="ready",
+    )
+    runs = {
+        "inspect": [
+            [str(tmp_path / "free.lock")],
+            [str(pidfile)],
+            [str(tmp_path / "no" / "LOCK")],
+            [str(pidfile), "--config", str(bad)],
+            [str(pidfile), "--wait-ms", "x"],
+        ],
+        "why": [[str(sleeper.pid)], ["999999999"], ["--config", str(bad)], ["x"]],
+    }
+    expected = {"inspect": {0, 2, 3, 64, 78}, "why": {0, 3, 64, 78}}
+    for command, each in runs.items():
+        listed = _help_codes(command)
+        assert 75 not in listed and "--once" not in run_cli(command, "--help").stdout
+        seen = {run_cli(command, *arguments).returncode for arguments in each}
+        assert seen == expected[command] and seen <= listed, (command, seen, listed)
+
+
 DURATION_OPTIONS = [
     ("inspect", "--warn-after"),
     ("inspect", "--critical-after"),
