@@ -3,13 +3,14 @@ is in its table, and every link between the documents leads somewhere."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
 from lockwarden.config import ENGINE_WATCHES, DatabaseWatch
 from lockwarden.databases.check import format_name
 from lockwarden.formats import FORMATS
-from lockwarden.output import prometheus
+from lockwarden.output import prometheus, report
 from lockwarden.support import exit_codes as cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,3 +126,15 @@ def test_the_architecture_module_map_lists_every_module_and_no_other() -> None:
         for name in re.findall(r"`([a-z_]+(?:/|\.py))`", layers)
     }
     assert listed == {package for layer in LAYERS for package in layer}
+
+
+def test_the_runbook_explains_every_line_of_a_report() -> None:
+    """A report's detail lines (`also`, `below`, `reader`, `never`, ...) were explained
+    nowhere: a new user reading `also     PID 28344 sleep 3600` under a flock could not tell
+    whether that process held the lock too (it does). Every label the text report can print
+    is now a row of the runbook's table."""
+    source = inspect.getsource(report.detail_lines) + inspect.getsource(report._holder_rows)
+    labels = set(re.findall(r'\(\s*"([a-z]+)",', source))
+    labels |= set(re.findall(r'f" {12}([a-z]+:) ', inspect.getsource(report.report_blocks)))
+    assert {"path", "holder", "also", "below", "removal:"} <= labels, labels
+    assert set(table_keys(ROOT / "docs" / "runbook.md", "| line | what it says |")) == labels
