@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,54 @@ def test_check_config_reports_the_state_directory(
     assert ran.returncode == 3
     assert [f["state"] for f in refused] == ["unknown"]
     assert expected in refused[0]["reason"]
+
+
+def test_a_new_users_default_state_directory_is_no_config_error(children: Children) -> None:
+    """A user's default state directory ($HOME/.local/state/lockwarden) on a new account, whose
+    ~/.local/state does not exist yet, is made by the first run (the XDG spec's 0700), so
+    check-config calls it fine, now that it checks the state directory without [notify]
+    too; a real run as that user makes it and reports no lockwarden:state. (As Debian's
+    python3, which that user can run, with the Debian packages the .deb depends on.)"""
+    with tempfile.TemporaryDirectory(dir="/tmp") as scratch:
+        base = Path(scratch)
+        base.chmod(0o755)
+        home = base / "home"
+        home.mkdir(mode=0o700)
+        os.chown(home, NOBODY, NOBODY)
+        held = base / "held.lock"
+        held.touch()
+        config = base / "c.toml"
+        config.write_text(f'[[lock]]\nname = "held"\npath = "{held}"\n')
+        children.python(FLOCK_HOLDER, str(held))  # held: its sighting is to be saved
+        env = cli_env(HOME=str(home))
+        env.pop("XDG_STATE_HOME", None)
+        env.pop("RUNTIME_DIRECTORY", None)
+        env.pop("XDG_RUNTIME_DIR", None)
+
+        def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [DEBIAN_PYTHON, "-m", "lockwarden", *args, "--config", str(config)],
+                capture_output=True,
+                text=True,
+                env=env,
+                user=NOBODY,
+                group=NOBODY,
+                extra_groups=[],
+                timeout=30,
+                check=False,
+                cwd=scratch,
+            )
+
+        checked = as_nobody("check-config")
+        assert checked.returncode == 0, checked.stderr
+        ran = as_nobody("--once", "--json")
+        names = [finding["name"] for finding in json.loads(ran.stdout)["locks"]]
+        assert "lockwarden:state" not in names, ran.stdout
+        assert (home / ".local" / "state" / "lockwarden").is_dir()
+
+
+NOBODY = 65534
+DEBIAN_PYTHON = "/usr/bin/python3"
 
 
 def test_world_writable_state_pages_once_not_every_run_and_resolves(

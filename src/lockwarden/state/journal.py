@@ -98,6 +98,8 @@ def state_dir_problem(directory: str) -> str | None:
         parent = os.path.dirname(directory.rstrip("/")) or "/"
         if os.path.isdir(parent):
             return None  # the first run creates it, mode 0700
+        if os.geteuid() != 0 and directory == os.path.dirname(default_state_path()):
+            return None  # a user's default: the first run creates its parents too
         return f"state directory {directory} does not exist, nor does its parent {parent}"
     except OSError as error:
         return f"state directory {directory}: {error.strerror}"
