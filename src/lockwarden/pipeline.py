@@ -492,8 +492,9 @@ def run_once(
     if config.builtin:
         notes.append(
             "no config file: checked the well-known system locks present on this host; "
-            "list your own locks as [[lock]] tables in /etc/lockwarden/config.toml "
-            "(see config.example.toml), or pass --config PATH"
+            "`lockwarden init` writes /etc/lockwarden/config.toml listing the locks it finds "
+            "here, to add your own [[lock]] tables to (every key: config.example.toml, in the "
+            "source and in /usr/share/doc/lockwarden/ with the .deb), or pass --config PATH"
         )
     return RunResult(snapshot.hostname, snapshot.boot_id, now, findings, tuple(notes), within)
 

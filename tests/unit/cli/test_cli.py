@@ -79,6 +79,26 @@ def test_inspect_and_why_help_list_the_codes_they_exit_with(
         assert seen == expected[command] and seen <= listed, (command, seen, listed)
 
 
+def test_the_no_config_note_points_at_what_a_pip_user_has(tmp_path: Path) -> None:
+    """With no config file, --once's note said to see config.example.toml, which a pip or
+    pipx install does not have anywhere. It now names `lockwarden init`, and that advice
+    works: init writes a config that check-config accepts."""
+    code = (
+        "from datetime import UTC, datetime\n"
+        "from lockwarden import config, pipeline\n"
+        "builtin = config.builtin(exists=lambda path: False)\n"
+        "print(*pipeline.run_once(builtin, datetime.now(UTC)).notes, sep='\\n')\n"
+    )  # this checkout's pipeline (cli_env), with no config file and no well-known lock
+    noted = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert len(noted) == 1 and "`lockwarden init`" in noted[0], noted
+    written = tmp_path / "config.toml"
+    assert run_cli("init", "--path", str(written)).returncode == 0
+    checked = run_cli("check-config", "--config", str(written))
+    assert checked.returncode == 0, checked.stderr
+
+
 DURATION_OPTIONS = [
     ("inspect", "--warn-after"),
     ("inspect", "--critical-after"),
