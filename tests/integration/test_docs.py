@@ -7,9 +7,10 @@ import inspect
 import re
 from pathlib import Path
 
+from conftest import run_cli
 from lockwarden.config import ENGINE_WATCHES, DatabaseWatch
 from lockwarden.databases.check import format_name
-from lockwarden.formats import FORMATS
+from lockwarden.formats import FORMATS, layout_formats
 from lockwarden.output import prometheus, report
 from lockwarden.support import exit_codes as cli
 
@@ -138,3 +139,26 @@ def test_the_runbook_explains_every_line_of_a_report() -> None:
     labels |= set(re.findall(r'f" {12}([a-z]+:) ', inspect.getsource(report.report_blocks)))
     assert {"path", "holder", "also", "below", "removal:"} <= labels, labels
     assert set(table_keys(ROOT / "docs" / "runbook.md", "| line | what it says |")) == labels
+
+
+LAYOUT_WORDS = {
+    "owner-record": "owner record",
+    "chromium-profile": "Chromium",
+    "firefox-profile": "Firefox",
+    "mercurial": "Mercurial",
+    "emacs": "Emacs",
+    "borg": "borg",
+}
+
+
+def test_discover_help_and_design_name_every_layout_the_walk_finds() -> None:
+    """discover's --help and design.md listed Chromium, Mercurial, borg and Emacs locks as what
+    the walk finds, but it also finds owner records (`STORE/LOCK`, the README's own layout)
+    and Firefox profiles. Each layout it recognises by name is now named in both."""
+    helped = run_cli("discover", "--help").stdout
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    walks = design.split("## What `discover` walks")[1].split("\n## ")[0]
+    for layout in ("owner-record", *layout_formats()):
+        words = LAYOUT_WORDS[layout]
+        assert words in " ".join(helped.split()), layout
+        assert words in " ".join(walks.split()), layout

@@ -248,7 +248,8 @@ def _discover_parser(commands: Any) -> None:
         "discover",
         help="find candidate locks on this host and show their state",
         description="List every file the kernel's lock table holds, and the lock layouts "
-        "(Chromium profiles, Mercurial and borg repositories, Emacs .#FILE locks) under the "
+        "(owner records: a LOCK, lock or .lock directory or file naming its holder; Chromium "
+        "and Firefox profiles, Mercurial and borg repositories, Emacs .#FILE locks) under the "
         "directories given, each with its detected format and current state. Nothing is "
         "locked or changed. With --write, save them as a config that check-config accepts.",
     )
