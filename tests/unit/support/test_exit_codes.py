@@ -62,7 +62,11 @@ def test_holds_help_lists_exactly_its_own_codes() -> None:
 
 def test_every_name_the_module_exports_is_defined() -> None:
     assert all(hasattr(codes, name) for name in codes.__all__)
-    defined = {name for name in vars(codes) if name.startswith(("EXIT_", "HOLD_EXIT"))}
+    defined = {
+        name
+        for name in vars(codes)
+        if name.startswith(("EXIT_", "HOLD_EXIT", "INSPECT_EXIT", "WHY_EXIT"))
+    }
     assert defined == set(codes.__all__)
 
 
