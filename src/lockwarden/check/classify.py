@@ -1131,6 +1131,8 @@ def explain(
             else ""
         )
         if verdict.holder is None:  # past its budget, known from below: say why none is named
+            if verdict.reason.startswith("held"):  # `held, by a process ... cannot name: ...`
+                return f"writes to {name} blocked: held {how_long}{past}{verdict.reason[4:]}"
             return (
                 f"writes to {name} blocked: a holder lockwarden cannot name has held the lock "
                 f"{how_long}{past} ({verdict.reason})"

@@ -353,7 +353,7 @@ def test_a_hidden_holder_seen_past_its_budget_by_earlier_runs_is_critical_naming
         Severity.CRITICAL,
         Bound.AT_LEAST,
     )
-    assert "cannot name" in seen.reason and "CAP_SYS_PTRACE" in seen.reason, seen.reason
+    assert "cannot be named" in seen.reason and "CAP_SYS_PTRACE" in seen.reason, seen.reason
 
 
 @pytest.mark.parametrize(

@@ -404,6 +404,7 @@ def test_a_live_lock_whose_work_tree_is_elsewhere_is_never_removed(children, tmp
     for finding in runs_removing_stale(repository.lock, tmp_path):
         assert finding["state"] == "held_too_long", finding["reason"]
         assert f"PID {commit.pid} (" in finding["reason"]
+        assert finding["reason"].count("cannot name") == 1, finding["reason"]  # said once
         assert finding["holders"] == [] and finding["action"] is None
     assert repository.lock.exists()
     assert commit.poll() is None
