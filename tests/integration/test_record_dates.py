@@ -287,15 +287,14 @@ for tick in range(600):
 
 
 @pytest.mark.parametrize("how", ["touch", "retake"])
-def test_a_pidfile_held_throughout_escalates_and_one_taken_per_job_never_does(
+def test_a_pidfile_dated_by_its_mtime_is_held_at_least_since_then_and_never_chained(
     how: str, tmp_path: Path, children: Children
 ) -> None:
-    """Nothing but its mtime dates a pidfile: the file exists at least since its last write.
-    A holder that touches it keeps that a moment old: as an exact age it was never past any
-    budget, and the runs that saw the same holder with the same file raise it (a run DELAY
-    seconds after the first pages it). A holder that takes it anew for every job, the same
-    PID each time, holds each take for a moment: chained into one series by its PID, it was
-    paged at the second run."""
+    """Nothing but its mtime dates a pidfile: the file exists at least since its last write,
+    which is what the report says (it said that age exactly). The runs' sightings name its
+    holder's PID, not the take: a holder that takes it anew for every job, the same PID each
+    time (and a new file, often with the same inode number), was chained into one long hold
+    and paged at the second run. Neither that nor a touched one is paged on sightings."""
     lock = tmp_path / "job.pid"
     holder = children.start([sys.executable, "-c", KEEPS_PIDFILE, str(lock), how])
     assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
@@ -306,21 +305,17 @@ def test_a_pidfile_held_throughout_escalates_and_one_taken_per_job_never_does(
         f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
     )
     configured = write_config(tmp_path / "config.toml", text)
-    _, document = run_json("--once", "--config", configured)
-    [first] = document["locks"]
-    if how == "touch":
-        assert (first["state"], first["held"]["bound"]) == ("held", "at_least"), first
-        assert [h["pid"] for h in first["holders"]] == [holder.pid], first
-    for _run in range(3):
-        time.sleep(DELAY / 2)  # the truth: a touched pidfile is held throughout, past the budget
+    for run in range(4):
+        if run:
+            time.sleep(DELAY / 2)  # the runs span twice the budget
         _, document = run_json("--once", "--config", configured)
-        [later] = document["locks"]
-        if how == "retake":  # each take a moment old: held or free, never past its budget
-            assert later["state"] in ("held", "free"), later
-            assert later["held"]["seconds"] is None or later["held"]["seconds"] < 2, later
-    if how == "touch":
-        assert (later["state"], later["held"]["bound"]) == ("held_too_long", "at_least"), later
-        assert DELAY <= later["held"]["seconds"] <= 2 * DELAY + 5, later
+        [seen] = document["locks"]
+        assert seen["state"] in ("held", "free"), seen  # each take, each touch a moment old
+        if seen["state"] == "held":
+            assert [h["pid"] for h in seen["holders"]] == [holder.pid], seen
+            assert seen["held"]["bound"] == "at_least" and seen["held"]["seconds"] < 2, seen
+        elif how == "touch":
+            pytest.fail(f"a pidfile held throughout read free: {seen}")
 
 
 @pytest.mark.parametrize("zone", list(ZONES))

@@ -87,7 +87,7 @@ def classify(
     earlier runs that saw it held by that identity (the state journal's sighting memory).
     `what_if`: a run that journals nothing, whose `now` may ask about a later time."""
     verdict = judge(claim, evidence, policy, now)
-    identity = identity_of(claim, verdict, evidence, now)
+    identity = identity_of(claim, verdict, evidence)
     first_seen = (seen_since or {}).get(identity or "")
     if what_if:
         first_seen = projected(first_seen, evidence.captured_at, now, verdict.holder)
@@ -881,20 +881,13 @@ def held_duration(
     dating = _record_or_file_dates(claim, verdict, now)
     if dating is Bound.EXACT:
         return held_seconds(claim, verdict, evidence, now), Bound.EXACT
-    if dating is Bound.AT_LEAST:  # held since then at least: or since a run first saw it so
-        # The sightings name the holder, not the take: a record gives each take its own time
-        # (a holder that takes the lock again for every job is seen by run after run), so they
-        # raise only a floor no record gives, the file's.
-        sighted = None if _record_dates(claim, verdict, now) else first_seen
-        known = [
-            age
-            for age in (
-                held_seconds(claim, verdict, evidence, now),
-                _sighting_age(sighted, verdict, now),
-            )
-            if age is not None
-        ]
-        return (max(known), Bound.AT_LEAST) if known else (None, Bound.UNKNOWN)
+    if dating is Bound.AT_LEAST:
+        # Held at least since then. The runs' sightings name the holder, not the take: a record
+        # gives each take its own time, and a file made anew for each take (its inode number
+        # free to be reused) looks like one kept, so they raise neither floor (a holder that
+        # takes the lock again for every job is seen by run after run).
+        age = held_seconds(claim, verdict, evidence, now)
+        return (age, Bound.AT_LEAST) if age is not None else (None, Bound.UNKNOWN)
     if not evidence.kernel_locked:
         age = held_seconds(claim, verdict, evidence, now)
         return (age, Bound.AT_MOST) if age is not None else (None, Bound.UNKNOWN)
@@ -1190,19 +1183,12 @@ def action_for(state: State, verdict: Verdict, claim: Claim) -> str | None:
     return advise_holder(verdict.holder, verdict.sharers, claim.format)
 
 
-def identity_of(claim: Claim, verdict: Verdict, evidence: Evidence, now: datetime) -> str | None:
+def identity_of(claim: Claim, verdict: Verdict, evidence: Evidence) -> str | None:
     """The incident key's holder part: pid + start ticks + boot id (and the takers of a lock it
-    did not take itself), or the lock's inode and record for a holderless lock. An existence
-    lock no record dates is one take while its file is the same: a holder that makes it anew
-    for every job (the same PID each time) must not chain its takes into one series of runs,
-    which would page a lock taken a moment ago (a holder that rewrites it by rename, a new
-    file each time, is not told from that: its series starts over too)."""
+    did not take itself), or the lock's inode and record for a holderless lock."""
     holder = verdict.holder
     if holder is not None and holder.pid is not None:
         held = f"pid:{holder.pid}:{holder.start_ticks}:{evidence.boot_id}"
-        undated = not _record_dates(claim, verdict, now)
-        if claim.existence_is_lock and claim.keys and undated and not evidence.kernel_locked:
-            held += f":file:{claim.keys[0][1]}"
         return held + _taken_by(verdict, evidence)
     if claim.keys:
         device, inode = claim.keys[0]
