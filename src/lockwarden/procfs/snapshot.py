@@ -1237,12 +1237,8 @@ def held_locks(proc: str, pid: int, key: InodeKey) -> list[KernelLock] | None:
         held = []
         for name in names:
             raw = _read_small(f"{proc}/{pid}/fdinfo/{name}", read_on=lambda _: True)
-            if raw is None or b"\nlock:" not in raw:
-                continue  # closed since it was listed, or carries no lock
-            for line in _fdinfo_details(raw.decode("utf-8", errors="replace"))[1]:
-                lock = parse_lock_line(line)
-                if lock is not None and not lock.waiting and lock.key == key:
-                    held.append(lock)
+            if raw is not None:  # else closed since it was listed
+                held += [lock for lock in _granted_locks(raw) if lock.key == key]
     except OSError:
         return None
     return held
@@ -1256,8 +1252,13 @@ def descriptor_locks(proc: str, pid: int, fd: int) -> list[KernelLock] | None:
         raw = _read_small(f"{proc}/{pid}/fdinfo/{fd}", read_on=lambda _: True)
     except OSError:
         return None
-    if raw is None:
-        return None
+    return None if raw is None else _granted_locks(raw)
+
+
+def _granted_locks(raw: bytes) -> list[KernelLock]:
+    """The granted locks an fdinfo entry's `lock:` lines list (most entries carry none)."""
+    if b"\nlock:" not in raw:
+        return []
     lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))[1]
     return [lock for lock in map(parse_lock_line, lines) if lock is not None and not lock.waiting]
 
