@@ -220,6 +220,35 @@ ZONES = {"UTC0": 0.0, "<-05>5": -5.0, "<+09>-9": 9.0, "<+0530>-5:30": 5.5}
 NAIVE_SHAPES = ("naive-local", "naive-utc", "aware")
 
 
+def _judged_in_zone(
+    plan: list[tuple[str, str, str]], zone: str, label: str, tmp_path: Path, children: Children
+) -> list[tuple[dict[str, Any], str]]:
+    """Starts a TAKE_IN_ZONE holder per (style, shape, delay) of `plan` in `zone`, runs
+    `--once` there, and checks each finding against the truth: its holder named, held (taken a
+    moment ago) or held_too_long (DELAY seconds ago), never older than that. Each finding, with
+    what it was."""
+    holders = [
+        children.start(
+            [sys.executable, "-c", TAKE_IN_ZONE, str(tmp_path / f"job{index}.lock"), *spec],
+            env={**os.environ, "TZ": zone},
+        )
+        for index, spec in enumerate(plan)
+    ]
+    for holder in holders:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    _, document = run_json("--once", "--config", config(tmp_path, len(plan)), TZ=zone)
+    judged = []
+    for index, (style, shape, delay) in enumerate(plan):
+        finding: dict[str, Any] = document["locks"][index]
+        context = f"{label}: TZ={zone} job{index} {style} {shape} delay {delay}: {finding}"
+        assert [h["pid"] for h in finding["holders"]] == [holders[index].pid], context
+        young = delay == str(DELAY)  # the truth: taken a moment ago, else DELAY seconds ago
+        assert finding["state"] == ("held" if young else "held_too_long"), context
+        assert finding["held"]["seconds"] <= (2 if young else DELAY + 3), context
+        judged.append((finding, context))
+    return judged
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_time_without_an_offset_never_pages_a_young_hold_in_any_zone(
     seed: int, tmp_path: Path, children: Children
@@ -242,24 +271,8 @@ def test_a_time_without_an_offset_never_pages_a_young_hold_in_any_zone(
         )
         for index in range(LOCKS)
     ]
-    holders = [
-        children.start(
-            [sys.executable, "-c", TAKE_IN_ZONE, str(tmp_path / f"job{index}.lock"), *spec],
-            env={**os.environ, "TZ": zone},
-        )
-        for index, spec in enumerate(plan)
-    ]
-    for holder in holders:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-    _, document = run_json("--once", "--config", config(tmp_path, len(plan)), TZ=zone)
-    for index, (style, shape, delay) in enumerate(plan):
-        finding: dict[str, Any] = document["locks"][index]
-        context = f"seed {seed}: TZ={zone} job{index} {style} {shape} delay {delay}: {finding}"
-        assert [h["pid"] for h in finding["holders"]] == [holders[index].pid], context
-        young = delay == str(DELAY)  # the truth: taken a moment ago, else DELAY seconds ago
-        assert finding["state"] == ("held" if young else "held_too_long"), context
+    for finding, context in _judged_in_zone(plan, zone, f"seed {seed}", tmp_path, children):
         assert finding["held"]["bound"] == "exact", context
-        assert finding["held"]["seconds"] <= (2 if young else DELAY + 3), context
 
 
 # Keeps a pidfile with its PID (no date: its mtime is all that dates it) as `how` says, and
@@ -382,23 +395,7 @@ def test_a_naive_local_time_in_the_hour_that_repeats_never_pages_a_young_hold(
         )
         for index in range(LOCKS)
     ]
-    holders = [
-        children.start(
-            [sys.executable, "-c", TAKE_IN_ZONE, str(tmp_path / f"job{index}.lock"), *spec],
-            env={**os.environ, "TZ": zone},
-        )
-        for index, spec in enumerate(plan)
-    ]
-    for holder in holders:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-    _, document = run_json("--once", "--config", config(tmp_path, len(plan)), TZ=zone)
-    for index, (style, shape, delay) in enumerate(plan):
-        finding: dict[str, Any] = document["locks"][index]
-        context = f"seed {seed}: TZ={zone} job{index} {style} {shape} delay {delay}: {finding}"
-        assert [h["pid"] for h in finding["holders"]] == [holders[index].pid], context
-        young = delay == str(DELAY)  # the truth: taken a moment ago, else DELAY seconds ago
-        assert finding["state"] == ("held" if young else "held_too_long"), context
-        assert finding["held"]["seconds"] <= (2 if young else DELAY + 3), context
+    _judged_in_zone(plan, zone, f"seed {seed}", tmp_path, children)
 
 
 # A zone 30 s east of UTC: the UTC reading of a naive local time written there is ahead of the

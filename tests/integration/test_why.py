@@ -70,6 +70,22 @@ def why(*args: str) -> tuple[int, dict[str, Any]]:
     return completed.returncode, json.loads(completed.stdout)
 
 
+def _asked_while_blocked(
+    waiter: subprocess.Popen[str], truth: set[int], context: str
+) -> tuple[int, dict[str, Any]] | None:
+    """With no holder in its way (`truth` empty), the waiter gets its lock: None. Else, once it
+    blocks in its lock call, why's exit code and its one wait."""
+    assert waiter.stdout is not None
+    if not truth:
+        assert waiter.stdout.readline().strip() == "got", context
+        return None
+    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10), context
+    code, document = why(str(waiter.pid))
+    [process] = document["processes"]
+    [wait] = process["waits"]
+    return code, wait
+
+
 def holder_pids(wait: dict[str, Any]) -> set[int]:
     return {holder["pid"] for holder in wait["lock"]["holders"]}
 
@@ -374,14 +390,10 @@ def test_why_names_as_blockers_exactly_the_holders_whose_locks_conflict(
     context = f"seed {seed}: held {held}, wanted {wanted}"
     waiter = children.python(WAITS_FOR, str(lock), wanted)
     assert waiter.stdout is not None
-    if not truth:
-        assert waiter.stdout.readline().strip() == "got", context
+    asked = _asked_while_blocked(waiter, truth, context)
+    if asked is None:
         return
-    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10), context
-
-    _code, document = why(str(waiter.pid))
-    [process] = document["processes"]
-    [wait] = process["waits"]
+    _code, wait = asked
     assert set(wait["blocked_by"]) == truth, context
     assert all(not behind["deadlock"] for behind in wait["behind"]), context
     assert wait["to_free_it"] == "kill " + " ".join(map(str, wait["blocked_by"])), context
@@ -546,14 +558,10 @@ def test_an_fcntl_waiter_is_blocked_by_exactly_the_holders_whose_locks_conflict(
     held[waiter.pid] = [spec for spec in got["other"] if not spec.startswith(same_owner)]
     truth = {pid for pid, specs in held.items() if any(conflict(s, wanted) for s in specs)}
     context = f"seed {seed}: held {held}, through its waiting open {got['through']}, wants {wanted}"
-    if not truth:
-        assert waiter.stdout.readline().strip() == "got", context
+    asked = _asked_while_blocked(waiter, truth, context)
+    if asked is None:
         return
-    assert wait_until(lambda: blocked_in_lock_call(waiter.pid), timeout=10), context
-
-    code, document = why(str(waiter.pid))
-    [process] = document["processes"]
-    [wait] = process["waits"]
+    code, wait = asked
     assert wait["call"] == ("OFD fcntl" if wanted.startswith("ofd") else "fcntl"), context
     assert set(wait["blocked_by"]) == truth and child not in wait["blocked_by"], context
     deadlock = [behind["pid"] for behind in wait["behind"] if behind["deadlock"]]
