@@ -1,0 +1,1 @@
+"""Attacks by a local user on root's lockwarden, each withstood (docs/security.md)."""
