@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from lockwarden.support.redact import redact_argv
+
 
 class State(enum.StrEnum):
     FREE = "free"
@@ -642,12 +644,29 @@ def own_finding(name: str, path: str, format: str, reason: str) -> Finding:
 
 
 def command_text(cmdline: Iterable[str], limit: int = 300) -> str:
-    """A command line for one line of a report or an alert: control characters escaped, so a
-    holder's argv cannot add or forge lines, and long ones cut."""
+    """A command line for one line of a report or an alert: its secrets hidden (support/
+    redact.py: every output that shows a command line shows this text), control characters
+    escaped, so a holder's argv cannot add or forge lines, and long ones cut."""
     # Only the first limit + 1 characters can show (escaping never shortens one), and a report
-    # of 1,000 held locks must not escape 1,000 whole scripts character by character.
-    text = _escaped(" ".join(cmdline)[: limit + 1])
+    # of 1,000 held locks must not escape 1,000 whole scripts character by character. Redacted
+    # before the cut, with room past it, so a secret the cut splits is still recognized whole.
+    shown = redact_argv(_leading(cmdline, limit + REDACT_MARGIN))
+    text = _escaped(" ".join(shown)[: limit + 1])
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+REDACT_MARGIN = 4096  # characters read past what shows: a secret longer than this is cut
+
+
+def _leading(cmdline: Iterable[str], budget: int) -> tuple[str, ...]:
+    """The words of the first `budget` characters of a command line."""
+    words: list[str] = []
+    for word in cmdline:
+        words.append(word[:budget])
+        budget -= len(word) + 1
+        if budget <= 0:
+            break
+    return tuple(words)
 
 
 @functools.lru_cache(maxsize=64)  # the holders of many locks are often a few processes

@@ -11,7 +11,8 @@ SOURCE = Path(__file__).resolve().parents[2] / "src" / "lockwarden"
 
 # Bottom to top. A package may import its own modules and any package of a lower layer.
 LAYERS: list[set[str]] = [
-    {"model", "support"},
+    {"support"},
+    {"model"},
     {"formats", "procfs", "state"},
     {"config"},
     {"check"},

@@ -119,6 +119,11 @@ def credential_path(name: str, environ: Mapping[str, str]) -> str:
 
 
 def _url_lines(path: str) -> list[tuple[str, int]]:
+    from lockwarden.config.secrets import urls_file_problem
+
+    untrusted = urls_file_problem(path)  # its writer would decide where alerts go
+    if untrusted is not None:
+        raise NotifyConfigError(f"notify.urls_file: {untrusted}")
     try:
         with open(path, encoding="utf-8") as handle:
             lines = handle.read(1 << 20).splitlines()

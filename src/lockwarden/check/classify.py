@@ -26,6 +26,7 @@ from lockwarden.model import (
     State,
     UnknownCause,
     Workers,
+    command_text,
 )
 from lockwarden.support.durations import format_duration, format_limit, format_time
 
@@ -624,8 +625,7 @@ def _workers_running(claim: Claim, workers: Workers, evidence: Evidence) -> Verd
 
 def _candidate(worker: Holder) -> str:
     """`PID 4242 (git commit -a)`: a process that may hold a lock, never its named holder."""
-    command = " ".join(worker.cmdline) or worker.name or "?"
-    return f"PID {worker.pid} ({command if len(command) <= 60 else command[:59] + '…'})"
+    return f"PID {worker.pid} ({command_text(worker.cmdline, 60) or worker.name or '?'})"
 
 
 def _could_have_taken_it(claim: Claim, workers: tuple[Holder, ...]) -> tuple[Holder, ...]:

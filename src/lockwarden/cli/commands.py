@@ -553,9 +553,12 @@ def load_config(path: str | None) -> config_module.Config:
     """--config PATH must exist; the default path may be absent (then: built-in defaults)."""
     if path is None and not os.path.exists(config_module.DEFAULT_PATH):
         return config_module.builtin()
-    config = config_module.load(path or config_module.DEFAULT_PATH)
-    from lockwarden.config.secrets import readable_secrets_warning
+    from lockwarden.config.secrets import config_file_problem, readable_secrets_warning
 
+    untrusted = config_file_problem(path or config_module.DEFAULT_PATH)
+    if untrusted is not None:  # its writer would decide what root does: not read at all
+        raise config_module.ConfigError([untrusted])
+    config = config_module.load(path or config_module.DEFAULT_PATH)
     warning = readable_secrets_warning(config)
     if warning:
         log.warning("%s", warning)
@@ -647,7 +650,12 @@ def as_the_unit(config: config_module.Config, announce: bool = True) -> config_m
     when run by hand (the_units_credential). Every command that alerts or says where alerts go
     (`--once`, check-config, notify-test) takes its services from here, so they agree.
     `announce`: say on stderr which credential was read (else only with -v)."""
+    from lockwarden.config.secrets import credential_warnings
+
     notify = the_units_credential(config.notify, os.environ, announce=announce)
+    stores = SYSTEM_CREDSTORES if os.geteuid() == 0 else ()  # only root may look in them
+    for warning in credential_warnings(notify, os.environ, stores):
+        log.warning("%s", warning)
     return replace(config, notify=notify)
 
 
@@ -693,6 +701,7 @@ def runtime_problems(config: config_module.Config, view: NotifyView) -> list[str
     (checked without sending), a lock whose notify_tags no service carries, a state directory
     a run would refuse, and a Prometheus textfile directory it cannot write."""
     from lockwarden.state.journal import state_dir_problem
+    from lockwarden.support.trusted import write_problem
 
     where = config.source or "built-in defaults"
     problems = _notify_problems(view, list(enumerate(config.locks, start=1)), where)
@@ -712,6 +721,8 @@ def runtime_problems(config: config_module.Config, view: NotifyView) -> list[str
             f"{where}: prometheus.textfile: its directory {directory} is not writable by uid "
             f"{os.geteuid()}, which each run needs to replace the file"
         )
+    elif directory and (untrusted := write_problem(directory)) is not None:
+        problems.append(f"{where}: prometheus.textfile: a run refuses to write there: {untrusted}")
     return problems
 
 

@@ -17,6 +17,7 @@ history.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from datetime import datetime
 from lockwarden import __version__
 from lockwarden.model import Bound, Finding, Severity, State, own_finding
 from lockwarden.support.atomic import write_atomically
+from lockwarden.support.trusted import Untrusted, write_problem
 
 
 @dataclass(frozen=True)
@@ -294,5 +296,11 @@ def unwritten(path: str, error: OSError) -> Finding:
 
 
 def write_textfile(path: str, findings: Sequence[Finding], run: RunFacts) -> None:
-    """Mode 0644: node-exporter runs as another user and must read it."""
+    """Mode 0644: node-exporter runs as another user and must read it. Never into a directory
+    another user could change (support/trusted.py): they could swap what root writes there,
+    or forge the series the alert rules read; Untrusted (an OSError) says which and the fix.
+    The write itself follows no symlink: a new temporary file renamed over the name."""
+    untrusted = write_problem(os.path.dirname(path) or ".")
+    if untrusted is not None:
+        raise Untrusted(f"refused to write {path}: {untrusted}")
     write_atomically(path, render_metrics(findings, run), mode=0o644)

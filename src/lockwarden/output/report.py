@@ -27,6 +27,7 @@ from lockwarden.model import (
 )
 from lockwarden.pipeline import RunResult
 from lockwarden.support.durations import format_duration, format_time
+from lockwarden.support.redact import redact_argv
 
 JSON_VERSION = 2
 
@@ -56,7 +57,7 @@ def process_document(process: Holder | Waiter) -> dict[str, Any]:
         "pid": process.pid,
         "alive": process.alive,
         "name": process.name,
-        "cmdline": list(process.cmdline),
+        "cmdline": list(redact_argv(process.cmdline)),  # as the text shows it: secrets hidden
         "user": process.user,
         "unit": process.unit,
         "user_unit": process.user_unit,
