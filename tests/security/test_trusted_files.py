@@ -85,3 +85,19 @@ def test_a_holders_password_on_its_command_line_never_reaches_the_report(
         completed = run_cli("--once", "--config", config, output)
         assert "--password" in completed.stdout  # the holder is shown ...
         assert "hunter2" not in completed.stdout + completed.stderr  # ... its secret is not
+
+
+def test_a_directory_above_that_a_system_account_owns_is_trusted_a_persons_is_not(
+    tmp_path: Path, attacker: User
+) -> None:
+    """Debian gives /var/lib/prometheus to prometheus above node-exporter's root-owned
+    textfile directory: a system account's directory above is the distribution's layout; the
+    same layout under a person's directory is refused."""
+    from lockwarden.support.trusted import write_problem
+
+    for owner, trusted in ((998, True), (attacker.uid, False)):
+        above = tmp_path / f"above-{owner}"
+        textfiles = above / "node-exporter"
+        textfiles.mkdir(parents=True)
+        os.chown(above, owner, owner)
+        assert (write_problem(str(textfiles)) is None) is trusted

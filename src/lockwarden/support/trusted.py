@@ -8,11 +8,15 @@ who can read a credential can post as the on-call channel. So every such file is
 here, the way OpenSSH checks `authorized_keys`: the file and every directory above it must be
 owned by root or by the user lockwarden runs as, and writable by no one else. A world-writable
 directory with the sticky bit (/tmp) is safe to pass through: no one but its owner can rename or
-remove an entry in it, so what matters is that entry's own owner.
+remove an entry in it, so what matters is that entry's own owner. A directory above the file
+may also belong to a system account (a uid below login.defs' UID_MIN): the distribution gave it
+that directory, as Debian gives `/var/lib/prometheus` to prometheus above node-exporter's
+root-owned textfile directory, and no local person logs in as it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 
@@ -46,7 +50,11 @@ def write_problem(path: str, owners: frozenset[int] | None = None) -> str | None
             status = os.stat(place)
         except OSError:
             continue  # not there (yet): only what exists can be swapped
-        problem = _status_problem(place, status, trusted, sticky_ok=number > 0)
+        above = number > 0
+        owners_here = (
+            trusted | {status.st_uid} if above and _system_account(status.st_uid) else trusted
+        )
+        problem = _status_problem(place, status, owners_here, sticky_ok=above)
         if problem is not None:
             return problem if number == 0 else f"{path} is under {problem}"
     return None
@@ -83,6 +91,25 @@ def _status_problem(
         return None  # like /tmp: only an entry's owner may replace it
     who = "everyone" if mode & stat.S_IWOTH else f"group {_group_name(status.st_gid)}"
     return f"{place}, writable by {who} (mode {mode:04o}): chmod go-w {place}"
+
+
+def _system_account(uid: int) -> bool:
+    """A uid below the first one `useradd` gives a person (login.defs' UID_MIN, 1000 unless
+    it says otherwise)."""
+    return uid < _uid_min()
+
+
+@functools.cache
+def _uid_min() -> int:
+    try:
+        with open("/etc/login.defs", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                words = line.split()
+                if len(words) >= 2 and words[0] == "UID_MIN" and words[1].isdigit():
+                    return int(words[1])
+    except OSError:
+        pass  # no login.defs: useradd's own default
+    return 1000
 
 
 def _ancestors(path: str) -> list[str]:
