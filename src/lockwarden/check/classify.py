@@ -968,7 +968,7 @@ def held_seconds(claim: Claim, verdict: Verdict, evidence: Evidence, now: dateti
         candidates.append(written)
     dated_by_record = record_describes_holder and written is not None
     if trusted and claim.existence_is_lock and not dated_by_record:
-        candidates.append(claim.created_at)
+        candidates.append(_file_written(claim, now))
     if holder is not None:
         candidates.append(holder.started_at)
     ages = [(now - moment).total_seconds() for moment in candidates if moment is not None]
@@ -993,9 +993,25 @@ def _record_or_file_dates(claim: Claim, verdict: Verdict, now: datetime) -> Boun
         return None
     if _record_dates(claim, verdict, now):
         return Bound.EXACT if _record_start_for(claim, verdict, now)[1] else Bound.AT_LEAST
-    if claim.existence_is_lock and _age(claim.created_at, now) is not None:
+    if claim.existence_is_lock and _age(_file_written(claim, now), now) is not None:
         return Bound.AT_LEAST
     return None
+
+
+WRITTEN_DURING_RUN = timedelta(seconds=5)
+"""How far after the run's clock a lock file's mtime may be and still be a write during the
+run: the clock is read before the claims, and a holder that makes its file anew for every job
+can write it in between."""
+
+
+def _file_written(claim: Claim, now: datetime) -> datetime | None:
+    """The lock file's last write (its mtime) as a date of the hold: one a moment after the
+    run's clock is a write during this run, so at `now` (held at least 0 s); one further
+    ahead is a clock stepped back since, and dates nothing (_age drops it)."""
+    written = claim.created_at
+    if written is not None and now < written <= now + WRITTEN_DURING_RUN:
+        return now
+    return written
 
 
 def _record_dates(claim: Claim, verdict: Verdict, now: datetime) -> bool:

@@ -391,3 +391,22 @@ def test_within_its_budget_only_when_the_longest_possible_hold_is(
     at_most: float | None, says: str
 ) -> None:
     assert budget_words(at_most, 900.0).startswith(says)
+
+
+@pytest.mark.parametrize(
+    ("written_after_now", "bound"),
+    [(timedelta(seconds=1), Bound.AT_LEAST), (timedelta(hours=1), Bound.AT_MOST)],
+    ids=["written-during-the-run", "clock-stepped-back"],
+)
+def test_a_lock_file_written_a_moment_after_the_runs_clock_is_held_at_least_since_now(
+    written_after_now: timedelta, bound: Bound
+) -> None:
+    """The run's clock is read before the claims: a holder that makes its pidfile anew for
+    every job can write it in between (CI saw the holder's running time, an upper bound,
+    stand in). A moment after `now` is a write during the run; an hour is a clock stepped
+    back, which dates nothing."""
+    claim = record(started_at=None, created_at=NOW + written_after_now, role=None)
+    finding = classify("job", claim, evidence(record_process=process()), POLICY, NOW)
+    assert (finding.state, finding.held_bound) == (State.HELD, bound)
+    if bound is Bound.AT_LEAST:
+        assert finding.held_for_s == 0
