@@ -15,10 +15,12 @@ a plain kernel lock above all.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from lockwarden.formats.base import STOP_HOLDER, HolderAction, SafeAction
 from lockwarden.model import Claim, Container, Descendant, Holder, State
+from lockwarden.procfs.snapshot import valid_unit_name
 
 # Process names (the kernel's 15-character comm) of package managers and their front ends.
 PACKAGE_MANAGERS = frozenset(
@@ -78,6 +80,22 @@ def shell_argv(action: str) -> list[str] | None:
     if not argv or any(word.startswith("(") or word.endswith(";") for word in argv):
         return None
     return argv
+
+
+def command(*argv: str) -> str:
+    """One shell command line that a POSIX shell (bash, dash) parses back to exactly `argv`:
+    every word that came from outside (a unit, a user, a container's name) is quoted, so no
+    name can end the command or start another when on-call pastes the line into a root shell
+    (output/report.py's `action.argv` is this line parsed back)."""
+    return shlex.join(argv)
+
+
+# What docker, podman and machined accept as a name: a letter or digit, then those and `_.-`.
+_RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def valid_runtime_name(name: str) -> bool:
+    return _RUNTIME_NAME.fullmatch(name) is not None
 
 
 def needs_action(state: State) -> bool:
@@ -151,10 +169,11 @@ def advise_holder(holder: Holder, sharers: tuple[Holder, ...], lock_format: str)
         return f"wait for {_waited_for(holder)} to finish; {safe.why}"
     if holder.container is not None and safe.kind is not HolderAction.SHUTDOWN:
         return advise_in_container(holder, holder.container, sharers)
-    if holder.unit and holder.container is None:
-        if holder.user_unit:
-            return f"systemctl --user -M {holder.user}@ stop {holder.unit}"
-        return f"systemctl stop {holder.unit}"
+    if holder.unit and holder.container is None and valid_unit_name(holder.unit):
+        if holder.user_unit and holder.user:
+            return command("systemctl", "--user", "-M", f"{holder.user}@", "stop", holder.unit)
+        if not holder.user_unit:
+            return command("systemctl", "stop", holder.unit)
     if safe.kind is HolderAction.SHUTDOWN:
         return f"shut {holder.describe()} down with its own command ({safe.why})"
     return kill(holder, sharers)
@@ -260,10 +279,10 @@ def _kill_line(signal: str, targets: list[str]) -> str:
 
 
 CONTAINER_STOP = {
-    "podman": "podman stop {name}",
-    "docker": "docker stop {name}",
-    "systemd-nspawn": "machinectl stop {name}",
-    "lxc": "lxc-stop -n {name}",
+    "podman": ("podman", "stop"),
+    "docker": ("docker", "stop"),
+    "systemd-nspawn": ("machinectl", "stop"),
+    "lxc": ("lxc-stop", "-n"),
 }
 
 
@@ -272,10 +291,12 @@ def advise_in_container(holder: Holder, container: Container, sharers: tuple[Hol
     is the container's own job (its PID 1), the holder's unit inside a machine systemd runs,
     else its processes by their PIDs on this host. Never the host's unit of the container (a
     scope or nspawn's service), which is the whole container."""
-    if container.init and container.by_name:
-        return CONTAINER_STOP[container.runtime].format(name=shlex.quote(container.name))
-    if container.runtime == "systemd-nspawn" and holder.unit and container.by_name:
-        return f"systemctl -M {shlex.quote(container.name)} stop {holder.unit}"
+    named = container.by_name and valid_runtime_name(container.name)
+    if container.init and named:
+        return command(*CONTAINER_STOP[container.runtime], container.name)
+    unit = holder.unit if holder.unit and valid_unit_name(holder.unit) else None
+    if container.runtime == "systemd-nspawn" and unit and named:
+        return command("systemctl", "-M", container.name, "stop", unit)
     return kill(holder, sharers)
 
 

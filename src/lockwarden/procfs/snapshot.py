@@ -123,6 +123,20 @@ def parse_lock_line(line: str) -> KernelLock | None:
     return KernelLock(number, kind, mode, pid, key, start, end, waiting)
 
 
+# systemd's rule for a unit name (unit_name_is_valid): letters, digits and `:-_.\`, one `@`
+# before an instance, a known suffix, at most 255 characters. A cgroup named otherwise was not
+# made by systemd (a user made it in a subtree delegated to her) and names no unit to stop. Nor
+# does one starting with `-` (systemd's own `-.mount` does): `systemctl stop -x.service` reads
+# it as an option.
+_UNIT_NAME = re.compile(
+    r"[A-Za-z0-9:_.\\][A-Za-z0-9:_.\\-]*(?:@[A-Za-z0-9:_.\\-]*)?\.(?:service|scope)"
+)
+
+
+def valid_unit_name(name: str) -> bool:
+    return len(name) <= 255 and _UNIT_NAME.fullmatch(name) is not None
+
+
 def unit_from_cgroup(text: str) -> tuple[str | None, bool]:
     """The systemd service a process runs in, and whether it is a user service.
 
@@ -141,6 +155,8 @@ def unit_from_cgroup(text: str) -> tuple[str | None, bool]:
             chosen = path
     components = [part for part in chosen.split("/") if part]
     if not components or not components[-1].endswith(".service"):
+        return None, False
+    if not valid_unit_name(components[-1]):
         return None, False
     unit = components[-1]
     user_unit = any(part.startswith("user@") for part in components[:-1])

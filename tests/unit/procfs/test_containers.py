@@ -62,7 +62,9 @@ def test_the_unified_hierarchy_wins_and_the_namespace_pid_tells_the_containers_o
     ("container", "unit", "action"),
     [
         (Container("podman", "wa-sync", ID, init=True), None, "podman stop wa-sync"),
-        (Container("docker", "wa sync", ID, init=True), None, "docker stop 'wa sync'"),
+        # no runtime names a container so: a name from elsewhere reaches it by no command
+        (Container("docker", "wa sync", ID, init=True), None, "kill 42 43"),
+        (Container("docker", "-t9", ID, init=True), None, "kill 42 43"),
         (Container("systemd-nspawn", "web1", None, init=True), None, "machinectl stop web1"),
         (Container("lxc", "db1", None, init=True), None, "lxc-stop -n db1"),
         # Not the container's own job: its unit inside a systemd machine, else its PIDs;
