@@ -59,6 +59,7 @@ from lockwarden.procfs.snapshot import (
 )
 from lockwarden.support.durations import format_time
 from lockwarden.support.namespaces import proc_is_hosts, proc_locks_may_omit
+from lockwarden.support.printable import printable_lines
 
 MAX_CHAIN = 8
 """How many holders-that-wait a chain is followed through."""
@@ -453,28 +454,30 @@ def hidden_waiters(proc: str = "/proc") -> str | None:
 def render_text(answers: Sequence[Answer]) -> str:
     if not answers:
         return "no process waits on a kernel lock here\n"
-    return "".join(_answer_lines(each, "") for each in answers)
+    # Each line is escaped whole once composed (support/printable.py): a file name or a
+    # process's command line can neither end a line nor move the cursor to forge another.
+    return printable_lines([line for each in answers for line in _answer_lines(each, "")])
 
 
-def _answer_lines(item: Answer, indent: str) -> str:
+def _answer_lines(item: Answer, indent: str) -> list[str]:
     who = f"PID {item.pid} ({item.command})"
     if item.problem:
-        return f"{indent}{who}: cannot tell: {item.problem}\n"
+        return [f"{indent}{who}: cannot tell: {item.problem}"]
     if item.deadlock:
-        return f"{indent}{who} is waiting already, earlier in this chain: a deadlock\n"
+        return [f"{indent}{who} is waiting already, earlier in this chain: a deadlock"]
     if not item.waits:
-        line = f"{indent}{who} is not waiting on any lock lockwarden can see: {item.doing}\n"
+        lines = [f"{indent}{who} is not waiting on any lock lockwarden can see: {item.doing}"]
         for wait in item.locked_open:
-            line += (
+            lines.append(
                 f"{indent}    but a file it has open is {_what(wait)}; a program that retries "
-                "a lock in a loop (SQLite's busy timeout) sleeps between tries like this\n"
+                "a lock in a loop (SQLite's busy timeout) sleeps between tries like this"
             )
-        return line
-    lines = ""
+        return lines
+    lines = []
     for wait in item.waits:
-        lines += f"{indent}{who} waits in {wait.call} for {_what(wait)}\n"
+        lines.append(f"{indent}{who} waits in {wait.call} for {_what(wait)}")
         for behind in wait.behind:
-            lines += _answer_lines(behind, indent + "    ")
+            lines.extend(_answer_lines(behind, indent + "    "))
     return lines
 
 
