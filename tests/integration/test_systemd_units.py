@@ -140,7 +140,7 @@ def test_alert_states_are_not_unit_failures_but_config_errors_are(units: Path) -
     assert "--once" in directives["ExecStart"][0].split()
     success = {int(code) for code in directives["SuccessExitStatus"][0].split()}
     assert success == {1, 2, 3, 75}  # warning, critical, unknown, another run in progress
-    assert not success & {64, 78}  # usage and configuration errors fail the unit
+    assert not success & {64, 70, 78}  # usage, internal and configuration errors fail it
     assert directives["UMask"] == ["0077"]
     assert "TimeoutStartSec" in directives
 

@@ -115,7 +115,10 @@ def incident_key(finding: Finding, klass: str) -> str:
 def incident_id(key: str, opened_at: datetime) -> str:
     import hashlib  # only a run that opens an incident needs it (~4 ms with OpenSSL)
 
-    return hashlib.sha256(f"{key}|{format_time(opened_at)}".encode()).hexdigest()[:12]
+    # A key holds the lock's path, which need not be UTF-8 (a surrogate escape per byte that
+    # is not): surrogateescape hashes the file's own bytes, where a strict encode crashed the run.
+    said = f"{key}|{format_time(opened_at)}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(said).hexdigest()[:12]
 
 
 def decide(

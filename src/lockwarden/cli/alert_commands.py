@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockwarden.config import Config
 from lockwarden.model import Holder
-from lockwarden.output.report import json_document, render_text
+from lockwarden.output.report import json_document, json_text, render_text
 from lockwarden.run import AlertedRun
 from lockwarden.support.durations import format_duration, stamp
 from lockwarden.support.exit_codes import EXIT_CONFIG, EXIT_NOTIFY_FAILED, EXIT_UNKNOWN
@@ -159,14 +159,14 @@ def alerts_document(alerted: AlertedRun) -> dict[str, Any]:
 
 def render_once_json(alerted: AlertedRun) -> str:
     document = json_document(alerted.result) | {"alerts": alerts_document(alerted)}
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return json_text(document)
 
 
 def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
     items = would_send(alerted)
     if as_json:
         document = json_document(alerted.result) | {"dry_run": True, "would_send": items}
-        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        return json_text(document)
     lines = [render_text(alerted.result).rstrip("\n"), ""]
     if not items:
         lines.append("dry run: nothing would be sent")

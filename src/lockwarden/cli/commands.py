@@ -21,7 +21,7 @@ from lockwarden.check import sightings
 from lockwarden.check.sightings import Memory
 from lockwarden.formats import LOCKED_FILE, format_names
 from lockwarden.model import Finding, Severity, State
-from lockwarden.output.report import render_blocks, render_json, report_blocks
+from lockwarden.output.report import json_text, render_blocks, render_json, report_blocks
 from lockwarden.pipeline import FileReads, RunResult, inspect_lock, inspect_path
 from lockwarden.state.journal import SeenFile, StateError
 from lockwarden.support import abandon, logs
@@ -35,6 +35,7 @@ from lockwarden.support.exit_codes import (
     EXIT_HOLD_HELD,
     EXIT_HOLD_OS_ERROR,
     EXIT_HOLD_STALE,
+    EXIT_INTERNAL,
     EXIT_OK,
     EXIT_UNKNOWN,
     EXIT_USAGE,
@@ -42,6 +43,7 @@ from lockwarden.support.exit_codes import (
     INSPECT_EXIT_CODES_HELP,
     WHY_EXIT_CODES_HELP,
 )
+from lockwarden.support.printable import printable
 
 if TYPE_CHECKING:
     from lockwarden.cli.notify_view import NotifyView
@@ -490,14 +492,14 @@ def main(argv: Sequence[str] | None = None, checkpoint: Checkpoint = skip) -> in
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except Exception as error:  # a health check that crashes must still say UNKNOWN
+    except Exception as error:  # a health check that crashes must say so, as a failure
         log.debug("internal error", exc_info=True)
         log.error(
             "UNKNOWN: internal error: %s: %s (run with -v for the traceback)",
             type(error).__name__,
-            error,
+            printable(str(error)),
         )
-        return EXIT_UNKNOWN
+        return EXIT_INTERNAL
     finally:
         # lockwarden used as a library after this call: its lines go where the application
         # sends them again, not to this call's stderr handler.
@@ -801,9 +803,7 @@ def command_discover(arguments: argparse.Namespace) -> int:
         databases=arguments.database,
     )
     if arguments.json:
-        import json
-
-        print(json.dumps(discovery_document(discovery), indent=2))
+        sys.stdout.write(json_text(discovery_document(discovery)))
     else:
         sys.stdout.write(render_discovery(discovery))
     if arguments.write:

@@ -24,7 +24,6 @@ every local client waiting on a configured database lock.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ from lockwarden.model import (
     Waiter,
     command_text,
 )
-from lockwarden.output.report import finding_document
+from lockwarden.output.report import finding_document, json_text
 from lockwarden.procfs.snapshot import (
     PROC_READ_TIMEOUT_S,
     BlockedCall,
@@ -533,7 +532,7 @@ def _held(finding: Finding) -> str:
 def render_json(answers: Sequence[Answer], now: datetime) -> str:
     processes = [_doc(item) for item in answers]
     document = {"version": 1, "checked_at": format_time(now), "processes": processes}
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return json_text(document)
 
 
 def _doc(item: Answer) -> dict[str, object]:

@@ -181,7 +181,17 @@ def json_document(result: RunResult, command: str = "once") -> dict[str, Any]:
 
 
 def render_json(result: RunResult, command: str = "once") -> str:
-    return json.dumps(json_document(result, command), indent=2, ensure_ascii=False) + "\n"
+    return json_text(json_document(result, command))
+
+
+def json_text(document: dict[str, Any]) -> str:
+    """A JSON document as UTF-8 text, every string kept whole. A file name that is not UTF-8
+    reaches lockwarden as Python's surrogate escapes (`\\udcff` for the byte 0xff), which no
+    UTF-8 encoder writes: printed raw they crashed the run (or wrote bytes no JSON parser
+    takes). Each is written as the JSON escape `\\udcff`, which a parser reads back into the
+    same string, and `os.fsencode` into the file's own bytes: lossless."""
+    text = json.dumps(document, indent=2, ensure_ascii=False)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
 
 
 JOURNAL_PRIORITIES = {

@@ -14,6 +14,10 @@ EXIT_CRITICAL = 2
 EXIT_UNKNOWN = 3
 EXIT_USAGE = 64
 EXIT_BUSY = 75
+# sysexits EX_SOFTWARE: the run itself failed (a bug). Outside the units' SuccessExitStatus=
+# (1 2 3 75 are alert states), so `systemctl --failed` shows it: an agent that crashes on
+# every run (a file name it could not handle) must not look like a lock whose state is unknown.
+EXIT_INTERNAL = 70
 EXIT_CONFIG = 78
 # `lockwarden hold` only; otherwise it exits with its COMMAND's code (128+N: killed by signal N).
 EXIT_HOLD_OS_ERROR = 71  # sysexits EX_OSERR: the lock could not be created or removed
@@ -29,10 +33,13 @@ exit codes (the Nagios plugin convention, so --once also works as a Nagios/Icing
   0   ok: every lock is free or held within its budget
   1   warning: a lock is held past warn_after
   2   critical: a lock is held past critical_after, or is stale
-  3   unknown: lockwarden could not tell (the reason is printed), an internal error, or an
-      alert that could not be delivered (also on stderr, in the textfile and the heartbeat)
+  3   unknown: lockwarden could not tell (the reason is printed), an internal error while
+      judging one lock (the others are still reported), or an alert that could not be
+      delivered (also on stderr, in the textfile and the heartbeat)
       (the worst lock decides; critical outranks unknown, so a blocked store is never hidden)
   64  usage error: bad command-line arguments
+  70  internal error: the run itself failed (the error is printed; -v for the traceback);
+      the shipped unit fails, so `systemctl --failed` shows it
   75  another lockwarden run holds the run lock (its holder is printed); nothing was done
   78  configuration error: every problem is printed, one per line, with file and key
       (check-config: also a notify URL apprise cannot parse, or an unusable state directory)
@@ -78,6 +85,7 @@ __all__ = [
     "EXIT_HOLD_HELD",
     "EXIT_HOLD_OS_ERROR",
     "EXIT_HOLD_STALE",
+    "EXIT_INTERNAL",
     "EXIT_NOTIFY_FAILED",
     "EXIT_NOT_EXECUTABLE",
     "EXIT_NOT_FOUND",

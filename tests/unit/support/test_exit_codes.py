@@ -26,6 +26,7 @@ RUN_CODES = {
     codes.EXIT_USAGE,
     codes.EXIT_BUSY,
     codes.EXIT_CONFIG,
+    codes.EXIT_INTERNAL,
 }
 HOLD_CODES = {
     codes.EXIT_USAGE,
@@ -38,7 +39,7 @@ HOLD_CODES = {
 
 
 def test_a_runs_codes_are_distinct_and_follow_the_nagios_convention() -> None:
-    assert len(RUN_CODES) == 7
+    assert len(RUN_CODES) == 8
     assert (codes.EXIT_OK, codes.EXIT_WARNING, codes.EXIT_CRITICAL, codes.EXIT_UNKNOWN) == (
         0,
         1,
