@@ -312,6 +312,27 @@ class LeftWork(NamedTuple):
     not known, so its work is never proven ended."""
 
 
+class Credentials(NamedTuple):
+    """What the kernel checks a process's open of a file against (its /proc/PID/status, in
+    the host's numbers): the file-system user and group, the supplementary groups, and
+    whether CAP_DAC_OVERRIDE lets it past a file's mode bits."""
+
+    fsuid: int
+    fsgid: int
+    groups: frozenset[int]
+    dac_override: bool
+    """Effective, and held in lockwarden's own user namespace: a capability held only in a
+    user namespace of the process's own (any user can make one) overrides nothing here."""
+
+
+class FileMode(NamedTuple):
+    """A file's owner, group and permission bits (st_mode), as a stat of it gave them."""
+
+    uid: int
+    gid: int
+    mode: int
+
+
 @dataclass(frozen=True)
 class Process:
     """One process as the host snapshot saw it."""
@@ -345,6 +366,8 @@ class Process:
     ignored: int = 0
     """The signals it ignores, 1..31 as bits 0..30 (stat's sigignore): SIGTERM ignored, only
     SIGKILL ends it."""
+    credentials: Credentials | None = None
+    """What its opens of a file are checked against; None when its status could not be read."""
 
     @property
     def alive(self) -> bool:

@@ -73,6 +73,7 @@ from lockwarden.procfs.snapshot import (
     names_here,
     parse_lock_line,
     parse_proc_locks,
+    process_credentials,
     processes_under,
     reached_from,
     read_within,
@@ -811,11 +812,13 @@ class HostReader:
     def _read_process(self, pid: int) -> Process | None:
         base = f"{self.proc}/{pid}"
         try:
-            facts = _process_facts(pid)
+            # one read of its status: its state, threads, user and credentials
+            status = _read_text(f"{base}/status")
+            facts = _process_facts(status)
             # start ticks, not psutil's create_time: an identity must match the kernel's count
             stat_text = _read_text(f"{base}/stat")
-        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
-            return None  # gone (a zombie is still there: psutil's ZombieProcess is handled)
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            return None  # gone (a zombie is still there: its status and stat still read)
         name = stat_text[stat_text.find("(") + 1 : stat_text.rfind(")")]
         fields = stat_text[stat_text.rfind(")") + 2 :].split()
         start_ticks = int(fields[19])
@@ -833,7 +836,7 @@ class HostReader:
         except OSError:
             cgroup = ""
         unit, user_unit = unit_from_cgroup(cgroup)
-        container = self._container(base, cgroup, facts.uid)
+        container = self._container(cgroup, status, facts.uid)
         booted_at = self._host().booted_at
         namespace = namespace_id(f"{base}/ns/pid")
         return Process(
@@ -854,6 +857,7 @@ class HostReader:
             ignored=self._ignored(pid, fields, namespace),
             group=int(fields[2]),
             session=int(fields[3]),
+            credentials=process_credentials(self.proc, pid, status),
         )
 
     def _ignored(self, pid: int, fields: list[str], namespace: int | None) -> int:
@@ -869,14 +873,10 @@ class HostReader:
         caught = int(fields[31]) if len(fields) > 31 and fields[31].isdigit() else 0
         return ignored | (~caught & ALL_SIGNALS)
 
-    def _container(self, base: str, cgroup: str, uid: int) -> Container | None:
-        """The container it runs in (procfs/containers.py); its status is read only then."""
+    def _container(self, cgroup: str, status: str, uid: int) -> Container | None:
+        """The container it runs in (procfs/containers.py)."""
         if runtime_of(cgroup_path(cgroup)) is None:
             return None
-        try:
-            status = _read_text(f"{base}/status")
-        except OSError:
-            status = ""
         return container_of(cgroup, status, uid, self._container_names)
 
 
