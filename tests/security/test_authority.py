@@ -17,7 +17,9 @@ her cgroups are directories of the host's cgroup v2 hierarchy that she owns.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -30,13 +32,14 @@ from conftest import (
     FLOCK_HOLDER,
     Children,
     expected_code,
+    proc_locks_pid,
     require_tool,
     run_cli,
     wait_until,
     write_config,
 )
 from integration.test_why import WAITER, blocked_in_lock_call
-from security.conftest import User
+from security.conftest import Cgroups, User
 
 
 @pytest.fixture
@@ -151,3 +154,170 @@ def test_only_a_process_that_may_open_the_file_for_writing_is_a_writer() -> None
     assert not may_write(in_her_namespace, roots, opened_for_writing=False)
     assert may_write(in_her_namespace, roots, opened_for_writing=True)
     assert credentials_of("Name:\tx\n", True) is None
+
+
+# Root's container, as any /proc/PID/cgroup of it shows its ID.
+ROOTS_ID = "5eed" * 16
+
+
+def her_subtree(cgroups: Cgroups, attacker: User) -> str:
+    """`user.slice/user-UID.slice/user@UID.service`, systemd's delegation to the attacker: the
+    slices root's, the service's directory (and all below it) hers."""
+    cgroups.make(f"user.slice/user-{attacker.uid}.slice")
+    delegated = f"user.slice/user-{attacker.uid}.slice/user@{attacker.uid}.service"
+    cgroups.make(delegated, owner=attacker)
+    return delegated
+
+
+def her_init_holding(
+    children: Children, cgroups: Cgroups, cgroup: Path, attacker: User | None, lock: Path
+) -> int:
+    """The attacker's `flock` as PID 1 of a user and PID namespace of her own (`attacker`
+    None: root's, in a PID namespace of root's), in `cgroup`, holding `lock`: its PID here."""
+    unshare, flock = require_tool("unshare"), require_tool("flock")
+    namespaces = ["-U", "-r", "-p"] if attacker is not None else ["-p"]
+    inner = [unshare, *namespaces, "--fork", "--mount-proc", flock, "-o", "-x", str(lock)]
+    argv = ["sh", "-c", 'read go && exec "$@"', "sh", *inner, "sleep", "120"]
+    shell = children.start(
+        attacker.command(*argv) if attacker is not None else argv, stdin=subprocess.PIPE
+    )
+    cgroups.move(shell.pid, cgroup)
+    assert shell.stdin is not None
+    shell.stdin.write("go\n")
+    shell.stdin.flush()
+    assert wait_until(lambda: proc_locks_pid(lock) not in (None, shell.pid), timeout=10)
+    holder = proc_locks_pid(lock)
+    assert holder is not None
+    cgroups.members.append(children.track(holder))
+    [levels] = [line for line in Path(f"/proc/{holder}/status").read_text().splitlines()
+                if line.startswith("NSpid:")]  # fmt: skip
+    assert levels.split()[-1] == "1"  # the container's own job, as it seems
+    return holder
+
+
+def her_lock(shared: Path, attacker: User) -> Path:
+    place = shared / "mallory"
+    place.mkdir()
+    os.chown(place, attacker.uid, attacker.gid)
+    lock = place / "job.lock"
+    lock.touch()
+    os.chown(lock, attacker.uid, attacker.gid)
+    return lock
+
+
+def judged(lock: Path) -> Any:
+    """The finding of `lock` (a kernel lock held past a zero budget), judged in this process
+    (the runtimes' records are the test's, monkeypatched in)."""
+    from lockwarden.pipeline import inspect_path
+
+    result = inspect_path(
+        str(lock), datetime.now(UTC), lock_format="kernel", warn_after=0, critical_after=0
+    )
+    [finding] = result.findings
+    return finding
+
+
+def test_her_cgroup_named_after_roots_docker_container_does_not_stop_it(
+    tmp_path: Path,
+    shared: Path,
+    children: Children,
+    attacker: User,
+    cgroups: Cgroups,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`docker-ID.scope` under her `user@UID.service`, ID root's prod-db's (whose record
+    root's dockerd keeps, here in a docker root of the test's): her holder is no docker
+    container, and nothing says `docker stop prod-db`."""
+    from lockwarden.procfs import containers
+
+    record = tmp_path / "docker" / "containers" / ROOTS_ID
+    record.mkdir(parents=True)
+    (record / "config.v2.json").write_text(json.dumps({"Name": "/prod-db"}))
+    monkeypatch.setattr(containers, "DOCKER_ROOT", str(tmp_path / "docker"))
+    fake = cgroups.make(f"{her_subtree(cgroups, attacker)}/docker-{ROOTS_ID}.scope", attacker)
+    lock = her_lock(shared, attacker)
+    holder = her_init_holding(children, cgroups, fake, attacker, lock)
+    finding = judged(lock)
+    assert [h.pid for h in finding.holders] == [holder], finding
+    assert finding.holders[0].container is None, finding.holders[0]
+    assert "docker" not in (finding.action or "") and "prod-db" not in finding.reason, finding
+    assert (finding.action or "").startswith("kill ") and str(holder) in finding.action, finding
+
+
+@pytest.mark.parametrize(
+    "fake",
+    [
+        "machine.slice/systemd-nspawn@prod.service/payload",
+        "machine.slice/machine-prod.scope",
+    ],
+)
+def test_her_cgroup_named_after_a_machine_does_not_stop_it(
+    tmp_path: Path,
+    shared: Path,
+    children: Children,
+    attacker: User,
+    cgroups: Cgroups,
+    monkeypatch: pytest.MonkeyPatch,
+    fake: str,
+) -> None:
+    """A `machine.slice`-looking path below her `user@UID.service`, named after machine
+    `prod` that systemd-machined knows (its record the test's): no `machinectl stop prod`."""
+    from lockwarden.procfs import containers
+
+    (tmp_path / "prod").write_text("NAME=prod\nCLASS=container\nSERVICE=systemd-nspawn\n")
+    monkeypatch.setattr(containers, "MACHINES", str(tmp_path))
+    cgroup = cgroups.make(f"{her_subtree(cgroups, attacker)}/{fake}", attacker)
+    lock = her_lock(shared, attacker)
+    holder = her_init_holding(children, cgroups, cgroup, attacker, lock)
+    finding = judged(lock)
+    assert finding.holders[0].container is None, finding.holders[0]
+    assert "machinectl" not in (finding.action or "") and "prod" not in finding.reason
+    assert (finding.action or "").startswith("kill ") and str(holder) in finding.action, finding
+
+
+def test_a_service_named_in_a_cgroup_she_made_is_never_a_system_unit(
+    shared: Path, children: Children, attacker: User, cgroups: Cgroups
+) -> None:
+    """A service delegated to her (Delegate=, User=: its directory hers) and a `sshd.service`
+    she made below it: never `systemctl stop sshd.service` as root."""
+    cgroups.make("system.slice")
+    cgroups.make("system.slice/lwsec-delegated.service", owner=attacker)
+    cgroup = cgroups.make("system.slice/lwsec-delegated.service/sshd.service", owner=attacker)
+    lock = her_lock(shared, attacker)
+    holder = her_init_holding(children, cgroups, cgroup, attacker, lock)
+    finding = judged(lock)
+    assert finding.holders[0].unit is None, finding.holders[0]
+    assert "systemctl" not in (finding.action or ""), finding.action
+    assert (finding.action or "").startswith("kill ") and str(holder) in finding.action, finding
+
+
+def test_roots_own_docker_container_and_her_own_user_unit_are_still_named(
+    tmp_path: Path,
+    shared: Path,
+    children: Children,
+    attacker: User,
+    cgroups: Cgroups,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The true positives stay: root's PID 1 in root's `system.slice/docker-ID.scope` (made
+    by root, as dockerd's systemd makes it) is prod-db's own job, stopped with `docker stop`;
+    her process in a service of her own subtree is her user unit, stopped as her."""
+    from lockwarden.procfs import containers
+
+    record = tmp_path / "docker" / "containers" / ROOTS_ID
+    record.mkdir(parents=True)
+    (record / "config.v2.json").write_text(json.dumps({"Name": "/prod-db"}))
+    monkeypatch.setattr(containers, "DOCKER_ROOT", str(tmp_path / "docker"))
+    cgroups.make("system.slice")
+    scope = cgroups.make(f"system.slice/docker-{ROOTS_ID}.scope")
+    roots = shared / "prod-db.lock"
+    roots.touch()
+    her_init_holding(children, cgroups, scope, None, roots)
+    assert judged(roots).action == "docker stop prod-db"
+
+    service = cgroups.make(f"{her_subtree(cgroups, attacker)}/app.slice/sync.service", attacker)
+    lock = her_lock(shared, attacker)
+    holder = her_init_holding(children, cgroups, service, attacker, lock)
+    finding = judged(lock)
+    assert finding.holders[0].pid == holder and finding.holders[0].unit == "sync.service"
+    assert finding.action == f"systemctl --user -M {attacker.name}@ stop sync.service"

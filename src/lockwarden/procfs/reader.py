@@ -40,7 +40,14 @@ from lockwarden.model import (
     Process,
     Workers,
 )
-from lockwarden.procfs.containers import ContainerNames, cgroup_path, container_of, runtime_of
+from lockwarden.procfs.containers import (
+    ContainerNames,
+    cgroup_hierarchy,
+    cgroup_path,
+    container_of,
+    made_by_owner,
+    runtime_of,
+)
 from lockwarden.procfs.snapshot import (
     CAP_SYS_PTRACE,
     DEFAULT_PID_MAX,
@@ -77,7 +84,7 @@ from lockwarden.procfs.snapshot import (
     processes_under,
     reached_from,
     read_within,
-    unit_from_cgroup,
+    unit_in_cgroup,
 )
 from lockwarden.procfs.sockets import (
     NO_CLIENTS,
@@ -835,8 +842,8 @@ class HostReader:
             cgroup = _read_text(f"{base}/cgroup")
         except OSError:
             cgroup = ""
-        unit, user_unit = unit_from_cgroup(cgroup)
-        container = self._container(cgroup, status, facts.uid)
+        container = self._container(cgroup, status)
+        unit, user_unit = self._unit(cgroup, facts.uid, container)
         booted_at = self._host().booted_at
         namespace = namespace_id(f"{base}/ns/pid")
         return Process(
@@ -873,11 +880,32 @@ class HostReader:
         caught = int(fields[31]) if len(fields) > 31 and fields[31].isdigit() else 0
         return ignored | (~caught & ALL_SIGNALS)
 
-    def _container(self, cgroup: str, status: str, uid: int) -> Container | None:
+    @staticmethod
+    def _unit(cgroup: str, uid: int, container: Container | None) -> tuple[str | None, bool]:
+        """Its service (unit_in_cgroup), named only from a cgroup its owner made: a unit in a
+        user's delegated subtree is that user's, whatever its name (any user may name a
+        directory there `sshd.service`), so it is named only for a process of that user
+        (its action runs as them, `systemctl --user -M USER@`); any other unit only when
+        root made its directory (procfs/containers.made_by_owner: the parent is root's and
+        no one else may write in it; a service's own directory may be its User='s, given by
+        Delegate=). Inside a container (a cgroup its runtime made) the unit is the
+        container's, stopped through its machine."""
+        found = unit_in_cgroup(cgroup)
+        if found is None:
+            return None, False
+        if found.delegated is not None:
+            return (found.unit, True) if found.delegated == uid else (None, False)
+        if container is not None:
+            return found.unit, found.user_unit
+        if not made_by_owner(cgroup_hierarchy(cgroup), found.path, 0, own=False):
+            return None, False
+        return found.unit, found.user_unit
+
+    def _container(self, cgroup: str, status: str) -> Container | None:
         """The container it runs in (procfs/containers.py)."""
         if runtime_of(cgroup_path(cgroup)) is None:
             return None
-        return container_of(cgroup, status, uid, self._container_names)
+        return container_of(cgroup, status, self._container_names)
 
 
 def _first_look(

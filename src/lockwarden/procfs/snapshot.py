@@ -130,22 +130,40 @@ def unit_from_cgroup(text: str) -> tuple[str | None, bool]:
     `0::/system.slice/wa-resync.service` -> ("wa-resync.service", False);
     `0::/user.slice/user-1000.slice/user@1000.service/app.slice/sync.service` -> ("sync.service",
     True). A process in a scope (a login session, a terminal) has no unit to stop: None.
+    From the path alone (unit_in_cgroup); who made its directory is the reader's to check.
     """
-    chosen = ""
-    for line in text.splitlines():
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and controllers == "":
-            chosen = path
-            break
-        if controllers == "name=systemd":
-            chosen = path
-    components = [part for part in chosen.split("/") if part]
-    if not components or not components[-1].endswith(".service"):
-        return None, False
-    unit = components[-1]
+    found = unit_in_cgroup(text)
+    return (found.unit, found.user_unit) if found is not None else (None, False)
+
+
+class CgroupUnit(NamedTuple):
+    """A service a cgroup path names (unit_in_cgroup)."""
+
+    unit: str
+    path: str
+    """Its cgroup directory, from the hierarchy's root."""
+    user_unit: bool
+    delegated: int | None
+    """The UID whose delegated subtree (`user.slice/user-UID.slice/user@UID.service/...`) it
+    is in: that user's unit, whatever its name, made by that user; None: outside any."""
+
+
+# systemd's unit-name characters, an escape as `\xHH` only: a cgroup's name is anyone's data
+_SERVICE_NAME = re.compile(r"(?:[A-Za-z0-9:_.@-]|\\x[0-9a-f]{2}){1,240}\.service")
+
+
+def unit_in_cgroup(text: str) -> CgroupUnit | None:
+    """The service of a process's cgroup (the unified hierarchy's, else systemd's named one):
+    its last directory, when that is a valid service name."""
+    from lockwarden.procfs.containers import cgroup_path, delegated_uid
+
+    path = cgroup_path(text)
+    components = [part for part in path.split("/") if part]
+    if not components or not _SERVICE_NAME.fullmatch(components[-1]):
+        return None
+    delegated = delegated_uid(components) if len(components) > 3 else None
     user_unit = any(part.startswith("user@") for part in components[:-1])
-    return unit, user_unit
+    return CgroupUnit(components[-1], "/" + "/".join(components), user_unit, delegated)
 
 
 def _read_text(path: str) -> str:
