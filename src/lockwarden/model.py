@@ -277,9 +277,15 @@ class Container:
     by_name: bool = True
     """Its runtime reaches it by this name (an nspawn container systemd-machined does not know
     is reached by no name: `machinectl` and `systemctl -M` cannot stop it)."""
+    owner: str | None = None
+    """The user whose rootless container it is (in their delegated cgroup subtree, named from
+    their own records, which they write); None: root's."""
 
     def describe(self) -> str:
-        return f"{self.runtime} container {self.name}"
+        """`docker container prod-db`; a user's `lw-mallory's podman container prod-db`: a name
+        a user gave is never read as root's container of that name."""
+        mine = f"{self.owner}'s " if self.owner is not None else ""
+        return f"{mine}{self.runtime} container {self.name}"
 
 
 class Descendant(NamedTuple):

@@ -231,7 +231,8 @@ def container_of(
         if named is None and placement.owner != 0:
             return None  # not in the user's own records: not their container by any name
         name, by_name = named if named is not None else (ident[:12], False)
-        return Container(runtime, name, ident, init, by_name=by_name)
+        owner = _user_name(placement.owner) if placement.owner != 0 else None
+        return Container(runtime, name, ident, init, by_name=by_name, owner=owner)
     if runtime == "systemd-nspawn":
         record = _machine_record(ident)
         if record.get("CLASS") == "vm":
@@ -289,6 +290,13 @@ class ContainerNames:
         except (OSError, ValueError, AttributeError):
             return None
         return name.lstrip("/") if isinstance(name, str) and name.strip("/") else None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _user_store(uid: int) -> tuple[str, ...]:

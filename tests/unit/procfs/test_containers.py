@@ -153,3 +153,21 @@ def test_a_machine_scope_of_a_virtual_machine_is_no_container(
     assert web == Container("systemd-nspawn", "web1", None, init=False, by_name=True)
     gone = container_of("0::/machine.slice/machine-old.scope/payload\n", status, print, MADE)  # type: ignore[arg-type]
     assert gone is not None and not gone.by_name  # machined no longer knows it
+
+
+def test_a_users_rootless_container_is_theirs_and_only_from_their_own_records() -> None:
+    """In a user's delegated subtree only a rootless podman container is one, named from that
+    user's own records (which they write) and described as theirs; an ID their records lack
+    is no container of theirs by any name."""
+    uid = 4000000  # no such user here: named by the number
+    cgroup = f"0::/user.slice/user-{uid}.slice/user@{uid}.service/user.slice/libpod-{ID}.scope\n"
+    asked: list[int] = []
+
+    def names(runtime: str, ident: str, owner: int) -> tuple[str, bool] | None:
+        asked.append(owner)
+        return ("prod-db", False) if owner == uid else None
+
+    found = container_of(cgroup, "NSpid:\t7\t1\n", names, MADE)
+    assert found == Container("podman", "prod-db", ID, True, by_name=False, owner=f"uid {uid}")
+    assert found.describe() == f"uid {uid}'s podman container prod-db" and asked == [uid]
+    assert container_of(cgroup, "NSpid:\t7\t1\n", lambda *_: None, MADE) is None
