@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import NamedTuple, TypeVar
 
 from lockwarden.model import Credentials, FileMode, InodeKey, KernelLock, Process, Workers
+from lockwarden.procfs.containers import cgroup_path, delegated_uid
 from lockwarden.procfs.sockets import ClientSockets
 from lockwarden.support.namespaces import namespace_id, nspid_levels
 from lockwarden.support.safe_read import read_pointer
@@ -155,8 +156,6 @@ _SERVICE_NAME = re.compile(r"(?:[A-Za-z0-9:_.@-]|\\x[0-9a-f]{2}){1,240}\.service
 def unit_in_cgroup(text: str) -> CgroupUnit | None:
     """The service of a process's cgroup (the unified hierarchy's, else systemd's named one):
     its last directory, when that is a valid service name."""
-    from lockwarden.procfs.containers import cgroup_path, delegated_uid
-
     path = cgroup_path(text)
     components = [part for part in path.split("/") if part]
     if not components or not _SERVICE_NAME.fullmatch(components[-1]):
