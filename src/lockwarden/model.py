@@ -277,9 +277,15 @@ class Container:
     by_name: bool = True
     """Its runtime reaches it by this name (an nspawn container systemd-machined does not know
     is reached by no name: `machinectl` and `systemctl -M` cannot stop it)."""
+    owner: str | None = None
+    """The user whose rootless container it is (in their delegated cgroup subtree, named from
+    their own records, which they write); None: root's."""
 
     def describe(self) -> str:
-        return f"{self.runtime} container {self.name}"
+        """`docker container prod-db`; a user's `lw-mallory's podman container prod-db`: a name
+        a user gave is never read as root's container of that name."""
+        mine = f"{self.owner}'s " if self.owner is not None else ""
+        return f"{mine}{self.runtime} container {self.name}"
 
 
 class Descendant(NamedTuple):
@@ -310,6 +316,27 @@ class LeftWork(NamedTuple):
     more: bool = False
     """More ran below it than `work` lists (Process.more_below): what else may still run is
     not known, so its work is never proven ended."""
+
+
+class Credentials(NamedTuple):
+    """What the kernel checks a process's open of a file against (its /proc/PID/status, in
+    the host's numbers): the file-system user and group, the supplementary groups, and
+    whether CAP_DAC_OVERRIDE lets it past a file's mode bits."""
+
+    fsuid: int
+    fsgid: int
+    groups: frozenset[int]
+    dac_override: bool
+    """Effective, and held in lockwarden's own user namespace: a capability held only in a
+    user namespace of the process's own (any user can make one) overrides nothing here."""
+
+
+class FileMode(NamedTuple):
+    """A file's owner, group and permission bits (st_mode), as a stat of it gave them."""
+
+    uid: int
+    gid: int
+    mode: int
 
 
 @dataclass(frozen=True)
@@ -345,6 +372,8 @@ class Process:
     ignored: int = 0
     """The signals it ignores, 1..31 as bits 0..30 (stat's sigignore): SIGTERM ignored, only
     SIGKILL ends it."""
+    credentials: Credentials | None = None
+    """What its opens of a file are checked against; None when its status could not be read."""
 
     @property
     def alive(self) -> bool:

@@ -530,9 +530,12 @@ def blocked_writers(
     ]
     past: list[Finding] = []
     within: list[Finding] = []
-    for lock in inspect(locks, host, now).findings:
-        if lock.key not in waited or not lock.waiters:
-            continue  # the file was made anew, or the wait ended since the snapshot
+    judged = inspect(locks, host, now)
+    for lock in judged.findings:
+        writing = blocked.writers(lock, judged.snapshot)
+        if lock.key not in waited or not writing:
+            continue  # the file was made anew, the wait ended since, or no writer waits
+        lock = replace(lock, waiters=writing)
         series = (remembered or Memory()).of(blocked.PREFIX + lock.path)
         found = blocked.blocked_finding(
             lock, config.host, now, series.get(blocked.identity_of(lock))

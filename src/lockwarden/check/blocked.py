@@ -9,6 +9,11 @@ blocked behind a holder starts a series (the wait is then at most that waiter's 
 and each later run that sees the same writer still blocked behind the same holder knows it has
 waited at least since then. Only a floor past `blocked_after` pages.
 
+Only a writer's wait is a blocked writer (`writers`): an exclusive request, by a process that
+may write the file. A reader's shared wait behind a daemon's lifetime lock, or an exclusive
+flock(2) by a user who can only read the file (flock takes one through a read-only
+descriptor), blocks no write, and nobody is paged to stop the holder on its behalf.
+
 Pure: the pipeline finds the waiters and judges their locks; this makes the finding.
 """
 
@@ -19,7 +24,17 @@ from datetime import datetime
 
 from lockwarden.check.advice import call_to_act
 from lockwarden.config import HostSettings
-from lockwarden.model import NOT_HELD, Bound, Finding, Held, Severity, State, command_text
+from lockwarden.model import (
+    NOT_HELD,
+    Bound,
+    Finding,
+    Held,
+    Severity,
+    State,
+    Waiter,
+    command_text,
+)
+from lockwarden.procfs.snapshot import NotCaptured, Snapshot, may_write
 from lockwarden.support.durations import format_duration
 
 PREFIX = "blocked:"
@@ -28,6 +43,32 @@ PREFIX = "blocked:"
 
 def is_blocked_name(name: str) -> bool:
     return name.startswith(PREFIX)
+
+
+def writers(lock: Finding, snapshot: Snapshot) -> tuple[Waiter, ...]:
+    """The waiters of `lock` that are blocked writers: each asks for an exclusive lock (WRITE)
+    and may write the file, through a descriptor of it open for writing or by its
+    credentials against the file's owner, group and mode (procfs.snapshot.may_write). A
+    POSIX or OFD write lock needs a descriptor open for writing; a flock(2) does not, so
+    for flock the credentials decide."""
+    try:
+        descriptors = snapshot.descriptors(lock.key) if lock.key is not None else []
+    except NotCaptured:
+        descriptors = []
+    file = next((d.file for d in descriptors if d.file is not None), None)
+    found = []
+    for waiter in lock.waiters:
+        if waiter.pid is None or not (waiter.lock_kind or "").endswith(" WRITE"):
+            continue
+        try:
+            process = snapshot.process(waiter.pid)
+        except NotCaptured:
+            process = None
+        opened = any(d.write for d in descriptors if d.pid == waiter.pid)
+        credentials = process.credentials if process is not None else None
+        if may_write(credentials, file, opened):
+            found.append(waiter)
+    return tuple(found)
 
 
 def wait_of(lock: Finding, first_seen: datetime | None, now: datetime) -> Held:

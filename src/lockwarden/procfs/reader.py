@@ -40,7 +40,14 @@ from lockwarden.model import (
     Process,
     Workers,
 )
-from lockwarden.procfs.containers import ContainerNames, cgroup_path, container_of, runtime_of
+from lockwarden.procfs.containers import (
+    ContainerNames,
+    cgroup_hierarchy,
+    cgroup_path,
+    container_of,
+    made_by_owner,
+    runtime_of,
+)
 from lockwarden.procfs.snapshot import (
     CAP_SYS_PTRACE,
     DEFAULT_PID_MAX,
@@ -73,10 +80,11 @@ from lockwarden.procfs.snapshot import (
     names_here,
     parse_lock_line,
     parse_proc_locks,
+    process_credentials,
     processes_under,
     reached_from,
     read_within,
-    unit_from_cgroup,
+    unit_in_cgroup,
 )
 from lockwarden.procfs.sockets import (
     NO_CLIENTS,
@@ -811,11 +819,13 @@ class HostReader:
     def _read_process(self, pid: int) -> Process | None:
         base = f"{self.proc}/{pid}"
         try:
-            facts = _process_facts(pid)
+            # one read of its status: its state, threads, user and credentials
+            status = _read_text(f"{base}/status")
+            facts = _process_facts(status)
             # start ticks, not psutil's create_time: an identity must match the kernel's count
             stat_text = _read_text(f"{base}/stat")
-        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
-            return None  # gone (a zombie is still there: psutil's ZombieProcess is handled)
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            return None  # gone (a zombie is still there: its status and stat still read)
         name = stat_text[stat_text.find("(") + 1 : stat_text.rfind(")")]
         fields = stat_text[stat_text.rfind(")") + 2 :].split()
         start_ticks = int(fields[19])
@@ -832,8 +842,8 @@ class HostReader:
             cgroup = _read_text(f"{base}/cgroup")
         except OSError:
             cgroup = ""
-        unit, user_unit = unit_from_cgroup(cgroup)
-        container = self._container(base, cgroup, facts.uid)
+        container = self._container(cgroup, status)
+        unit, user_unit = self._unit(cgroup, facts.uid, container)
         booted_at = self._host().booted_at
         namespace = namespace_id(f"{base}/ns/pid")
         return Process(
@@ -854,6 +864,7 @@ class HostReader:
             ignored=self._ignored(pid, fields, namespace),
             group=int(fields[2]),
             session=int(fields[3]),
+            credentials=process_credentials(self.proc, pid, status),
         )
 
     def _ignored(self, pid: int, fields: list[str], namespace: int | None) -> int:
@@ -869,15 +880,32 @@ class HostReader:
         caught = int(fields[31]) if len(fields) > 31 and fields[31].isdigit() else 0
         return ignored | (~caught & ALL_SIGNALS)
 
-    def _container(self, base: str, cgroup: str, uid: int) -> Container | None:
-        """The container it runs in (procfs/containers.py); its status is read only then."""
+    @staticmethod
+    def _unit(cgroup: str, uid: int, container: Container | None) -> tuple[str | None, bool]:
+        """Its service (unit_in_cgroup), named only from a cgroup its owner made: a unit in a
+        user's delegated subtree is that user's, whatever its name (any user may name a
+        directory there `sshd.service`), so it is named only for a process of that user
+        (its action runs as them, `systemctl --user -M USER@`); any other unit only when
+        root made its directory (procfs/containers.made_by_owner: the parent is root's and
+        no one else may write in it; a service's own directory may be its User='s, given by
+        Delegate=). Inside a container (a cgroup its runtime made) the unit is the
+        container's, stopped through its machine."""
+        found = unit_in_cgroup(cgroup)
+        if found is None:
+            return None, False
+        if found.delegated is not None:
+            return (found.unit, True) if found.delegated == uid else (None, False)
+        if container is not None:
+            return found.unit, found.user_unit
+        if not made_by_owner(cgroup_hierarchy(cgroup), found.path, 0, own=False):
+            return None, False
+        return found.unit, found.user_unit
+
+    def _container(self, cgroup: str, status: str) -> Container | None:
+        """The container it runs in (procfs/containers.py)."""
         if runtime_of(cgroup_path(cgroup)) is None:
             return None
-        try:
-            status = _read_text(f"{base}/status")
-        except OSError:
-            status = ""
-        return container_of(cgroup, status, uid, self._container_names)
+        return container_of(cgroup, status, self._container_names)
 
 
 def _first_look(

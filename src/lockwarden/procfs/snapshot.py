@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import pwd
 import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,9 +31,8 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
 
-import psutil
-
-from lockwarden.model import InodeKey, KernelLock, Process, Workers
+from lockwarden.model import Credentials, FileMode, InodeKey, KernelLock, Process, Workers
+from lockwarden.procfs.containers import cgroup_path, delegated_uid
 from lockwarden.procfs.sockets import ClientSockets
 from lockwarden.support.namespaces import namespace_id, nspid_levels
 from lockwarden.support.safe_read import read_pointer
@@ -60,6 +60,8 @@ class Descriptor(NamedTuple):
     """Where its /proc link pointed (the name its file has now, " (deleted)" once unlinked),
     read right after its fdinfo and stat matched, so that a descriptor number closed and used
     again for another file in between is all but ruled out; None when it could not be read."""
+    file: FileMode | None = None
+    """The owner, group and mode of the file it is open on (the stat that matched its inode)."""
 
 
 @dataclass
@@ -143,24 +145,36 @@ def unit_from_cgroup(text: str) -> tuple[str | None, bool]:
     `0::/system.slice/wa-resync.service` -> ("wa-resync.service", False);
     `0::/user.slice/user-1000.slice/user@1000.service/app.slice/sync.service` -> ("sync.service",
     True). A process in a scope (a login session, a terminal) has no unit to stop: None.
+    From the path alone (unit_in_cgroup); who made its directory is the reader's to check.
     """
-    chosen = ""
-    for line in text.splitlines():
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and controllers == "":
-            chosen = path
-            break
-        if controllers == "name=systemd":
-            chosen = path
-    components = [part for part in chosen.split("/") if part]
+    found = unit_in_cgroup(text)
+    return (found.unit, found.user_unit) if found is not None else (None, False)
+
+
+class CgroupUnit(NamedTuple):
+    """A service a cgroup path names (unit_in_cgroup)."""
+
+    unit: str
+    path: str
+    """Its cgroup directory, from the hierarchy's root."""
+    user_unit: bool
+    delegated: int | None
+    """The UID whose delegated subtree (`user.slice/user-UID.slice/user@UID.service/...`) it
+    is in: that user's unit, whatever its name, made by that user; None: outside any."""
+
+
+def unit_in_cgroup(text: str) -> CgroupUnit | None:
+    """The service of a process's cgroup (the unified hierarchy's, else systemd's named one):
+    its last directory, when that is a valid service name."""
+    path = cgroup_path(text)
+    components = [part for part in path.split("/") if part]
     if not components or not components[-1].endswith(".service"):
-        return None, False
-    if not valid_unit_name(components[-1]):
-        return None, False
-    unit = components[-1]
+        return None
+    if not valid_unit_name(components[-1]):  # a cgroup's name is anyone's data
+        return None
+    delegated = delegated_uid(components) if len(components) > 3 else None
     user_unit = any(part.startswith("user@") for part in components[:-1])
-    return unit, user_unit
+    return CgroupUnit(components[-1], "/" + "/".join(components), user_unit, delegated)
 
 
 def _read_text(path: str) -> str:
@@ -689,7 +703,7 @@ def _read_working_directories(proc: str, entries: tuple[str, ...]) -> WorkingDir
 
 
 class ProcessFacts(NamedTuple):
-    """What psutil tells of one process (one read of its stat and status files)."""
+    """What one read of a process's status file tells (its credentials too, Credentials)."""
 
     state: str  # the kernel's one-letter state: R, S, D, Z, X, ...
     threads: int
@@ -697,36 +711,23 @@ class ProcessFacts(NamedTuple):
     user: str
 
 
-# psutil's status words back to the kernel's letters, which reports have always shown.
-_STATE_LETTERS = {
-    psutil.STATUS_RUNNING: "R",
-    psutil.STATUS_SLEEPING: "S",
-    psutil.STATUS_DISK_SLEEP: "D",
-    psutil.STATUS_STOPPED: "T",
-    psutil.STATUS_TRACING_STOP: "t",
-    psutil.STATUS_ZOMBIE: "Z",
-    psutil.STATUS_DEAD: "X",
-    psutil.STATUS_IDLE: "I",
-}
-
-
-def _process_facts(pid: int) -> ProcessFacts:
-    """Raises psutil.NoSuchProcess when the process is gone. AccessDenied is not raised for
-    these facts on Linux (stat and status are world-readable); a zombie answers them."""
-    process = psutil.Process(pid)
-    with process.oneshot():
-        status = process.status()
-        uid = process.uids().real
-        try:
-            user = process.username()
-        except KeyError:  # psutil < 5.9.5 raised it for a uid without a passwd entry
-            user = str(uid)
-        return ProcessFacts(
-            state=_STATE_LETTERS.get(status, "?"),
-            threads=process.num_threads(),
-            uid=uid,
-            user=user,
-        )
+def _process_facts(status_text: str) -> ProcessFacts:
+    """From /proc/PID/status (`State:\tS (sleeping)`, `Threads:`, `Uid:`'s real uid), read
+    once with the credentials the same text gives; the user is the uid's passwd name, else
+    the number. Raises ValueError when a line is missing (not a status file)."""
+    fields = {
+        name: value.split()
+        for name, _, value in (line.partition(":") for line in status_text.splitlines())
+    }
+    try:
+        state, threads, uid = fields["State"][0], int(fields["Threads"][0]), int(fields["Uid"][0])
+    except (KeyError, IndexError) as error:
+        raise ValueError(f"not a status file: {error}") from None
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    return ProcessFacts(state=state, threads=threads, uid=uid, user=user)
 
 
 def _scan_nested_pids(
@@ -1089,7 +1090,7 @@ def _descriptor(
     flags, lock_lines = _fdinfo_details(raw.decode("utf-8", errors="replace"))
     locks = tuple(lock for lock in map(parse_lock_line, lock_lines) if lock is not None)
     write = flags is not None and (flags & os.O_ACCMODE) != os.O_RDONLY
-    return key, Descriptor(pid, fd, locks, write, link=target)
+    return key, Descriptor(pid, fd, locks, write, link=target, file=file_mode(status))
 
 
 def _scan_locked_descriptors(proc: str, entries: tuple[str, ...]) -> DescriptorScan:
@@ -1315,6 +1316,66 @@ def _fdinfo_details(info: str) -> tuple[int | None, list[str]]:
 
 
 CAP_SYS_PTRACE = 19
+CAP_DAC_OVERRIDE = 1
+
+
+def file_mode(status: os.stat_result) -> FileMode:
+    """The owner, group and permission bits a stat gave."""
+    return FileMode(status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode))
+
+
+def credentials_of(status_text: str, own_user_namespace: bool) -> Credentials | None:
+    """A process's credentials from its /proc/PID/status (`Uid:`/`Gid:` real, effective,
+    saved, file-system; `Groups:`; `CapEff:`); `own_user_namespace`: it runs in lockwarden's
+    user namespace, the only one whose capabilities count against the host's files here.
+    None when a line is missing or malformed."""
+    fields = {
+        name: value.split()
+        for name, _, value in (line.partition(":") for line in status_text.splitlines())
+    }
+    try:
+        fsuid, fsgid = int(fields["Uid"][3]), int(fields["Gid"][3])
+        groups = frozenset(int(group) for group in fields.get("Groups", ()))
+        effective = int(fields["CapEff"][0], 16)
+    except (KeyError, IndexError, ValueError):
+        return None
+    override = own_user_namespace and bool(effective >> CAP_DAC_OVERRIDE & 1)
+    return Credentials(fsuid, fsgid, groups, override)
+
+
+def may_open_for_writing(who: Credentials, file: FileMode) -> bool:
+    """The kernel's check of an open for writing (generic_permission), ACLs left aside: the
+    owner's bits for the file's owner, else the group's for a member of its group, else the
+    others'; CAP_DAC_OVERRIDE passes any of them. A user granted write by an ACL alone is not
+    seen as one who may write (lockwarden reads no ACL)."""
+    if who.dac_override:
+        return True
+    if who.fsuid == file.uid:
+        return bool(file.mode & stat.S_IWUSR)
+    if file.gid == who.fsgid or file.gid in who.groups:
+        return bool(file.mode & stat.S_IWGRP)
+    return bool(file.mode & stat.S_IWOTH)
+
+
+def may_write(who: Credentials | None, file: FileMode | None, opened_for_writing: bool) -> bool:
+    """Whether a process may write a file: it has it open for writing, or its credentials let
+    it open it so. When either is unknown (its status or the file's stat unread) it may: a
+    wait is never passed over on a guess."""
+    if opened_for_writing or who is None or file is None:
+        return True
+    return may_open_for_writing(who, file)
+
+
+def process_credentials(proc: str, pid: int, status_text: str | None = None) -> Credentials | None:
+    """`pid`'s credentials (credentials_of), its status read now unless given."""
+    if status_text is None:
+        try:
+            status_text = _read_text(f"{proc}/{pid}/status")
+        except OSError:
+            return None
+    own = namespace_id(f"{proc}/self/ns/user")
+    theirs = namespace_id(f"{proc}/{pid}/ns/user")
+    return credentials_of(status_text, own is not None and own == theirs)
 
 
 def _has_capability(proc: str, capability: int) -> bool:

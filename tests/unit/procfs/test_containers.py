@@ -15,6 +15,10 @@ from lockwarden.check.advice import advise_in_container
 from lockwarden.model import Container
 from lockwarden.procfs.containers import cgroup_path, container_of, runtime_of
 
+# These layouts are no runtime's here: their directories are taken as made by their owners
+# (made_by reads real ones: tests/security/test_authority.py).
+MADE = lambda *_: True  # noqa: E731
+
 ID = "61e6f1328a66ab62ba7c7742f27f5bc4c3e289009fa84ab02f944ce93c92280f"
 
 
@@ -37,6 +41,13 @@ ID = "61e6f1328a66ab62ba7c7742f27f5bc4c3e289009fa84ab02f944ce93c92280f"
          ("systemd-nspawn", "build-env")),
         ("/lockwarden-test-abc/payload/init.scope", ("systemd-nspawn", "lockwarden-test-abc")),
         ("/lxc/db1", ("lxc", "db1")),
+        # any user names cgroups of her own delegated subtree, and of a service delegated
+        # to her: only a rootless podman there is hers; never root's runtimes' (security)
+        (f"/user.slice/user-1001.slice/user@1001.service/docker-{ID}.scope", None),
+        ("/user.slice/user-1001.slice/user@1001.service/machine.slice/machine-db.scope", None),
+        ("/user.slice/user-1001.slice/user@1001.service/x.slice/systemd-nspawn@db.service/payload",
+         None),
+        (f"/system.slice/delegated.service/docker-{ID}.scope", None),
         ("/system.slice/wa-resync.service", None),
         ("/user.slice/user-1000.slice/session-3.scope", None),
         ("/", None),
@@ -50,12 +61,12 @@ def test_the_unified_hierarchy_wins_and_the_namespace_pid_tells_the_containers_o
     cgroup = f"4:memory:/elsewhere\n1:name=systemd:/libpod_parent/libpod-{ID}\n0::/docker/{ID}\n"
     assert cgroup_path(cgroup) == f"/docker/{ID}"
     named = container_of(
-        cgroup, "Name:\tflock\nNSpid:\t13678\t1\n", 0, lambda *_: ("wa-sync", True)
+        cgroup, "Name:\tflock\nNSpid:\t13678\t1\n", lambda *_: ("wa-sync", True), MADE
     )
     assert named == Container("docker", "wa-sync", ID, init=True)
-    child = container_of(cgroup, "NSpid:\t13688\t6\n", 0, lambda *_: ("wa-sync", True))
+    child = container_of(cgroup, "NSpid:\t13688\t6\n", lambda *_: ("wa-sync", True), MADE)
     assert child is not None and not child.init
-    assert container_of("0::/system.slice/cron.service\n", "NSpid:\t9\n", 0, print) is None  # type: ignore[arg-type]
+    assert container_of("0::/system.slice/cron.service\n", "NSpid:\t9\n", print, MADE) is None  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -122,7 +133,8 @@ def test_names_come_from_the_runtimes_records_and_a_rootless_one_is_not_reached_
     names = containers.ContainerNames()
     assert names("podman", ID, 0) == ("wa-sync", True)
     assert names("podman", other, 1000) == ("my-job", False)
-    assert names("podman", "e" * 64, 0) == ("e" * 12, False)
+    assert names("podman", "e" * 64, 0) is None  # container_of names it by its prefix
+    assert names("podman", ID, 1000) is None  # a user's ID is never looked up in root's store
 
 
 def test_a_machine_scope_of_a_virtual_machine_is_no_container(
@@ -138,8 +150,26 @@ def test_a_machine_scope_of_a_virtual_machine_is_no_container(
     monkeypatch.setattr(containers, "MACHINES", str(tmp_path))
     status = "NSpid:\t4242\n"
     vm = "0::/machine.slice/machine-qemu\\x2d1\\x2dvm.scope/libvirt/emulator\n"
-    assert container_of(vm, status, 0, print) is None  # type: ignore[arg-type]
-    web = container_of("0::/machine.slice/machine-web1.scope/payload\n", status, 0, print)  # type: ignore[arg-type]
+    assert container_of(vm, status, print, MADE) is None  # type: ignore[arg-type]
+    web = container_of("0::/machine.slice/machine-web1.scope/payload\n", status, print, MADE)  # type: ignore[arg-type]
     assert web == Container("systemd-nspawn", "web1", None, init=False, by_name=True)
-    gone = container_of("0::/machine.slice/machine-old.scope/payload\n", status, 0, print)  # type: ignore[arg-type]
+    gone = container_of("0::/machine.slice/machine-old.scope/payload\n", status, print, MADE)  # type: ignore[arg-type]
     assert gone is not None and not gone.by_name  # machined no longer knows it
+
+
+def test_a_users_rootless_container_is_theirs_and_only_from_their_own_records() -> None:
+    """In a user's delegated subtree only a rootless podman container is one, named from that
+    user's own records (which they write) and described as theirs; an ID their records lack
+    is no container of theirs by any name."""
+    uid = 4000000  # no such user here: named by the number
+    cgroup = f"0::/user.slice/user-{uid}.slice/user@{uid}.service/user.slice/libpod-{ID}.scope\n"
+    asked: list[int] = []
+
+    def names(runtime: str, ident: str, owner: int) -> tuple[str, bool] | None:
+        asked.append(owner)
+        return ("prod-db", False) if owner == uid else None
+
+    found = container_of(cgroup, "NSpid:\t7\t1\n", names, MADE)
+    assert found == Container("podman", "prod-db", ID, True, by_name=False, owner=f"uid {uid}")
+    assert found.describe() == f"uid {uid}'s podman container prod-db" and asked == [uid]
+    assert container_of(cgroup, "NSpid:\t7\t1\n", lambda *_: None, MADE) is None

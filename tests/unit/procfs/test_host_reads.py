@@ -124,11 +124,10 @@ def test_five_held_locks_cost_one_scan_and_details_only_of_their_holders(
     ours = {flock_holder.pid, record_holder.pid}
     assert named - hidden - gone - (nested - ours) == ours, sorted(named)
     reads = Counter(match.group(0) for match in details)
-    # Each holder's status, cmdline and cgroup once; its stat three times: psutil reads it when
-    # it makes the Process (create_time) and again in oneshot (status), and the snapshot reads
-    # the kernel's start ticks and name from it (psutil has neither in that form).
+    # Each holder's status, stat, cmdline and cgroup once: its state, threads, user and
+    # credentials come from the one status read, its start ticks and name from the stat.
     assert {path.rpartition("/")[2]: count for path, count in reads.items()} == {
-        "stat": 3,
+        "stat": 1,
         "status": 1,
         "cmdline": 1,
         "cgroup": 1,
