@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from lockwarden.support.escape import visible
 from lockwarden.support.redact import redact_argv
 
 
@@ -651,7 +651,7 @@ def command_text(cmdline: Iterable[str], limit: int = 300) -> str:
     # of 1,000 held locks must not escape 1,000 whole scripts character by character. Redacted
     # before the cut, with room past it, so a secret the cut splits is still recognized whole.
     shown = redact_argv(_leading(cmdline, limit + REDACT_MARGIN))
-    text = _escaped(" ".join(shown)[: limit + 1])
+    text = visible(" ".join(shown)[: limit + 1])
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -667,10 +667,3 @@ def _leading(cmdline: Iterable[str], budget: int) -> tuple[str, ...]:
         if budget <= 0:
             break
     return tuple(words)
-
-
-@functools.lru_cache(maxsize=64)  # the holders of many locks are often a few processes
-def _escaped(text: str) -> str:
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
