@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from lockwarden.support.printable import printable
+from lockwarden.support.escape import visible
 from lockwarden.support.redact import redact_argv
 
 
@@ -680,7 +680,7 @@ def command_text(cmdline: Iterable[str], limit: int = 300) -> str:
     # of 1,000 held locks must not escape 1,000 whole scripts character by character. Redacted
     # before the cut, with room past it, so a secret the cut splits is still recognized whole.
     shown = redact_argv(_leading(cmdline, limit + REDACT_MARGIN))
-    text = printable(" ".join(shown)[: limit + 1])
+    text = visible(" ".join(shown)[: limit + 1])
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from alerts.helpers import Receiver, receiver
 from conftest import FLOCK_HOLDER, Children, cli_env, unit_directives, wait_until, write_config
 from integration.test_why import WAITER, blocked_in_lock_call
-from lockwarden.support.printable import printable
+from lockwarden.support.escape import visible
 
 __all__ = ["receiver"]
 
@@ -70,7 +70,7 @@ def test_a_writer_blocked_on_a_non_utf8_name_is_reported_and_so_is_everything_el
     shown = text.stdout.decode()  # the report is UTF-8 text, whatever the names
     assert "daemon" in shown and "stale" in shown, shown
     for name in NAMES:
-        assert printable(os.fsdecode(name)) in shown, shown  # each escaped, visibly
+        assert visible(os.fsdecode(name)) in shown, shown  # each escaped, visibly
 
     done = _run("--once", "--json", "--config", config, "--now", later)
     assert b"Traceback" not in done.stderr, done.stderr.decode(errors="backslashreplace")

@@ -4,7 +4,7 @@ A local user holds a lock on a file of hers whose name moves the cursor up, eras
 and writes an `action` row of its own, and makes a second process of hers wait on it past
 [host] blocked_after: a blocked writer root's lockwarden reports. Shown in a real terminal
 (tmux), the report and `why` must read exactly as the bytes they printed: every character a
-terminal would act on is escaped (support/printable.py), so no line is moved, erased or forged.
+terminal would act on is escaped (support/escape.py), so no line is moved, erased or forged.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from conftest import (
     write_config,
 )
 from integration.test_why import WAITER, blocked_in_lock_call
-from lockwarden.support.printable import printable
+from lockwarden.support.escape import visible
 from security.conftest import User
 
 # Up one line, erase it, back to its start, and write a row the report never wrote; then an
@@ -137,7 +137,7 @@ def test_a_forging_file_name_reads_as_data_in_the_report_and_in_why(
     assert not any(line.strip().startswith("action") for line in why), why
 
 
-def test_printable_escapes_what_a_terminal_acts_on_and_keeps_the_rest() -> None:
+def test_visible_escapes_what_a_terminal_acts_on_and_keeps_the_rest() -> None:
     """Random strings of control, format and separator characters, surrogates (a non-UTF-8
     file name's bytes) and ordinary text: the result is one printable line, in which the
     printable characters of the input appear, in order, as they were."""
@@ -146,7 +146,7 @@ def test_printable_escapes_what_a_terminal_acts_on_and_keeps_the_rest() -> None:
     alphabet += ["\udcff", "é", "漢"]
     for _ in range(2000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20)))
-        shown = printable(text)
+        shown = visible(text)
         assert shown.isprintable(), repr(shown)
         rest = iter(shown)
         assert all(char in rest for char in text if char.isprintable()), (text, shown)

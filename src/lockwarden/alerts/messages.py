@@ -6,6 +6,12 @@ PID 64969 (maintenance-job, wa-resync.service)`); the body leads with what to do
 store is, then where, who, for how long and who waits. Each message carries apprise's notify
 type for its severity (critical -> failure, warning -> warning, resolved -> success), which
 chat services show as its colour.
+
+Everything a message shows that came from outside (a process's name and command line, a path,
+a cgroup's unit, a record's role, a proof) is escaped here, when rows become text, through
+support/escape.py: one bounded line in the title, which is also the mail's Subject; visible
+escapes in the plain text, so no value starts a line of its own (`Action: kill 1`); inert
+Markdown for chat. `compose` is the one way a message is made from a title and rows.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from lockwarden.check.blocked import is_blocked_name
 from lockwarden.model import Finding, Holder, Severity, State, command_text
 from lockwarden.state.history import ALERT, REMINDER
 from lockwarden.support.durations import format_duration, stamp
+from lockwarden.support.escape import header, markdown, markdown_code, visible
 
 MAX_COMMAND = 300
 MAX_WAITERS_NAMED = 5
@@ -93,7 +100,7 @@ def alert_title(finding: Finding, host: str) -> str:
     if finding.state is State.STALE:
         return f"{lead} stale lock left by a dead holder; writes blocked"
     if finding.state is State.UNKNOWN:
-        return f"{lead} cannot be judged: {finding.reason}"[:200]
+        return f"{lead} cannot be judged: {finding.reason}"
     return f"{lead} {finding.state.value}"
 
 
@@ -127,9 +134,7 @@ def render_alert(
     if role:
         rows.append(Row("Store", role))
     rows.extend([Row("Host", host), *finding_rows(finding)])
-    return Message(
-        title, render_markdown(rows), render_text(title, rows), NOTIFY_TYPES[finding.severity]
-    )
+    return compose(title, rows, NOTIFY_TYPES[finding.severity])
 
 
 def action_row(finding: Finding) -> Row:
@@ -204,7 +209,7 @@ def render_resolved(
         Row("From", f"{stamp(since)} to {stamp(now)}"),
         Row("Now", now_state),
     ]
-    return Message(title, render_markdown(rows), render_text(title, rows), SUCCESS)
+    return compose(title, rows, SUCCESS)
 
 
 def render_test(host: str, now: datetime) -> Message:
@@ -214,7 +219,7 @@ def render_test(host: str, now: datetime) -> Message:
         Row("Sent", stamp(now)),
         Row("Meaning", "this service will receive lockwarden's alerts"),
     ]
-    return Message(title, render_markdown(rows), render_text(title, rows))
+    return compose(title, rows)
 
 
 def render_state_degraded(problem: str, host: str, now: datetime) -> Message:
@@ -225,7 +230,7 @@ def render_state_degraded(problem: str, host: str, now: datetime) -> Message:
         Row("Effect", "lockwarden cannot remember what it sent, so alerts may be repeated"),
         Row("Seen", stamp(now)),
     ]
-    return Message(title, render_markdown(rows), render_text(title, rows), WARNING)
+    return compose(title, rows, WARNING)
 
 
 def render_state_healthy(problem: str, host: str, now: datetime) -> Message:
@@ -236,7 +241,15 @@ def render_state_healthy(problem: str, host: str, now: datetime) -> Message:
         Row("Effect", "lockwarden remembers what it sent again; alerts no longer repeat"),
         Row("Seen", stamp(now)),
     ]
-    return Message(title, render_markdown(rows), render_text(title, rows), SUCCESS)
+    return compose(title, rows, SUCCESS)
+
+
+def compose(title: str, rows: list[Row], notify_type: str = INFO) -> Message:
+    """The message these words make: the title as one bounded line (it is the mail's Subject,
+    which a line break in a process's name would otherwise end, adding a header), the rows in
+    Markdown for chat and in plain text for email, every value escaped for its format."""
+    line = header(title)
+    return Message(line, render_markdown(rows), render_text(line, rows), notify_type)
 
 
 def render_markdown(rows: list[Row]) -> str:
@@ -244,13 +257,12 @@ def render_markdown(rows: list[Row]) -> str:
 
 
 def _markdown_value(row: Row) -> str:
-    if row.code:
-        return "`" + row.value.replace("`", "'") + "`"
-    return row.value
+    return markdown_code(row.value) if row.code else markdown(row.value)
 
 
 def render_text(title: str, rows: list[Row]) -> str:
+    """Plain text: each row one line, whatever its value holds."""
     width = max(len(row.label) for row in rows) + 1
-    lines = [title, ""]
-    lines.extend(f"{row.label + ':':<{width}} {row.value}" for row in rows)
+    lines = [header(title), ""]
+    lines.extend(f"{row.label + ':':<{width}} {visible(row.value)}" for row in rows)
     return "\n".join(lines) + "\n"

@@ -28,6 +28,7 @@ from lockwarden.alerts.messages import Message
 from lockwarden.config import NotifySettings, credential_file
 from lockwarden.support.abandon import THREAD_PREFIX
 from lockwarden.support.checkpoints import Checkpoint, skip
+from lockwarden.support.escape import header, markdown
 
 log = logging.getLogger(__name__)
 
@@ -612,16 +613,21 @@ class Notifier:
         apprise = self._apprise
         single = apprise.Apprise()
         single.add(service.plugin)
-        body, body_format = (
-            (message.text, apprise.NotifyFormat.TEXT)
+        # The title once more as one bounded line: a retry journaled by an older version
+        # carries its title as it was then, and a line break in a Subject is a header of its
+        # own. Chat services put the title into the Markdown (Mattermost writes it above the
+        # body): it is Markdown there, as the body is.
+        title = header(message.title)
+        body, title, body_format = (
+            (message.text, title, apprise.NotifyFormat.TEXT)
             if service.email
-            else (message.markdown, apprise.NotifyFormat.MARKDOWN)
+            else (message.markdown, markdown(title), apprise.NotifyFormat.MARKDOWN)
         )
         _SEND_REASONS.take()  # what an earlier send on this thread left
         try:
             result = single.notify(
                 body=body,
-                title=message.title,
+                title=title,
                 body_format=body_format,
                 notify_type=message.notify_type,
             )

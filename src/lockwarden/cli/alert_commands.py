@@ -14,8 +14,8 @@ from lockwarden.model import Holder
 from lockwarden.output.report import json_document, json_text, render_text
 from lockwarden.run import AlertedRun
 from lockwarden.support.durations import format_duration, stamp
+from lockwarden.support.escape import visible
 from lockwarden.support.exit_codes import EXIT_CONFIG, EXIT_NOTIFY_FAILED, EXIT_UNKNOWN
-from lockwarden.support.printable import printable
 
 if TYPE_CHECKING:
     from lockwarden.state.history import Incident
@@ -172,8 +172,8 @@ def render_dry_run(alerted: AlertedRun, as_json: bool) -> str:
         lines.append("dry run: nothing would be sent")
     for item in items:
         about = f"for {item['lock']}" if item["lock"] else repr(item["title"])
-        lines.append(printable(f"dry run: would send {item['kind']} {about}"))
-        lines.extend(printable(f"    {line}") for line in str(item["text"]).splitlines())
+        lines.append(visible(f"dry run: would send {item['kind']} {about}"))
+        lines.extend(visible(f"    {line}") for line in str(item["text"]).splitlines())
     lines.append("dry run: nothing was sent and the journal was not written")
     return "\n".join(lines) + "\n"
 

@@ -27,6 +27,7 @@ from lockwarden.state.journal import SeenFile, StateError
 from lockwarden.support import abandon, logs
 from lockwarden.support.checkpoints import Checkpoint, skip
 from lockwarden.support.durations import DurationError, format_config_duration, parse_duration
+from lockwarden.support.escape import visible
 from lockwarden.support.exit_codes import (
     EXIT_BROKEN_PIPE,
     EXIT_BUSY,
@@ -43,7 +44,6 @@ from lockwarden.support.exit_codes import (
     INSPECT_EXIT_CODES_HELP,
     WHY_EXIT_CODES_HELP,
 )
-from lockwarden.support.printable import printable
 
 if TYPE_CHECKING:
     from lockwarden.cli.notify_view import NotifyView
@@ -497,7 +497,7 @@ def main(argv: Sequence[str] | None = None, checkpoint: Checkpoint = skip) -> in
         log.error(
             "UNKNOWN: internal error: %s: %s (run with -v for the traceback)",
             type(error).__name__,
-            printable(str(error)),
+            visible(str(error)),
         )
         return EXIT_INTERNAL
     finally:

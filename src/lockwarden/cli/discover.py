@@ -34,7 +34,7 @@ from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.support.atomic import write_new
 from lockwarden.support.bounded import BoundedRun, Unanswered
 from lockwarden.support.durations import format_time, parse_duration
-from lockwarden.support.printable import printable_lines
+from lockwarden.support.escape import visible_lines
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 DEFAULT_MAX_DEPTH = 6
@@ -471,7 +471,7 @@ def render_discovery(discovery: Discovery) -> str:
         lines.append(f"      {finding.reason}")
         lines.append(f"      found by {candidate.found_by}; config name {finding.name}")
     lines.extend(f"note: {note}" for note in discovery.notes)
-    return printable_lines(lines)  # a found file's name is data: escaped, one line each
+    return visible_lines(lines)  # a found file's name is data: escaped, one line each
 
 
 def discovery_document(discovery: Discovery) -> dict[str, Any]:

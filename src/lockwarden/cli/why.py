@@ -57,8 +57,8 @@ from lockwarden.procfs.snapshot import (
     read_within,
 )
 from lockwarden.support.durations import format_time
+from lockwarden.support.escape import visible_lines
 from lockwarden.support.namespaces import proc_is_hosts, proc_locks_may_omit
-from lockwarden.support.printable import printable_lines
 
 MAX_CHAIN = 8
 """How many holders-that-wait a chain is followed through."""
@@ -453,9 +453,9 @@ def hidden_waiters(proc: str = "/proc") -> str | None:
 def render_text(answers: Sequence[Answer]) -> str:
     if not answers:
         return "no process waits on a kernel lock here\n"
-    # Each line is escaped whole once composed (support/printable.py): a file name or a
+    # Each line is escaped whole once composed (support/escape.py): a file name or a
     # process's command line can neither end a line nor move the cursor to forge another.
-    return printable_lines([line for each in answers for line in _answer_lines(each, "")])
+    return visible_lines([line for each in answers for line in _answer_lines(each, "")])
 
 
 def _answer_lines(item: Answer, indent: str) -> list[str]:

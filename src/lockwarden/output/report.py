@@ -27,7 +27,7 @@ from lockwarden.model import (
 )
 from lockwarden.pipeline import RunResult
 from lockwarden.support.durations import format_duration, format_time
-from lockwarden.support.printable import printable
+from lockwarden.support.escape import visible
 from lockwarden.support.redact import redact_argv
 
 JSON_VERSION = 2
@@ -239,7 +239,7 @@ def report_blocks(result: RunResult, colour: bool = False) -> list[Block]:
         Block(
             JOURNAL_PRIORITIES[result.status],
             (
-                printable(
+                visible(
                     f"lockwarden {__version__} on {result.hostname} at "
                     f"{rfc3339(result.checked_at)}: "
                 )
@@ -250,17 +250,17 @@ def report_blocks(result: RunResult, colour: bool = False) -> list[Block]:
     width = max((len(finding.name) for finding in result.findings), default=4)
     for finding in result.findings:
         label = _paint(f"{finding.severity.name:<8}", finding.severity, colour)
-        # Each line is escaped whole once composed (support/printable.py): a file name, a
+        # Each line is escaped whole once composed (support/escape.py): a file name, a
         # process's name or a record can neither end it nor move the cursor to forge another.
         said = f"{finding.name:<{width}}  {finding.state.value:<13}  {finding.reason}"
-        lines = [f"  {label}  {printable(said)}"]
+        lines = [f"  {label}  {visible(said)}"]
         if finding.state is not State.FREE:
-            lines.extend(printable(f"            {line}") for line in detail_lines(finding))
+            lines.extend(visible(f"            {line}") for line in detail_lines(finding))
         if finding.removal:
-            lines.append(printable(f"            removal: {finding.removal.text}"))
+            lines.append(visible(f"            removal: {finding.removal.text}"))
         blocks.append(Block(JOURNAL_PRIORITIES[finding.severity], tuple(lines), finding))
     blocks.extend(
-        Block(NOTE_PRIORITY, (printable(f"note: {note}"),), note=True) for note in result.notes
+        Block(NOTE_PRIORITY, (visible(f"note: {note}"),), note=True) for note in result.notes
     )
     return blocks
 

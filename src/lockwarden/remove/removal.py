@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from lockwarden.alerts.decide import Outgoing
-from lockwarden.alerts.messages import Message, Row, render_markdown, render_text
+from lockwarden.alerts.messages import Message, Row, compose
 from lockwarden.check.classify import classify
 from lockwarden.check.identify import gather, request_for
 from lockwarden.config import Config, LockConfig
@@ -459,4 +459,4 @@ def render_removed(
         Row("Proof", candidate.finding.proof or candidate.finding.reason),
         Row("Identity", candidate.key),
     ]
-    return Message(title, render_markdown(rows), render_text(title, rows))
+    return compose(title, rows)
