@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -33,6 +32,16 @@ from lockwarden.check.identify import gather, request_for
 from lockwarden.config import Config, LockConfig
 from lockwarden.formats import FORMATS, never_removed, read_claim
 from lockwarden.formats.base import KERNEL_ONLY
+from lockwarden.formats.trust import (
+    TREE_MAX_DEPTH,
+    TREE_OPEN,
+    PathRefused,
+    Reached,
+    TreeTooLarge,
+    control_problem,
+    reach,
+    tree,
+)
 from lockwarden.model import Claim, Finding, InodeKey, Removal, RemovalStep, StaleProof, State
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
@@ -145,6 +154,8 @@ def judge_now(
     if why_not is not None:
         raise Refused(why_not)
     assert claim.remove_path is not None
+    if claim.path_control.refused is not None:  # someone else controls the way to it
+        raise Refused(claim.path_control.refused)
     judged = fingerprint(claim.remove_path, claim.record_path)
     watched = {*claim.keys, judged.key, *_record_key(claim)}
     snapshot = host.capture(request_for([claim], scan_keys=watched, name_hidden=True))
@@ -201,27 +212,49 @@ def quarantine_name(name: str, now: datetime) -> str:
 
 def move_aside_and_delete(candidate: Candidate, now: datetime) -> tuple[str, str | None]:
     """Rename the lock to its quarantine name in the same directory (atomic: writers are
-    unblocked at once), check the moved inode is the one judged, then delete it. All through
-    one descriptor of the directory, so a renamed or replaced parent cannot redirect us.
-    Returns the quarantine path and, if deleting it failed, why."""
-    directory, name = os.path.split(candidate.target)
-    quarantine = quarantine_name(name, now)
-    parent = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    unblocked at once), check the moved inode is the one judged, then delete it. The directory
+    is reached one component at a time from `/`, never through a symlink a user made, and
+    only when nobody but root and the lock's owner can change the way (formats/trust.py):
+    everything after goes through that one descriptor, so a directory on the way swapped
+    for a symlink cannot redirect us. Returns the quarantine path and, if deleting it
+    failed, why."""
     try:
-        _same_inode(parent, name, candidate.fingerprint, "just before the move", moved=False)
-        if _exists(parent, quarantine):
-            raise Refused(f"{quarantine} already exists in {directory}")
-        try:
-            os.rename(name, quarantine, src_dir_fd=parent, dst_dir_fd=parent)
+        reached = reach(candidate.target)
+    except FileNotFoundError:
+        raise Refused(f"{candidate.target} is gone") from None
+    except (OSError, PathRefused) as error:
+        raise Refused(str(error)) from None
+    with reached:
+        problem = control_problem(reached)
+        if problem is not None:
+            raise Refused(problem)
+        return _move_aside_and_delete(candidate, reached, now)
+
+
+def _move_aside_and_delete(
+    candidate: Candidate, reached: Reached, now: datetime
+) -> tuple[str, str | None]:
+    parent, name, directory = reached.parent, reached.name, reached.directory
+    quarantine = quarantine_name(name, now)
+    _same_inode(parent, name, candidate.fingerprint, "just before the move", moved=False)
+    if candidate.fingerprint.kind == "directory":
+        try:  # the whole tree is within bounds, or nothing of it is touched
+            tree(parent, name, reached.path)
+        except TreeTooLarge as error:
+            raise Refused(str(error)) from None
         except OSError as error:
-            raise Refused(f"cannot move it aside: {error.strerror}") from None
-        try:
-            _same_inode(parent, quarantine, candidate.fingerprint, "after the move", moved=True)
-        except Refused as error:
-            raise Refused(f"{error}; {_put_back(parent, quarantine, name)}") from None
-        delete_error = _delete(parent, quarantine, candidate.fingerprint.kind)
-    finally:
-        os.close(parent)
+            raise Refused(f"cannot list {reached.path}: {error.strerror}") from None
+    if _exists(parent, quarantine):
+        raise Refused(f"{quarantine} already exists in {directory}")
+    try:
+        os.rename(name, quarantine, src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as error:
+        raise Refused(f"cannot move it aside: {error.strerror}") from None
+    try:
+        _same_inode(parent, quarantine, candidate.fingerprint, "after the move", moved=True)
+    except Refused as error:
+        raise Refused(f"{error}; {_put_back(parent, quarantine, name)}") from None
+    delete_error = _delete(parent, quarantine, candidate.fingerprint.kind)
     return os.path.join(directory, quarantine), delete_error
 
 
@@ -268,13 +301,33 @@ def _delete(parent: int, quarantine: str, kind: str) -> str | None:
     """The lock is already out of the way; a failure here leaves only the quarantined copy."""
     try:
         if kind == "directory":
-            shutil.rmtree(quarantine, dir_fd=parent)
+            _delete_tree(parent, quarantine, 1)
         else:
             os.unlink(quarantine, dir_fd=parent)
     except OSError as error:
         log.warning("moved a stale lock aside as %s but cannot delete it: %s", quarantine, error)
         return error.strerror or str(error)
     return None
+
+
+def _delete_tree(parent: int, name: str, depth: int) -> None:
+    """Delete the directory `name` in `parent` and what it holds, each directory opened
+    relative to the one above it and never through a symlink, no deeper than a lock
+    directory may be (its size was measured before the move: trust.tree)."""
+    descriptor = os.open(name, TREE_OPEN, dir_fd=parent)
+    try:
+        with os.scandir(descriptor) as entries:
+            listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+        for entry, is_directory in listed:
+            if not is_directory:
+                os.unlink(entry, dir_fd=descriptor)
+            elif depth < TREE_MAX_DEPTH:
+                _delete_tree(descriptor, entry, depth + 1)
+            else:  # as deep as a lock directory goes: only an empty one may be here
+                os.rmdir(entry, dir_fd=descriptor)
+    finally:
+        os.close(descriptor)
+    os.rmdir(name, dir_fd=parent)
 
 
 def removal_stage(
