@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,8 +23,11 @@ from typing import Any
 
 import pytest
 
-from conftest import Children, run_cli, wait_until
+from conftest import Children, cli_env, run_cli, wait_until
+from hung.conftest import HangingMounts, hanging
 from security.conftest import User
+
+__all__ = ["hanging"]  # the fixture, imported so pytest finds it here
 
 RUNS = (0, 3)  # minutes after the start: a first sighting, then a removal (stale_confirm 2m)
 
@@ -221,3 +225,58 @@ def test_a_lock_directory_with_a_few_files_of_its_own_is_still_removed(tmp_path:
     assert first["action"]["line"] == f"rm -r -- {lock}"
     assert second["removal_status"]["step"] == "removed", second
     assert not lock.exists()
+
+
+# A flaky mount must not hang the removal stage: the lock is read fine by the check stage,
+# then its file system stops answering right before removal (the run's `after-snapshot`
+# checkpoint makes the flag hangfs waits for). The run must end within its deadlines, the
+# lock's removal refused with the mount named.
+
+FLAG_AT_STEP = """
+import sys
+from pathlib import Path
+from lockwarden.cli.commands import main
+
+flag, argv = sys.argv[1], sys.argv[2:]
+
+def checkpoint(step):
+    if step == "after-snapshot":  # right before the removal stage
+        Path(flag).touch()
+
+sys.exit(main(argv, checkpoint=checkpoint))
+"""
+HUNG_RUN_LIMIT_S = 30
+
+
+def test_a_mount_that_stops_answering_before_removal_costs_that_lock_not_the_run(
+    tmp_path: Path, hanging: HangingMounts
+) -> None:
+    probe = subprocess.Popen(["true"])
+    probe.wait(timeout=10)
+    flag = tmp_path / "hang-now"
+    mount = hanging.mount("hang-when-flagged", record_pid=probe.pid, flag=flag)
+    removal = Removal(tmp_path, mount / "store" / "LOCK")
+    text = removal.config.read_text().replace(
+        "[[lock]]", '[defaults]\nfs_timeout = "1s"\n\n[[lock]]'
+    )
+    removal.config.write_text(text)
+    argv = ["--once", "--json", "--config", str(removal.config)]
+    run = subprocess.Popen(
+        [sys.executable, "-c", FLAG_AT_STEP, str(flag), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+    try:
+        stdout, stderr = run.communicate(timeout=HUNG_RUN_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        hanging.abort_all()  # what frees a process stuck on the mount: SIGKILL alone does not
+        run.kill()
+        run.communicate()
+        pytest.fail(f"the run was still in its removal stage after {HUNG_RUN_LIMIT_S} s: hung")
+    assert flag.exists(), stderr  # the check stage read it, then the mount stopped answering
+    finding = json.loads(stdout)["locks"][0]
+    assert finding["state"] == "stale", finding
+    why = refused(finding)
+    assert "did not answer within 1s" in why and str(mount) in why, why
