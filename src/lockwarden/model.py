@@ -160,6 +160,20 @@ class Workers:
 
 
 @dataclass(frozen=True)
+class PathControl:
+    """Who besides root can change where a lock's path leads (formats/trust.py), which decides
+    how it may be removed by hand. The default: only root can (a command run as root through
+    the path goes where lockwarden looked)."""
+
+    owner: tuple[int, int] | None = None
+    """The lock's owner (uid, gid) can change a directory on the way: a removal by hand runs
+    as them, so it can do nothing they could not do themselves."""
+    refused: str | None = None
+    """Someone else can change the path (or it passes through a symlink a user made): no
+    command through it is offered, and this says why."""
+
+
+@dataclass(frozen=True)
 class PidProof:
     """What a record says beyond its PID (with `start_ticks`, `boot_id`, `pid_namespace` and
     `host`, which every record may carry) that tells its holder from a process that merely has
@@ -220,6 +234,8 @@ class Claim:
     it there (formats/trust.py); its PID must then decide nothing.
     ``missing_directory`` is set when the lock is absent and so is the directory it should be
     in (read with the claim, within its deadline): then its absence says nothing.
+    ``path_control``: who besides root can change where the path to its `remove_path` leads
+    (PathControl); read with the claim, a stale lock's printed removal depends on it.
     ``key_names``: the one name of each of its inodes that has exactly one (a directory, or a
     file with one link), lstat-ed at a path the claim read (formats.read_claim): a descriptor
     on it shows that name, which spares the descriptor walk most fdinfo reads (snapshot.Names).
@@ -260,6 +276,7 @@ class Claim:
     distrust: str | None = None
     missing_directory: str | None = None
     key_names: tuple[tuple[InodeKey, str], ...] = ()
+    path_control: PathControl = PathControl()
 
 
 @dataclass(frozen=True)

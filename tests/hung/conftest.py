@@ -75,12 +75,17 @@ class HangingMounts:
         self.children = children
         self.servers: dict[Path, subprocess.Popen[str]] = {}
 
-    def mount(self, mode: str, name: str = "share", record_pid: int = 1) -> Path:
-        """Mount hangfs; its `store/LOCK` record names `record_pid`."""
+    def mount(
+        self, mode: str, name: str = "share", record_pid: int = 1, flag: Path | None = None
+    ) -> Path:
+        """Mount hangfs; its `store/LOCK` record names `record_pid`; `flag`: the file whose
+        existence makes mode `hang-when-flagged` hang."""
         require_fuse()
         mountpoint = self.base / name
         mountpoint.mkdir(parents=True)
         argv = [DEBIAN_PYTHON, HANGFS, str(mountpoint), mode, str(record_pid)]
+        if flag is not None:
+            argv.append(str(flag))
         server = self.children.start(argv, ready="ready")
         self.servers[mountpoint] = server
         return mountpoint

@@ -124,7 +124,7 @@ def classify(
         sharers=verdict.sharers,
         action=action_for(state, verdict, claim),
         identity=identity,
-        note=claim.note,
+        note=_note(claim, state),
         readers=verdict.readers,
         never_remove=claim.never_remove,
         key=claim.keys[0] if claim.keys else None,
@@ -1190,13 +1190,37 @@ def action_for(state: State, verdict: Verdict, claim: Claim) -> str | None:
     if state is State.STALE and claim.break_command:
         return claim.break_command
     if state is State.STALE and claim.remove_path and not claim.never_remove:
-        flag = "-r " if claim.remove_path == claim.path and claim.record_path != claim.path else ""
-        return f"rm {flag}-- {shlex.quote(claim.remove_path)}"
+        return removal_by_hand(claim, claim.remove_path)
     if verdict.holder is None or verdict.holder.pid is None or not needs_action(state):
         return None  # advice.py: no action for what needs none
     if state is State.STALE:
         return None
     return advise_holder(verdict.holder, verdict.sharers, claim.format)
+
+
+def _note(claim: Claim, state: State) -> str | None:
+    """The claim's note, and for a stale lock no command removes, why none does."""
+    refused = claim.path_control.refused
+    if state is not State.STALE or refused is None or claim.break_command:
+        return claim.note
+    why = f"no command to remove it is offered: {refused}"
+    return f"{claim.note}; {why}" if claim.note else why
+
+
+def removal_by_hand(claim: Claim, remove_path: str) -> str | None:
+    """`rm -- PATH` (`rm -r` for a directory), pasted into a root shell later: as root only
+    when nobody else can change where the path leads; as the lock's owner when they can (a
+    directory on the way swapped for a symlink then leads `rm` nowhere they could not go
+    themselves); none when someone else can (formats/trust.py, Claim.path_control)."""
+    control = claim.path_control
+    if control.refused is not None:
+        return None
+    flag = "-r " if remove_path == claim.path and claim.record_path != claim.path else ""
+    command = f"rm {flag}-- {shlex.quote(remove_path)}"
+    if control.owner is None:
+        return command
+    uid, gid = control.owner
+    return f"setpriv --reuid={uid} --regid={gid} --clear-groups -- {command}"
 
 
 def identity_of(claim: Claim, verdict: Verdict, evidence: Evidence) -> str | None:

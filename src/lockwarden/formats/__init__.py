@@ -11,7 +11,16 @@ from dataclasses import replace
 
 from lockwarden.formats.base import Format, lstat_or_none, one_name
 from lockwarden.formats.owner_record import PREFERRED_RECORDS
-from lockwarden.model import Claim
+from lockwarden.formats.trust import (
+    PathRefused,
+    Reached,
+    TreeTooLarge,
+    control_problem,
+    reach,
+    root_only,
+    tree,
+)
+from lockwarden.model import Claim, PathControl
 from lockwarden.support.safe_read import scan_directory
 
 # The registry: every format, most specific first (`auto` picks the first whose detect()
@@ -191,9 +200,34 @@ def read_claim(path: str, format_name: str, pid_max: int) -> Claim:
     file system, and this read is the one a deadline guards (bounded.py)."""
     claim = _read_claim(path, format_name, pid_max)
     if claim.present:
-        return _with_key_names(claim)
+        return _with_path_control(_with_key_names(claim))
     directory = os.path.dirname(claim.path.rstrip("/")) or "/"
     return claim if os.path.isdir(directory) else replace(claim, missing_directory=directory)
+
+
+def _with_path_control(claim: Claim) -> Claim:
+    """Who besides root can change where the path to a lock that may be removed leads
+    (trust.py): a stale lock's printed removal goes through that path, pasted into a root
+    shell later, when its owner may have swapped a directory on the way for a symlink."""
+    if not claim.remove_path or claim.never_remove:
+        return claim
+    try:
+        with reach(claim.remove_path) as reached:
+            if _lock_directory(claim, reached):  # rm -r must meet only the lock's own files
+                tree(reached.parent, reached.name, reached.path)
+            if root_only(reached):
+                return claim
+            problem = control_problem(reached)
+            owner = (reached.status.st_uid, reached.status.st_gid)
+    except (OSError, PathRefused, TreeTooLarge) as error:
+        problem = str(error) if not isinstance(error, OSError) else f"{claim.remove_path}: {error}"
+    control = PathControl(refused=problem) if problem else PathControl(owner=owner)
+    return replace(claim, path_control=control)
+
+
+def _lock_directory(claim: Claim, reached: Reached) -> bool:
+    """Whether removing the claim's lock deletes a directory and what is in it."""
+    return stat.S_ISDIR(reached.status.st_mode) and claim.record_path != claim.remove_path
 
 
 def _with_key_names(claim: Claim) -> Claim:

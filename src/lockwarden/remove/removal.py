@@ -22,9 +22,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from lockwarden.alerts.decide import Outgoing
 from lockwarden.alerts.messages import Message, Row, compose
@@ -33,11 +34,22 @@ from lockwarden.check.identify import gather, request_for
 from lockwarden.config import Config, LockConfig
 from lockwarden.formats import FORMATS, never_removed, read_claim
 from lockwarden.formats.base import KERNEL_ONLY
+from lockwarden.formats.trust import (
+    TREE_MAX_DEPTH,
+    TREE_OPEN,
+    PathRefused,
+    Reached,
+    TreeTooLarge,
+    control_problem,
+    reach,
+    tree,
+)
 from lockwarden.model import Claim, Finding, InodeKey, Removal, RemovalStep, StaleProof, State
 from lockwarden.procfs.reader import Clock, HostReader, wall_clock
 from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.state.records import RemovedRecord, SightingRecord
 from lockwarden.state.run_state import RunState
+from lockwarden.support.bounded import BoundedRun, Unanswered
 from lockwarden.support.durations import format_duration, format_time
 from lockwarden.support.safe_read import (
     NotAnArtefact,
@@ -130,33 +142,84 @@ def fingerprint(path: str, record_path: str | None) -> Fingerprint:
 
 
 def judge_now(
-    lock: LockConfig, now: datetime, clock: Clock = wall_clock, host: HostReader | None = None
+    lock: LockConfig,
+    now: datetime,
+    clock: Clock = wall_clock,
+    host: HostReader | None = None,
+    files: BoundedFiles | None = None,
 ) -> Candidate:
     """Read and classify the lock again from a fresh host snapshot (one capture, after the
     lock was read); raise Refused unless it is stale, removable, and nobody has it locked or
     open, and unless the lock read once more after the capture is still the one judged (its
     holder may have let go, or handed it over, between the read and the capture). `clock`:
-    the wall clock the snapshot is dated by; `host`: the reader that captures it."""
+    the wall clock the snapshot is dated by; `host`: the reader that captures it; `files`:
+    where the lock's files are read, each read under the lock's fs_timeout."""
     from lockwarden.pipeline import policy_for
 
     host = host or HostReader(clock)
-    claim = read_claim(lock.path, lock.format, host.pid_max)
-    why_not = refusal(claim)
-    if why_not is not None:
-        raise Refused(why_not)
+    files = files or BoundedFiles()
+    pid_max = host.pid_max
+    claim, judged, record_keys = files.run(lock, "reading it", lambda: _read(lock, pid_max))
     assert claim.remove_path is not None
-    judged = fingerprint(claim.remove_path, claim.record_path)
-    watched = {*claim.keys, judged.key, *_record_key(claim)}
+    watched = {*claim.keys, judged.key, *record_keys}
     snapshot = host.capture(request_for([claim], scan_keys=watched, name_hidden=True))
     finding = classify(lock.name, claim, gather(claim, snapshot), policy_for(lock), now)
     if finding.state is not State.STALE:
         raise Refused(f"a fresh look finds it {finding.state.value}: {finding.reason}")
-    if fingerprint(claim.remove_path, claim.record_path) != judged:
+    remove_path, record_path = claim.remove_path, claim.record_path
+    again = files.run(lock, "reading it again", lambda: fingerprint(remove_path, record_path))
+    if again != judged:
         raise Refused("it changed while it was judged (let go, or taken again)")
     busy = _in_use(snapshot, watched, judged)
     if busy is not None:
         raise Refused(busy)
     return Candidate(claim, finding, judged)
+
+
+def _read(lock: LockConfig, pid_max: int) -> tuple[Claim, Fingerprint, list[InodeKey]]:
+    """The lock's claim, what its artefact is, and its record's inode (in a BoundedFiles
+    child); raise Refused when it is not something to remove."""
+    claim = read_claim(lock.path, lock.format, pid_max)
+    why_not = refusal(claim)
+    if why_not is not None:
+        raise Refused(why_not)
+    assert claim.remove_path is not None
+    if claim.path_control.refused is not None:  # someone else controls the way to it
+        raise Refused(claim.path_control.refused)
+    return claim, fingerprint(claim.remove_path, claim.record_path), _record_key(claim)
+
+
+Done = TypeVar("Done")
+
+
+class BoundedFiles:
+    """The removal stage's reads and acts on a lock's file system, each in a disposable child
+    within the lock's fs_timeout (support/bounded.py, as every other read of a run): a mount
+    that stops answering costs that lock's removal, never the run. A mount seen hung is not
+    touched again by the stage (`hung`)."""
+
+    def __init__(self) -> None:
+        self.hung: dict[str, Unanswered] = {}
+
+    def run(self, lock: LockConfig, doing: str, work: Callable[[], Done]) -> Done:
+        """`work()`'s result, done in a child (forked: `work` needs no pickling, its result
+        does); what it raised is raised here; Refused when the file system did not answer."""
+        bounded = BoundedRun(
+            lambda _path: (work(), ()),
+            lambda path: path,
+            lambda _path: lock.fs_timeout,
+            hung=self.hung,
+        )
+        outcomes = bounded.run([lock.path])
+        try:
+            _path, outcome = next(outcomes)
+        finally:
+            outcomes.close()
+        if isinstance(outcome, Unanswered):
+            raise Refused(f"{doing}: {outcome}")
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
 
 def _record_key(claim: Claim) -> list[InodeKey]:
@@ -201,27 +264,49 @@ def quarantine_name(name: str, now: datetime) -> str:
 
 def move_aside_and_delete(candidate: Candidate, now: datetime) -> tuple[str, str | None]:
     """Rename the lock to its quarantine name in the same directory (atomic: writers are
-    unblocked at once), check the moved inode is the one judged, then delete it. All through
-    one descriptor of the directory, so a renamed or replaced parent cannot redirect us.
-    Returns the quarantine path and, if deleting it failed, why."""
-    directory, name = os.path.split(candidate.target)
-    quarantine = quarantine_name(name, now)
-    parent = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    unblocked at once), check the moved inode is the one judged, then delete it. The directory
+    is reached one component at a time from `/`, never through a symlink a user made, and
+    only when nobody but root and the lock's owner can change the way (formats/trust.py):
+    everything after goes through that one descriptor, so a directory on the way swapped
+    for a symlink cannot redirect us. Returns the quarantine path and, if deleting it
+    failed, why."""
     try:
-        _same_inode(parent, name, candidate.fingerprint, "just before the move", moved=False)
-        if _exists(parent, quarantine):
-            raise Refused(f"{quarantine} already exists in {directory}")
-        try:
-            os.rename(name, quarantine, src_dir_fd=parent, dst_dir_fd=parent)
+        reached = reach(candidate.target)
+    except FileNotFoundError:
+        raise Refused(f"{candidate.target} is gone") from None
+    except (OSError, PathRefused) as error:
+        raise Refused(str(error)) from None
+    with reached:
+        problem = control_problem(reached)
+        if problem is not None:
+            raise Refused(problem)
+        return _move_aside_and_delete(candidate, reached, now)
+
+
+def _move_aside_and_delete(
+    candidate: Candidate, reached: Reached, now: datetime
+) -> tuple[str, str | None]:
+    parent, name, directory = reached.parent, reached.name, reached.directory
+    quarantine = quarantine_name(name, now)
+    _same_inode(parent, name, candidate.fingerprint, "just before the move", moved=False)
+    if candidate.fingerprint.kind == "directory":
+        try:  # the whole tree is within bounds, or nothing of it is touched
+            tree(parent, name, reached.path)
+        except TreeTooLarge as error:
+            raise Refused(str(error)) from None
         except OSError as error:
-            raise Refused(f"cannot move it aside: {error.strerror}") from None
-        try:
-            _same_inode(parent, quarantine, candidate.fingerprint, "after the move", moved=True)
-        except Refused as error:
-            raise Refused(f"{error}; {_put_back(parent, quarantine, name)}") from None
-        delete_error = _delete(parent, quarantine, candidate.fingerprint.kind)
-    finally:
-        os.close(parent)
+            raise Refused(f"cannot list {reached.path}: {error.strerror}") from None
+    if _exists(parent, quarantine):
+        raise Refused(f"{quarantine} already exists in {directory}")
+    try:
+        os.rename(name, quarantine, src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as error:
+        raise Refused(f"cannot move it aside: {error.strerror}") from None
+    try:
+        _same_inode(parent, quarantine, candidate.fingerprint, "after the move", moved=True)
+    except Refused as error:
+        raise Refused(f"{error}; {_put_back(parent, quarantine, name)}") from None
+    delete_error = _delete(parent, quarantine, candidate.fingerprint.kind)
     return os.path.join(directory, quarantine), delete_error
 
 
@@ -268,13 +353,32 @@ def _delete(parent: int, quarantine: str, kind: str) -> str | None:
     """The lock is already out of the way; a failure here leaves only the quarantined copy."""
     try:
         if kind == "directory":
-            shutil.rmtree(quarantine, dir_fd=parent)
+            _delete_tree(parent, quarantine, 1)
         else:
             os.unlink(quarantine, dir_fd=parent)
-    except OSError as error:
-        log.warning("moved a stale lock aside as %s but cannot delete it: %s", quarantine, error)
+    except OSError as error:  # logged by the stage: this runs in a BoundedFiles child
         return error.strerror or str(error)
     return None
+
+
+def _delete_tree(parent: int, name: str, depth: int) -> None:
+    """Delete the directory `name` in `parent` and what it holds, each directory opened
+    relative to the one above it and never through a symlink, no deeper than a lock
+    directory may be (its size was measured before the move: trust.tree)."""
+    descriptor = os.open(name, TREE_OPEN, dir_fd=parent)
+    try:
+        with os.scandir(descriptor) as entries:
+            listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+        for entry, is_directory in listed:
+            if not is_directory:
+                os.unlink(entry, dir_fd=descriptor)
+            elif depth < TREE_MAX_DEPTH:
+                _delete_tree(descriptor, entry, depth + 1)
+            else:  # as deep as a lock directory goes: only an empty one may be here
+                os.rmdir(entry, dir_fd=descriptor)
+    finally:
+        os.close(descriptor)
+    os.rmdir(name, dir_fd=parent)
 
 
 def removal_stage(
@@ -313,6 +417,7 @@ class _Stage:
         self.now = now
         self.dry_run = dry_run
         self.outgoing: list[Outgoing] = []
+        self.files = BoundedFiles()
 
     def consider(self, lock: LockConfig, finding: Finding, problems: list[str]) -> Finding:
         try:
@@ -324,7 +429,7 @@ class _Stage:
             return replace(finding, removal=_refused(f"internal error: {error}"))
 
     def _consider(self, lock: LockConfig, finding: Finding, problems: list[str]) -> Finding:
-        candidate = judge_now(lock, self.now)
+        candidate = judge_now(lock, self.now, files=self.files)
         if candidate.finding.identity != finding.identity:
             raise Refused("it changed while being checked (another holder identity)")
         sighting = self.history.sightings.get(lock.name)
@@ -378,10 +483,19 @@ class _Stage:
         return Removal(RemovalStep.SEEN_ONCE, text, self.now, due_at)
 
     def _remove(self, lock: LockConfig, seen: Candidate, first_at: datetime) -> Finding:
-        final = judge_now(lock, self.now)  # the last look, right before acting
+        final = judge_now(lock, self.now, files=self.files)  # the last look, before acting
         if final.key != seen.key or final.finding.proof != seen.finding.proof:
             raise Refused("it changed between the check and the removal")
-        quarantine, delete_error = move_aside_and_delete(final, self.now)
+        now = self.now
+        quarantine, delete_error = self.files.run(
+            lock,
+            "moving it aside (it may be moved aside or not: look at its directory)",
+            lambda: move_aside_and_delete(final, now),
+        )
+        if delete_error is not None:
+            log.warning(
+                "moved a stale lock aside as %s but cannot delete it: %s", quarantine, delete_error
+            )
         self.state.append(self._removed_record(lock, final, quarantine))
         self.outgoing.append(self._message(lock, final, quarantine, first_at))
         deleted = (
