@@ -31,6 +31,7 @@ candidates=(
     tests/reliability/test_notifier_outage.py tests/reliability/test_restart_semantics.py
     tests/reliability/test_secrets.py tests/reliability/test_overlapping_runs.py
     tests/reliability/test_filesystem_faults.py tests/security/test_alert_injection.py
+    tests/security/test_hostile_names.py
 )
 for file in "${candidates[@]}"; do
     [ -e "$file" ] || { echo "test-debian: listed test $file does not exist" >&2; exit 1; }

@@ -931,3 +931,48 @@ def test_exposure_of_the_installed_unit_live_and_offline(system: System) -> None
     assert system.facts["exposure live"] <= UNIT_EXPOSURE_LIMIT, live.stdout
     assert system.facts["exposure offline"] <= UNIT_EXPOSURE_LIMIT, offline.stdout
     system.facts["boot-to-verdict"] = f"{time.monotonic() - system.started:.0f} s"
+
+
+def test_removal_needs_read_write_paths_under_the_unit_and_works_with_it(system: System) -> None:
+    """docs/removal.md, as installed: under the shipped unit's ProtectSystem=strict a stale
+    lock's removal is refused with the drop-in it needs named; with that drop-in
+    (ReadWritePaths= of the lock's directory) the unit's own runs remove it."""
+    machine = system.machine
+    lock = "/srv/removal/LOCK"
+    host = machine.run("hostname").stdout.strip()
+    machine.run("mkdir", "-p", lock)
+    machine.write(
+        f"{lock}/owner.json",
+        json.dumps(
+            {"pid": 999999, "role": "gone", "host": host, "startedAt": "2026-01-01T00:00:00Z"}
+        ),
+    )
+    config = machine.root / "etc/lockwarden/config.toml"
+    good = config.read_text()
+    config.write_text(
+        good + f'\n[[lock]]\nname = "removal"\npath = "{lock}"\nformat = "owner-record"\n'
+        'remove_stale = true\nstale_confirm = "1s"\n'
+    )
+    drop_in = machine.root / DROP_INS.lstrip("/") / "removal.conf"
+    try:
+        mark = system.cursor()
+        for _ in range(2):  # two sightings, stale_confirm apart
+            system.run_service()
+            time.sleep(1.5)
+        system.run_service()
+        journal = system.await_journal(r"removal: .*Read-only file system", mark)
+        assert "ReadWritePaths=" in finding(journal, "removal"), journal[-3000:]
+        assert (machine.root / lock.lstrip("/")).is_dir()
+
+        machine.write(f"{DROP_INS}/removal.conf", "[Service]\nReadWritePaths=/srv/removal\n")
+        system.systemctl("daemon-reload")
+        for _ in range(3):
+            system.run_service()
+            time.sleep(1.5)
+        gone = wait_for(lambda: not (machine.root / lock.lstrip("/")).exists())
+        assert gone, system.service_journal(mark)[-3000:]
+    finally:
+        config.write_text(good)
+        drop_in.unlink(missing_ok=True)
+        system.systemctl("daemon-reload")
+        machine.run("rm", "-rf", "/srv/removal")

@@ -19,6 +19,7 @@ Every removal is journaled (`removed`) and notified with its proof.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -301,7 +302,7 @@ def _move_aside_and_delete(
     try:
         os.rename(name, quarantine, src_dir_fd=parent, dst_dir_fd=parent)
     except OSError as error:
-        raise Refused(f"cannot move it aside: {error.strerror}") from None
+        raise Refused(f"cannot move it aside: {error.strerror}{_sandboxed(error)}") from None
     try:
         _same_inode(parent, quarantine, candidate.fingerprint, "after the move", moved=True)
     except Refused as error:
@@ -574,3 +575,15 @@ def render_removed(
         Row("Identity", candidate.key),
     ]
     return compose(title, rows)
+
+
+def _sandboxed(error: OSError) -> str:
+    """Why a rename of a stale lock fails under the shipped unit, and what a drop-in needs:
+    ProtectSystem=strict and ProtectHome=read-only leave every lock's directory read-only
+    (EROFS), so removal needs that directory in ReadWritePaths= (docs/removal.md)."""
+    if error.errno != errno.EROFS:
+        return ""
+    return (
+        " (lockwarden.service mounts it read-only: add its directory to ReadWritePaths= in a "
+        "drop-in, `systemctl edit lockwarden.service`, docs/removal.md)"
+    )
