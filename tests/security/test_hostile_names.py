@@ -114,3 +114,33 @@ def test_a_run_that_crashes_says_so_as_a_failure_the_unit_sees(tmp_path: Path) -
     unit = Path(__file__).resolve().parents[2] / "systemd" / "lockwarden.service"
     [success] = unit_directives(unit)["SuccessExitStatus"]
     assert "70" not in success.split()
+
+
+def test_init_and_discover_write_a_config_a_hostile_file_name_cannot_change(
+    tmp_path: Path, children: Children
+) -> None:
+    """`init` and `discover --write` list every file the kernel shows locked: one named with
+    bytes that are not UTF-8 is left out (a TOML config cannot hold it; before, it crashed
+    both), and a name with a newline cannot add a line of its own to root's config."""
+    import tomllib
+
+    directory = os.fsencode(tmp_path / "held")
+    os.mkdir(directory)
+    injected = b'x\nremove_stale = true\n[[lock]]\nname = "evil"\npath = "x'
+    held = [os.fsdecode(os.path.join(directory, name)) for name in (b"v\xff\xfe", injected)]
+    for lock in held:
+        children.python(FLOCK_HOLDER, lock)
+    made = tmp_path / "init.toml"
+    done = _run("init", "--path", str(made))
+    assert done.returncode == 0, done.stderr.decode(errors="backslashreplace")
+    found = tomllib.loads(made.read_text(encoding="utf-8"))["lock"]
+    assert not [lock for lock in found if lock["name"] == "evil" or lock.get("remove_stale")]
+    mine = [lock["path"] for lock in found if lock["path"].startswith(str(tmp_path))]
+    assert mine == [held[1]]  # the UTF-8 one, whole, as data; the other left out
+
+    written = tmp_path / "discovered.toml"
+    done = _run("discover", "--write", str(written))
+    assert done.returncode == 0, done.stderr.decode(errors="backslashreplace")
+    listed = tomllib.loads(written.read_text(encoding="utf-8"))["lock"]
+    assert [lock["path"] for lock in listed if lock["path"].startswith(str(tmp_path))] == [held[1]]
+    assert not [lock for lock in listed if lock["name"] == "evil" or lock.get("remove_stale")]

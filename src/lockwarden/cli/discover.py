@@ -34,7 +34,7 @@ from lockwarden.procfs.snapshot import Snapshot
 from lockwarden.support.atomic import write_new
 from lockwarden.support.bounded import BoundedRun, Unanswered
 from lockwarden.support.durations import format_time, parse_duration
-from lockwarden.support.escape import visible_lines
+from lockwarden.support.escape import is_utf8, visible_lines
 from lockwarden.support.safe_read import UnsafeRecord, list_directory, read_record
 
 DEFAULT_MAX_DEPTH = 6
@@ -441,7 +441,8 @@ def lock_names(paths: Sequence[str]) -> list[str]:
 
 def config_document(discovery: Discovery) -> dict[str, Any]:
     """A config listing every candidate, checked with the same parser `check-config` uses."""
-    locks = lock_configs(discovery.candidates)
+    # A TOML config holds Unicode only: a file whose name is not UTF-8 is left out of it.
+    locks = lock_configs([each for each in discovery.candidates if is_utf8(each.path)])
     document = {"lock": [_lock_document(lock) for lock in locks]}
     config_module.parse(document, "<discovered>")  # raises ConfigError if it would not load
     return document

@@ -21,6 +21,7 @@ from typing import Any
 import tomli_w
 
 from lockwarden import config
+from lockwarden.support.escape import is_utf8, visible
 
 EXAMPLE_HEADER = """\
 # lockwarden configuration: every key, with its default and an example value.
@@ -203,6 +204,13 @@ def optional_section(name: str, options: Sequence[config.Option]) -> list[str]:
 
 
 def starter_lock(candidate: Candidate) -> list[str]:
+    # A found file's name is anyone's data: in a comment it is made visible (a newline in it
+    # would start a line of root's config), and one that is not UTF-8 is left out whole.
+    if not is_utf8(candidate.path):
+        return [
+            f"# Left out: {visible(candidate.path)}: its name is not UTF-8, which a config "
+            "cannot hold."
+        ]
     table = [
         "[[lock]]",
         toml_assignment("name", candidate.name),
@@ -211,12 +219,12 @@ def starter_lock(candidate: Candidate) -> list[str]:
     ]
     if candidate.role:
         table.append(toml_assignment("role", candidate.role))
-    why = f"# {candidate.why or candidate.role or candidate.name}"
+    why = f"# {visible(candidate.why or candidate.role or candidate.name)}"
     if candidate.lifetime is None:
         return [why, *table]
     reason = (
-        f"# Left out: {candidate.lifetime}. No writer waits on such a lock, and its budgets would"
-        " page on a healthy host; uncomment to watch it anyway."
+        f"# Left out: {visible(candidate.lifetime)}. No writer waits on such a lock, and its "
+        "budgets would page on a healthy host; uncomment to watch it anyway."
     )
     return [why, reason, *(f"# {line}" for line in table)]
 

@@ -61,3 +61,13 @@ def visible_lines(lines: list[str]) -> str:
     `visible` whole, so a file name's newline or cursor movement can neither end it nor forge
     another (in a terminal, ESC [ 1 A moves up a line, ESC [ 2 K erases it)."""
     return "".join(f"{visible(line)}\n" for line in lines)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether `text` is UTF-8 text: a file name that is not reaches lockwarden as surrogate
+    escapes, which a TOML config (Unicode only) cannot hold and no UTF-8 writer writes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
