@@ -84,6 +84,22 @@ def attacker() -> User:
     return ensure_user(ATTACKER)
 
 
+@pytest.fixture
+def attackers_dir(attacker: User) -> Iterator[Path]:
+    """A directory the attacker owns and can reach (pytest's own is root's, mode 0700),
+    removed after the test."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="lw-mallory-"))
+    os.chmod(path, 0o755)
+    os.chown(path, attacker.uid, attacker.gid)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 CGROUP_ROOT = Path("/sys/fs/cgroup/unified")
 
 

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,18 +43,6 @@ HOSTILE_UNITS = (
     "a'b\"c.service",
     "-x.service",
 )
-
-
-@pytest.fixture
-def home(attacker: User) -> Iterator[Path]:
-    """A directory the attacker owns, that she can reach (pytest's own is root's, 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="lw-action-"))
-    os.chmod(path, 0o755)
-    os.chown(path, attacker.uid, attacker.gid)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _hold_in(
@@ -100,9 +85,14 @@ def _pasted(line: str, cwd: Path) -> list[str]:
 
 @pytest.mark.parametrize("unit", HOSTILE_UNITS)
 def test_a_hostile_cgroup_name_never_becomes_shell_syntax(
-    unit: str, attacker: User, cgroups: Cgroups, children: Children, home: Path, tmp_path: Path
+    unit: str,
+    attacker: User,
+    cgroups: Cgroups,
+    children: Children,
+    attackers_dir: Path,
+    tmp_path: Path,
 ) -> None:
-    lock = home / "job.lock"
+    lock = attackers_dir / "job.lock"
     lock.touch()
     os.chown(lock, attacker.uid, attacker.gid)
     holder = _hold_in(unit, lock, attacker, cgroups, children)
@@ -123,18 +113,18 @@ def test_a_hostile_cgroup_name_never_becomes_shell_syntax(
     action = finding["action"]
     assert action is not None and action["argv"] is not None, finding
     assert "PWNED" not in action["line"]
-    ran = _pasted(action["line"], home)
+    ran = _pasted(action["line"], attackers_dir)
     assert ran == action["argv"], (action, ran)
     assert ran == ["kill", str(holder.pid)]
-    assert not (home / "PWNED").exists()
+    assert not (attackers_dir / "PWNED").exists()
 
 
 def test_a_unit_of_the_users_own_is_stopped_through_her_manager(
-    attacker: User, cgroups: Cgroups, children: Children, home: Path, tmp_path: Path
+    attacker: User, cgroups: Cgroups, children: Children, attackers_dir: Path, tmp_path: Path
 ) -> None:
     """The true positive beside the attacks: a valid unit in her delegated subtree is hers,
     stopped through her own service manager, and the line bash runs is the argv."""
-    lock = home / "job.lock"
+    lock = attackers_dir / "job.lock"
     lock.touch()
     os.chown(lock, attacker.uid, attacker.gid)
     holder = _hold_in("sync@nightly.service", lock, attacker, cgroups, children)
@@ -152,7 +142,7 @@ def test_a_unit_of_the_users_own_is_stopped_through_her_manager(
     assert (named["pid"], named["unit"]) == (holder.pid, "sync@nightly.service")
     argv = ["systemctl", "--user", "-M", f"{attacker.name}@", "stop", "sync@nightly.service"]
     assert finding["action"]["argv"] == argv
-    assert _pasted(finding["action"]["line"], home) == argv
+    assert _pasted(finding["action"]["line"], attackers_dir) == argv
 
 
 # Characters a shell gives meaning to, and the ones names are made of.
@@ -164,7 +154,7 @@ def _random_name(rng: random.Random) -> str:
     return "".join(rng.choice(_SHELL + _NAME * 2) for _ in range(rng.randint(1, 12)))
 
 
-def test_every_advised_line_is_its_argv_to_bash(home: Path) -> None:
+def test_every_advised_line_is_its_argv_to_bash(attackers_dir: Path) -> None:
     """A randomized differential against bash: holders whose unit, user and container names
     are random strings of shell syntax; every action line bash parses back to exactly its argv,
     and no name that is no valid unit or container name is in a command at all."""
@@ -190,7 +180,7 @@ def test_every_advised_line_is_its_argv_to_bash(home: Path) -> None:
         argv = shell_argv(line)
         if argv is None:
             continue
-        assert _pasted(line, home) == argv, (who, line)
+        assert _pasted(line, attackers_dir) == argv, (who, line)
         if not valid_unit_name(unit):
             assert unit not in argv
         if who.container is not None and not valid_runtime_name(container.name):

@@ -36,8 +36,8 @@ from conftest import (
     require_tool,
     run_cli,
     wait_until,
-    write_config,
 )
+from integration.test_blocked_writers import config_for
 from integration.test_why import WAITER, blocked_in_lock_call
 from security.conftest import Cgroups, User
 
@@ -51,18 +51,6 @@ def shared() -> Iterator[Path]:
         yield place
     finally:
         shutil.rmtree(place, ignore_errors=True)
-
-
-def config_for(tmp_path: Path) -> str:
-    """A config whose only lock is an unrelated one: the waited-on files are nobody's."""
-    quiet = tmp_path / "quiet.lock"
-    quiet.touch()
-    return write_config(
-        tmp_path / "config.toml",
-        f'[state]\npath = "{tmp_path / "state" / "state.jsonl"}"\n'
-        '[host]\nblocked_after = "10m"\nblocked_critical_after = "1h"\n'
-        f'[[lock]]\nname = "quiet"\npath = "{quiet}"\nformat = "kernel"\n',
-    )
 
 
 def runs_past_the_budget(config: str) -> tuple[int, dict[str, Any]]:

@@ -11,15 +11,10 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-import pytest
 
 from conftest import (
     FLOCK_HOLDER,
@@ -38,17 +33,6 @@ from security.conftest import User
 # OSC title, a bell and a right-to-left override for good measure.
 FORGED = "kill -9 -1"
 HOSTILE = f"q\x1b[1A\x1b[2K\r            action   {FORGED}\n\x1b]0;pwned\x07\u202ex"
-
-
-@pytest.fixture
-def home(attacker: User) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="lw-term-"))
-    os.chmod(path, 0o755)
-    os.chown(path, attacker.uid, attacker.gid)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _blocked_on(lock: Path, attacker: User, children: Children) -> int:
@@ -100,9 +84,9 @@ def _printed(out: Path) -> list[str]:
 
 
 def test_a_forging_file_name_reads_as_data_in_the_report_and_in_why(
-    attacker: User, home: Path, children: Children, tmp_path: Path
+    attacker: User, attackers_dir: Path, children: Children, tmp_path: Path
 ) -> None:
-    lock = home / HOSTILE
+    lock = attackers_dir / HOSTILE
     waiter = _blocked_on(lock, attacker, children)
     quiet = tmp_path / "quiet.lock"
     quiet.touch()
@@ -124,7 +108,7 @@ def test_a_forging_file_name_reads_as_data_in_the_report_and_in_why(
         [*lockwarden, "--once", "--config", config, "--now", later], tmp_path / "r"
     )
     printed = _printed(tmp_path / "r")
-    mine = [line for line in printed if str(home) in line]
+    mine = [line for line in printed if str(attackers_dir) in line]
     assert mine, printed  # her blocked writer is reported, its path in it
     assert report == printed  # the terminal acted on nothing: what it shows is what was printed
     actions = [line.split()[1:] for line in report if line.split()[:1] == ["action"]]
@@ -132,7 +116,7 @@ def test_a_forging_file_name_reads_as_data_in_the_report_and_in_why(
 
     why = _on_a_terminal([*lockwarden, "why", str(waiter)], tmp_path / "w")
     said = _printed(tmp_path / "w")
-    assert any(str(home) in line for line in said), said
+    assert any(str(attackers_dir) in line for line in said), said
     assert why == said
     assert not any(line.strip().startswith("action") for line in why), why
 
